@@ -6,9 +6,11 @@ nothing a user can cause ends in a traceback.
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 import typer
@@ -38,6 +40,35 @@ def _root(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log progr
 
 
 # -- commands (each one thin: parse, call the library, render) --
+
+
+@app.command()
+def diagnose(
+    files: list[Path] = typer.Argument(..., help="Reports (.ncu-rep, .ncu-rep.xz) or folders."),
+    kernel: str | None = typer.Option(None, "--kernel", "-k", help="Only kernels matching REGEX."),
+    as_json: bool = typer.Option(False, "--json", help="Print the JSON document."),
+    markdown: bool = typer.Option(False, "--markdown", help="Print Markdown for a PR comment."),
+) -> None:
+    """Summarise every kernel of the given Nsight Compute reports."""
+    from perfscope.profile import load_many
+
+    profiles = guarded(lambda: load_many(files, kernel))
+    if as_json:
+        from perfscope.export import to_json
+
+        typer.echo(json.dumps(to_json(profiles), indent=1, allow_nan=False, default=_json_default))
+    elif markdown:
+        from perfscope.render.markdown import render
+
+        typer.echo(render(profiles))
+    else:
+        from perfscope.render.console import render
+
+        render(profiles)
+
+
+def _json_default(obj: object) -> object:
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
 def main() -> None:

@@ -67,7 +67,8 @@ def base_opcode(opcode: str) -> str:
     op = opcode.strip()
     if op.startswith("@"):
         op = op.split(None, 1)[1] if " " in op else ""
-    return op.split(".", 1)[0].split(None, 1)[0] if op else ""
+    head = op.split(".", 1)[0].split(None, 1)
+    return head[0] if head else ""
 
 
 def family_of(opcode: str) -> str | None:

@@ -1,0 +1,1 @@
+"""Renderers: console (rich), markdown, json. They read values; they compute nothing new."""

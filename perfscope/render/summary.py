@@ -1,0 +1,119 @@
+"""The diagnose summary of one kernel as plain rows, shared by the console and Markdown.
+
+Each section is a title and (label, text) rows, so the two renderers show the same facts
+in the same order and a missing metric reads "not collected" in both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from perfscope.profile import KernelProfile, Traffic
+from perfscope.sass.families import FAMILY_BY_KEY
+
+NOT_COLLECTED = "not collected"
+
+
+@dataclass(frozen=True)
+class Section:
+    title: str
+    rows: tuple[tuple[str, str], ...]
+
+
+def num(v: float | None, digits: int = 0, unit: str = "") -> str:
+    if v is None:
+        return NOT_COLLECTED
+    text = f"{v:,.{digits}f}"
+    return f"{text} {unit}".rstrip()
+
+
+def pct(v: float | None) -> str:
+    return NOT_COLLECTED if v is None else f"{v:.1f}%"
+
+
+def duration(ns: float | None) -> str:
+    if ns is None:
+        return NOT_COLLECTED
+    if ns >= 1e6:
+        return f"{ns / 1e6:.3f} ms"
+    return f"{ns / 1e3:.2f} us"
+
+
+def clock(hz: float | None) -> str:
+    return NOT_COLLECTED if hz is None else f"{hz / 1e9:.3f} GHz"
+
+
+def dims(d: tuple[int, int, int] | None) -> str:
+    return NOT_COLLECTED if d is None else "x".join(map(str, d))
+
+
+def _traffic_rows(label: str, unit: str, t: Traffic) -> list[tuple[str, str]]:
+    if t.actual is None:
+        return [(label, NOT_COLLECTED)]
+    if not t.actual and not t.ideal:
+        return [(label, f"no {label} {unit}")]
+    rows = [(label, f"{num(t.excess)} excess {unit} over ideal {num(t.ideal)} "
+                    f"({pct(t.excess_pct)})")]
+    for o in t.by_opcode:
+        if o.excess > 0:
+            ratio = "" if o.ratio is None else f", {o.ratio:.1f}x ideal"
+            rows.append((f"  {o.opcode} ({o.kind})", f"{num(o.excess)} excess{ratio}"))
+    return rows
+
+
+def sections(kp: KernelProfile, hotspots: int = 5) -> list[Section]:
+    i, s, m, la = kp.identity, kp.sol, kp.memory, kp.launch
+    out = [Section("Kernel", (
+        ("name", i.demangled or i.name),
+        ("device", f"{i.device or NOT_COLLECTED} (sm_{(i.compute_capability or '?').replace('.', '')})"),
+        ("grid / block / cluster", f"{dims(i.grid)} / {dims(i.block)} / "
+                                   f"{dims(i.cluster) if i.cluster else 'none'}"),
+        ("duration", duration(s.duration_ns)),
+        ("SM clock (measured)", clock(i.sm_clock_hz)),
+        ("cycles", num(i.cycles)),
+        ("memory clock", clock(i.mem_clock_hz)),
+    ))]
+    out.append(Section("Speed of light", (
+        ("compute (SM)", pct(s.sm_pct)), ("memory", pct(s.memory_pct)),
+        ("DRAM", pct(s.dram_pct)), ("L1/TEX", pct(s.l1tex_pct)), ("L2", pct(s.l2_pct)),
+    )))
+    top = kp.stalls.top(3)
+    stall_rows = [(st.reason, f"{num(st.cycles_per_issue, 2)} cycles/issue"
+                              + ("" if kp.stalls.share(st.reason) is None
+                                 else f" ({100 * kp.stalls.share(st.reason):.0f}%)")
+                              + ("" if st.samples is None else f", {st.samples:,} samples"))
+                  for st in top]
+    out.append(Section("Top stalls", tuple(stall_rows) or (("stalls", NOT_COLLECTED),)))
+    out.append(Section("Memory", (
+        *_traffic_rows("shared", "wavefronts", m.shared),
+        ("shared bank conflicts (raw ld/st)",
+         f"{num(m.bank_conflicts_ld)} / {num(m.bank_conflicts_st)}"),
+        *_traffic_rows("global", "sectors", m.global_),
+        ("L1 / L2 hit rate", f"{pct(m.l1_hit_rate_pct)} / {pct(m.l2_hit_rate_pct)}"),
+        ("local (spill) traffic",
+         NOT_COLLECTED if m.local_bytes is None else
+         f"{num(m.local_bytes)} bytes, {num(m.local_load_requests)} load / "
+         f"{num(m.local_store_requests)} store requests"),
+    )))
+    limiter = la.occupancy_limiter or NOT_COLLECTED
+    out.append(Section("Launch", (
+        ("registers / thread", num(la.registers_per_thread)),
+        ("shared memory / block", f"{num(la.shared_static_bytes)} static, "
+                                  f"{num(la.shared_dynamic_bytes)} dynamic, "
+                                  f"{num(la.shared_driver_bytes)} driver (bytes)"),
+        ("occupancy", f"{pct(la.achieved_occupancy_pct)} achieved of "
+                      f"{pct(la.theoretical_occupancy_pct)} theoretical, limited by {limiter}"),
+        ("waves / SM", num(la.waves_per_sm, 2)),
+    )))
+    fams = kp.opcodes.families
+    total = kp.opcodes.total
+    fam_rows = tuple((FAMILY_BY_KEY[k].label, num(v) + ("" if not total else f" ({100 * v / total:.1f}%)"))
+                     for k, v in sorted(fams.items(), key=lambda kv: -kv[1]))
+    out.append(Section("Opcode families", fam_rows or (("opcodes", NOT_COLLECTED),)))
+    hot_rows = tuple(
+        (f"0x{h.address:04x} {h.opcode}",
+         f"{h.samples:,} samples" + (f" [{', '.join(r for r, _ in h.reasons)}]" if h.reasons else "")
+         + (f" at {h.file.rsplit('/', 1)[-1]}:{h.line}" if h.file and h.line else ""))
+        for h in kp.hotspots[:hotspots])
+    out.append(Section("Hotspots", hot_rows or (("hotspots", NOT_COLLECTED),)))
+    return out

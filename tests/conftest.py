@@ -1,0 +1,61 @@
+"""Shared test fixtures: the committed H200 captures and their raw CSV oracles."""
+
+from __future__ import annotations
+
+import csv
+import io
+import lzma
+import re
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+import perfscope  # noqa: F401 - loads the report reader before any test imports CuPy
+
+FIXTURES = Path(__file__).parent / "fixtures" / "h200"
+
+
+def _gpu_available() -> bool:
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if _gpu_available():
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU with CuPy")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+def report(name: str) -> Path:
+    return FIXTURES / f"{name}.ncu-rep.xz"
+
+
+@cache
+def raw_csv(name: str) -> list[dict[str, tuple[str, str]]]:
+    """The `ncu --import F --page raw --csv --print-units base` rows: column -> (value, unit)."""
+    with lzma.open(FIXTURES / f"{name}.raw.csv.xz", "rt") as f:
+        text = f.read()
+    rows = list(csv.reader(io.StringIO(text)))
+    header, units = rows[0], rows[1]
+    return [{h: (v, u) for h, u, v in zip(header, units, row, strict=True)} for row in rows[2:]]
+
+
+_NUM = re.compile(r"^-?[\d,]+(\.\d+)?$")
+
+
+def csv_number(row: dict[str, tuple[str, str]], column: str) -> float | None:
+    """A numeric cell of the oracle, None when the column is absent or not a number."""
+    if column not in row:
+        return None
+    text = row[column][0].strip()
+    if not _NUM.match(text):
+        return None
+    return float(text.replace(",", ""))
