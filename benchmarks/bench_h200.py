@@ -1,0 +1,91 @@
+"""Reproduce reports/reference/h200/bench.json: every stage and its cuBLAS reference at 4096^3.
+
+    PYTHONPATH=. python3 benchmarks/bench_h200.py                       # on the GPU machine
+    PYTHONPATH=. python3 benchmarks/bench_h200.py --sweep check.json    # + correctness sweep
+
+Every ladder stage runs in each dtype it takes (fp32, fp16, bf16), sgemm_pipe with 2, 3
+and 4 stages, each verified against float64 first and then timed against the cuBLAS
+reference of its dtype in alternating rounds in this one process (ratios printed as
+median and min-max over rounds). ``--sweep`` first checks every stage on every shape of
+issue 3 and writes those verdicts (no timing) to a second file. The clocks are measured
+as found; nothing here changes them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from perfscope import bench
+from perfscope.kernels import get_spec, parse_shape
+
+log = logging.getLogger("bench_h200")
+DTYPES = ("fp32", "fp16", "bf16")
+PIPE_STAGES = (2, 3, 4)
+
+
+def jobs_for(shape: bench.Shape) -> list[bench.Job]:
+    jobs = []
+    for job in bench.plan(["all"], list(DTYPES), shape):
+        if job.spec.name == "sgemm_pipe":
+            # Seed 002 §4 compares depths 2, 3 and 4; each is its own row.
+            for n in PIPE_STAGES:
+                spec = get_spec("sgemm_pipe").with_params(STAGES=n)
+                refusal = job.refusal
+                jobs.append(bench.Job(spec, job.dtype, shape, refusal))
+        else:
+            jobs.append(job)
+    return jobs
+
+
+def show(title: str, manifests: list) -> None:
+    table = Table(*bench.SUMMARY_COLUMNS, title=title)
+    for row in bench.summary_rows(manifests):
+        table.add_row(*row)
+    Console(width=200).print(table)
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path("reports/reference/h200/bench.json"))
+    ap.add_argument("--shape", default="4096x4096x4096")
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--sweep", type=Path, help="also check every shape; write verdicts here")
+    args = ap.parse_args()
+    command = "PYTHONPATH=. python3 " + " ".join(sys.argv)
+    env = bench.collect_environment()
+    failed = False
+    if args.sweep:
+        checks: list = []
+        opts = bench.BenchOptions(time=False, seed=7)
+        for shape in bench.CHECK_SHAPES:
+            checks.extend(bench.run_jobs(jobs_for(shape), opts, env))
+        bench.write_bench_json(args.sweep, checks, command)
+        show("correctness sweep", checks)
+        failed |= bench.failed(checks)
+    opts = bench.BenchOptions(runs=args.runs, rounds=args.rounds)
+    done: list = []
+    try:
+        for m in bench.run_jobs(jobs_for(parse_shape(args.shape)), opts, env):
+            done.append(m)
+            log.info("%s %s: %s", m.stage, m.dtype, m.verification.verdict)
+    finally:
+        if done:
+            bench.write_bench_json(args.out, done, command)
+            show(f"{args.shape}, {env.gpu}", done)
+    for step in bench.parent_steps(done):
+        log.log(logging.WARNING if step.regression else logging.INFO,
+                "%s %s: %.2fx its parent %s%s", step.stage, step.dtype, step.speedup,
+                step.parent, " (variant)" if step.variant else "")
+    return 1 if failed or bench.failed(done) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""Run a stage on the GPU: compile (or reuse) its cubin, load it through CuPy, launch it.
+
+This is the one call path that ``bench`` and (later) the child process that ``ncu``
+profiles both use, for the ladder kernels (a cubin from :mod:`perfscope.build`, loaded
+with ``cupy.RawModule``) and for the cuBLAS references (``cupy.matmul``, which CuPy 14
+sends to cuBLAS for float32, float16 and ml_dtypes.bfloat16 arrays).
+
+CuPy is imported only here and only when a GPU is asked for, so the CPU-only parts of
+perfscope (compiling, the registry, reading reports) work without it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from perfscope.build import CompiledModule, CompileRequest, compile_cubin
+from perfscope.errors import PerfscopeError
+from perfscope.kernels.spec import KERNEL_DIR, KernelSpec, Shape
+
+log = logging.getLogger(__name__)
+
+
+def require_gpu() -> Any:
+    """The cupy module with a usable CUDA device, or a one-sentence refusal."""
+    # TF32 would make cuBLAS's FP32 reference a different (less exact) computation;
+    # CuPy reads this variable when it is imported.
+    if os.environ.get("CUPY_TF32", "0") not in ("", "0"):
+        raise PerfscopeError("CUPY_TF32 is set; unset it so the FP32 cuBLAS reference "
+                             "computes in true FP32")
+    try:
+        import cupy
+    except ImportError:
+        raise PerfscopeError("no GPU: CuPy is not installed (install perfscope with the "
+                             "'cuda13' or 'cuda12' extra on a machine with an NVIDIA GPU)"
+                             ) from None
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # CuPy raises its own CUDARuntimeError without a driver
+        raise PerfscopeError(f"no GPU: CUDA reports no usable device ({exc})") from None
+    if count < 1:
+        raise PerfscopeError("no GPU: CUDA reports no device")
+    return cupy
+
+
+def device_arch(cupy: Any) -> tuple[str, int]:
+    """The cubin target for the current device (sm_90a on Hopper) and its capability."""
+    # CuPy spells it as a string of digits: "90" for 9.0, "120" for 12.0.
+    cc = int(cupy.cuda.Device().compute_capability)
+    # Arch-specific targets where the chip has instructions only they expose (wgmma,
+    # setmaxnreg on 9.0; tcgen05 on 10.x); a plain target elsewhere.
+    suffix = "a" if cc in (90, 100, 103) else ""
+    return f"sm_{cc}{suffix}", cc
+
+
+def numpy_dtype(dtype: str) -> Any:
+    import numpy as np
+
+    if dtype == "fp32":
+        return np.dtype(np.float32)
+    if dtype == "fp16":
+        return np.dtype(np.float16)
+    if dtype == "bf16":
+        try:
+            import ml_dtypes
+        except ImportError:
+            raise PerfscopeError("bf16 needs the ml_dtypes package, which is not installed"
+                                 ) from None
+        return np.dtype(ml_dtypes.bfloat16)
+    raise PerfscopeError(f"unknown dtype {dtype!r}")
+
+
+def compile_stage(spec: KernelSpec, dtype: str, arch: str) -> CompiledModule:
+    """The cubin of one stage instantiated for one dtype (CPU only; cached)."""
+    spec.check_dtype(dtype)
+    path = spec.source_path()
+    if not path.is_file():
+        raise PerfscopeError(f"{spec.name}'s source {path.name} is missing from {KERNEL_DIR}")
+    if int(arch[3:].rstrip("af")) < spec.min_cc:
+        raise PerfscopeError(
+            f"{spec.name} needs compute capability {spec.min_cc / 10:.1f} or newer, not {arch}")
+    req = CompileRequest(source=path.read_text(), source_name=path.name,
+                         name_expressions=(spec.name_expression(dtype),), arch=arch,
+                         flags=spec.flags, include_dir=KERNEL_DIR)
+    return compile_cubin(req)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A stage ready to launch on one shape: ``launch(a, b, c)`` enqueues one GEMM."""
+
+    spec: KernelSpec
+    dtype: str
+    shape: Shape
+    module: CompiledModule | None
+    function: Any
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    dynamic_smem: int
+    # Held so the loaded module outlives every launch of its function.
+    raw_module: Any = None
+
+    def launch(self, a: Any, b: Any, c: Any) -> None:
+        if self.function is None:
+            import cupy
+
+            cupy.matmul(a, b, out=c)
+            return
+        import numpy as np
+
+        s = self.shape
+        self.function(self.grid, self.block, (a, b, c, np.int32(s.m), np.int32(s.n),
+                                              np.int32(s.k)), shared_mem=self.dynamic_smem)
+
+
+def prepare(spec: KernelSpec, dtype: str, shape: Shape) -> Prepared:
+    """Check dtype and shape, compile for this GPU, load, and fix the launch geometry."""
+    spec.check_dtype(dtype)
+    spec.check_shape(shape)
+    cupy = require_gpu()
+    arch, cc = device_arch(cupy)
+    if cc < spec.min_cc:
+        raise PerfscopeError(f"{spec.name} needs compute capability {spec.min_cc / 10:.1f} or "
+                             f"newer; this GPU has {cc / 10:.1f}")
+    if spec.is_reference:
+        return Prepared(spec, dtype, shape, None, None, (0, 0, 0), (0, 0, 0), 0)
+    module = compile_stage(spec, dtype, arch)
+    raw = cupy.RawModule(path=str(module.cubin_path))
+    fn = raw.get_function(module.mangled(spec.name_expression(dtype)))
+    smem = spec.dynamic_smem_bytes()
+    if smem > 48 * 1024:
+        # Above 48 KiB the driver needs the kernel's explicit opt-in.
+        fn.max_dynamic_shared_size_bytes = smem
+    return Prepared(spec, dtype, shape, module, fn, spec.grid_dims(shape), spec.block_dims(),
+                    smem, raw)

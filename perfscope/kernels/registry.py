@@ -1,0 +1,174 @@
+"""The registry: every stage of both ladders and the cuBLAS references, as one tuple.
+
+Geometry and parameters here follow the header comment of each kernel in sgemm.cu and
+hgemm.cu; ``tests/test_kernels.py`` compiles every entry for sm_80 and sm_90a and holds
+the static shared memory ptxas reports against what the spec declares.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from perfscope.errors import PerfscopeError
+from perfscope.kernels.spec import KernelSpec, Params, ShapeConstraint, tile_grid
+
+HALF = ("fp16", "bf16")
+
+
+def _threads(n: int):
+    def block(_params: Params) -> tuple[int, int, int]:
+        return (n, 1, 1)
+
+    block.__doc__ = f"({n}, 1, 1)"
+    return block
+
+
+def _block_of(formula: str, fn):
+    """A 1-D block whose thread count the kernel derives from its template parameters."""
+
+    def block(p: Params) -> tuple[int, int, int]:
+        return (fn(p), 1, 1)
+
+    block.__doc__ = f"({formula}, 1, 1)"
+    return block
+
+
+_NAIVE_BLOCK = _block_of("BM * BN", lambda p: p["BM"] * p["BN"])
+_SMEM_BLOCK = _block_of("TILE * TILE", lambda p: p["TILE"] * p["TILE"])
+_REG_BLOCK = _block_of("(BM / TM) * (BN / TN)", lambda p: (p["BM"] // p["TM"]) * (p["BN"] // p["TN"]))
+_WARP_BLOCK = _block_of("(BM / WM) * (BN / WN) * 32",
+                        lambda p: (p["BM"] // p["WM"]) * (p["BN"] // p["WN"]) * 32)
+
+
+def _tiles_smem(stages: int | str, elem: int, pad_m: int = 0):
+    """STAGES copies of an A tile BK x (BM + pad) and a B tile BK x BN, elem bytes each."""
+
+    def smem(p: Params) -> int:
+        n = p[stages] if isinstance(stages, str) else stages
+        return n * (p["BK"] * (p["BM"] + pad_m) + p["BK"] * p["BN"]) * elem
+
+    return smem
+
+
+_K4 = ShapeConstraint("K", 4, "A's rows are read as 16-byte float4 vectors")
+_N4 = ShapeConstraint("N", 4, "B's and C's rows are accessed as 16-byte float4 vectors")
+_K8 = ShapeConstraint("K", 8, "A's rows are copied in 16-byte cp.async chunks")
+_N8 = ShapeConstraint("N", 8, "B's and C's rows are copied in 16-byte chunks")
+
+_HGEMM = {"family": "hgemm", "dtypes": HALF, "source": "hgemm.cu",
+          "params": (("BM", 128), ("BN", 128), ("BK", 32), ("GROUP", 8)),
+          "block": _threads(256), "grid": tile_grid(), "min_cc": 80,
+          "fingerprint": ("ldgsts", "ldsm", "hmma"), "static_smem": _tiles_smem(1, 2)}
+
+_SGEMM_BASE = {"family": "sgemm", "dtypes": ("fp32",), "source": "sgemm.cu", "min_cc": 80,
+               "fingerprint": ("ffma",)}
+
+REGISTRY: tuple[KernelSpec, ...] = (
+    # ------------------------------------------------------------------ FP32 ladder
+    KernelSpec(name="sgemm_naive", entry="sgemm_naive", parent=None,
+               params=(("BM", 8), ("BN", 32)), block=_NAIVE_BLOCK, grid=tile_grid(),
+               change="One thread per output element reads its row of A and column of B "
+                      "straight from global memory.",
+               seed="002 §1; 000 §2.1", **_SGEMM_BASE),
+    KernelSpec(name="sgemm_smem", entry="sgemm_smem", parent="sgemm_naive",
+               params=(("TILE", 32),), block=_SMEM_BLOCK, grid=tile_grid("TILE", "TILE"),
+               static_smem=lambda p: 2 * p["TILE"] * p["TILE"] * 4,
+               change="Stages square A and B tiles in shared memory so each global value is "
+                      "read once per tile, one output per thread.",
+               seed="002 §2; 000 §2.1", **_SGEMM_BASE),
+    KernelSpec(name="sgemm_reg4x4", entry="sgemm_reg4x4", parent="sgemm_smem",
+               params=(("BM", 64), ("BN", 64), ("BK", 16), ("TM", 4), ("TN", 4)),
+               block=_REG_BLOCK, grid=tile_grid(), static_smem=_tiles_smem(1, 4),
+               change="64x64x16 shared tiles with 256 threads, each accumulating a 4x4 block "
+                      "of C in registers.",
+               seed="000 §2.2-2.3", **_SGEMM_BASE),
+    KernelSpec(name="sgemm_reg8x8", entry="sgemm_reg8x8", parent="sgemm_reg4x4",
+               params=(("BM", 128), ("BN", 128), ("BK", 8), ("TM", 8), ("TN", 8)),
+               block=_REG_BLOCK, grid=tile_grid(), static_smem=_tiles_smem(1, 4),
+               change="128x128 tiles with an 8x8 block of C per thread: 16 operand loads "
+                      "feed 64 FMAs.",
+               seed="002 §2.2", **_SGEMM_BASE),
+    KernelSpec(name="sgemm_reg8x8_capped", entry="sgemm_reg8x8_capped", parent="sgemm_reg8x8",
+               params=(("BM", 128), ("BN", 128), ("BK", 8), ("TM", 8), ("TN", 8)),
+               block=_REG_BLOCK, grid=tile_grid(), static_smem=_tiles_smem(1, 4),
+               variant=True,
+               flags=("-maxrregcount=64",),
+               change="The same body under -maxrregcount=64, so the accumulators spill to "
+                      "local memory (slow on purpose).",
+               seed="002 §2.2", **_SGEMM_BASE),
+    KernelSpec(name="sgemm_float4", entry="sgemm_float4", parent="sgemm_reg8x8",
+               params=(("BM", 128), ("BN", 128), ("BK", 8), ("TM", 8), ("TN", 8)),
+               block=_REG_BLOCK, grid=tile_grid(), static_smem=_tiles_smem(1, 4),
+               constraints=(_K4, _N4),
+               change="Moves A, B and C as 128-bit float4 vectors and stores A transposed in "
+                      "shared memory so the inner loop reads it as float4 too.",
+               seed="002 §3", **_SGEMM_BASE),
+    KernelSpec(name="sgemm_warptile", entry="sgemm_warptile", parent="sgemm_float4",
+               params=(("BM", 128), ("BN", 128), ("BK", 8), ("WM", 32), ("WN", 64),
+                       ("TM", 8), ("TN", 8)),
+               block=_WARP_BLOCK, grid=tile_grid(), constraints=(_K4, _N4),
+               static_smem=_tiles_smem(1, 4, pad_m=4),
+               change="Maps threads to warp tiles of strided 4x4 fragments and pads A's "
+                      "transposed tile so every shared load is conflict-free.",
+               seed="002 §7; 000 §3.3", **_SGEMM_BASE),
+    KernelSpec(name="sgemm_pipe", entry="sgemm_pipe", parent="sgemm_warptile",
+               params=(("BM", 128), ("BN", 128), ("BK", 8), ("WM", 32), ("WN", 64),
+                       ("TM", 8), ("TN", 8), ("STAGES", 3)),
+               block=_WARP_BLOCK, grid=tile_grid(), constraints=(_N4,),
+               static_smem=_tiles_smem("STAGES", 4, pad_m=4),
+               change="Feeds the warp-tiled kernel through a STAGES-deep cp.async ring of "
+                      "shared buffers (STAGES = 2, 3 or 4).",
+               seed="002 §4; 000 §3.1-3.2", **{**_SGEMM_BASE, "fingerprint": ("ffma", "ldgsts")}),
+    # ------------------------------------------------------------------ FP16/BF16 ladder
+    KernelSpec(name="hgemm_naive", entry="hgemm_naive", parent=None,
+               change="cp.async, ldmatrix and mma.sync m16n8k16 on a 128x128x32 tile with "
+                      "8 warps as 2x4 and a grid swizzle; shared tiles unswizzled.",
+               seed="004 §1", **_HGEMM),
+    KernelSpec(name="hgemm_bcf", entry="hgemm_bcf", parent="hgemm_naive",
+               constraints=(_K8, _N8),
+               change="XOR-swizzles the A and B shared tiles so every ldmatrix phase is "
+                      "bank-conflict free.",
+               seed="004 §2", **_HGEMM),
+    KernelSpec(name="hgemm_bcf_dbf", entry="hgemm_bcf_dbf", parent="hgemm_bcf",
+               constraints=(_K8, _N8),
+               change="Double-buffers the shared tiles: tile k+1's cp.async is in flight "
+                      "during tile k's tensor-core work, one barrier per k tile.",
+               seed="004 §3", **{**_HGEMM, "static_smem": _tiles_smem(2, 2)}),
+    KernelSpec(name="hgemm_bcf_dbf_rw", entry="hgemm_bcf_dbf_rw", parent="hgemm_bcf_dbf",
+               constraints=(_K8, _N8),
+               change="Stages the C tile through swizzled shared memory and writes it back "
+                      "with 16-byte coalesced stores.",
+               seed="004 §4", **{**_HGEMM, "static_smem": _tiles_smem(2, 2)}),
+    # ------------------------------------------------------------------ cuBLAS references
+    KernelSpec(name="cublas_sgemm", family="cublas", dtypes=("fp32",),
+               change="cuBLAS FP32 GEMM through cupy.matmul (TF32 off).",
+               seed="002 §5", fingerprint=("ffma",)),
+    KernelSpec(name="cublas_hgemm", family="cublas", dtypes=("fp16",),
+               change="cuBLAS FP16 GEMM (fp32 accumulate) through cupy.matmul.",
+               seed="004 §5", fingerprint=("gmma",)),
+    KernelSpec(name="cublas_bgemm", family="cublas", dtypes=("bf16",),
+               change="cuBLAS BF16 GEMM (fp32 accumulate) through cupy.matmul on "
+                      "ml_dtypes.bfloat16 arrays.",
+               seed="004 §5", fingerprint=("gmma",)),
+)
+
+REFERENCE_FOR_DTYPE: Mapping[str, str] = {
+    "fp32": "cublas_sgemm", "fp16": "cublas_hgemm", "bf16": "cublas_bgemm"}
+
+_BY_NAME: Mapping[str, KernelSpec] = {s.name: s for s in REGISTRY}
+
+
+def all_specs() -> tuple[KernelSpec, ...]:
+    return REGISTRY
+
+
+def names() -> tuple[str, ...]:
+    return tuple(s.name for s in REGISTRY)
+
+
+def get_spec(name: str) -> KernelSpec:
+    """The spec called name, or a one-sentence refusal that lists the valid names."""
+    spec = _BY_NAME.get(name)
+    if spec is None:
+        raise PerfscopeError(f"unknown stage {name!r}; valid stages are {', '.join(names())}")
+    return spec

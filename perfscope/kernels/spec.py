@@ -1,0 +1,198 @@
+"""KernelSpec: one stage of a GEMM ladder as data, and the shapes and dtypes it takes.
+
+A spec names the template in its .cu source and the template's integer parameters, so a
+later ``perfscope tune`` can vary them; launch geometry (block, grid, dynamic shared
+memory) is computed from those parameters, never hard-wired beside them.
+
+Kernel ABI (both ladders): row-major C[M][N] = A[M][K] · B[K][N]; every kernel is
+``template <typename T, int ...> __global__ void name(const T* A, const T* B, T* C,
+int M, int N, int K)``, instantiated through an NVRTC name expression such as
+``hgemm_bcf<__half, 128, 128, 32>``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from perfscope.errors import PerfscopeError
+
+KERNEL_DIR = Path(__file__).resolve().parent
+
+FAMILIES = ("sgemm", "hgemm", "cublas")
+
+# dtype name -> (C++ element type in the name expression, what users may type)
+DTYPES: Mapping[str, str] = {"fp32": "float", "fp16": "__half", "bf16": "__nv_bfloat16"}
+DTYPE_ALIASES: Mapping[str, str] = {
+    "fp32": "fp32", "float32": "fp32", "float": "fp32", "f32": "fp32",
+    "fp16": "fp16", "float16": "fp16", "half": "fp16", "f16": "fp16",
+    "bf16": "bf16", "bfloat16": "bf16",
+}
+
+Params = Mapping[str, int]
+
+
+def normalize_dtype(name: str) -> str:
+    key = DTYPE_ALIASES.get(name.strip().lower())
+    if key is None:
+        raise PerfscopeError(f"unknown dtype {name!r}; use one of {', '.join(DTYPES)}")
+    return key
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A GEMM problem size: C[M][N] = A[M][K] · B[K][N]."""
+
+    m: int
+    n: int
+    k: int
+
+    def __post_init__(self) -> None:
+        for dim, value in (("M", self.m), ("N", self.n), ("K", self.k)):
+            if value <= 0:
+                raise PerfscopeError(f"{dim} must be a positive size, got {value}")
+        if max(self.m * self.k, self.k * self.n, self.m * self.n) >= 2**31:
+            raise PerfscopeError(
+                f"shape {self} has a matrix of 2^31 or more elements, beyond the kernels' "
+                "32-bit indexing")
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.m * self.n * self.k
+
+    def dim(self, name: str) -> int:
+        return {"M": self.m, "N": self.n, "K": self.k}[name]
+
+    def __str__(self) -> str:
+        return f"{self.m}x{self.n}x{self.k}"
+
+
+_SHAPE_RE = re.compile(r"^\s*(-?\d+)\s*[xX×]\s*(-?\d+)\s*[xX×]\s*(-?\d+)\s*$")
+
+
+def parse_shape(text: str) -> Shape:
+    """``"1000x2000x500"`` -> Shape(1000, 2000, 500); anything else is refused in a sentence."""
+    m = _SHAPE_RE.match(text)
+    if not m:
+        raise PerfscopeError(
+            f"shape {text!r} is not of the form MxNxK with three integers, e.g. 4096x4096x4096")
+    return Shape(*(int(g) for g in m.groups()))
+
+
+@dataclass(frozen=True)
+class ShapeConstraint:
+    """A dimension the kernel needs to be a multiple of something (alignment, no tails)."""
+
+    dim: str  # "M", "N" or "K"
+    multiple_of: int
+    why: str  # the reason, finishing the sentence "... because ..."
+
+    def check(self, stage: str, shape: Shape) -> None:
+        value = shape.dim(self.dim)
+        if value % self.multiple_of:
+            raise PerfscopeError(
+                f"{stage} needs {self.dim} to be a multiple of {self.multiple_of} because "
+                f"{self.why}, but the shape {shape} has {self.dim}={value}")
+
+
+def tile_grid(bm: str = "BM", bn: str = "BN") -> Callable[[Params, Shape], tuple[int, int, int]]:
+    """The plain launch grid (ceil(N/BN), ceil(M/BM)), tile sizes read from the parameters."""
+
+    def grid(params: Params, shape: Shape) -> tuple[int, int, int]:
+        return (-(-shape.n // params[bn]), -(-shape.m // params[bm]), 1)
+
+    grid.__doc__ = f"(ceil(N/{bn}), ceil(M/{bm}), 1)"
+    return grid
+
+
+def no_smem(_params: Params) -> int:
+    return 0
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One stage: where its code is, how to launch it, and where it sits in its ladder."""
+
+    name: str
+    family: str
+    dtypes: tuple[str, ...]
+    change: str
+    seed: str
+    parent: str | None = None
+    source: str | None = None  # file in perfscope/kernels; None for cuBLAS references
+    entry: str | None = None  # template name
+    params: tuple[tuple[str, int], ...] = ()
+    block: Callable[[Params], tuple[int, int, int]] | None = None
+    grid: Callable[[Params, Shape], tuple[int, int, int]] | None = None
+    dynamic_smem: Callable[[Params], int] = no_smem
+    # Static shared memory the kernel's header comment declares (bytes); the compile test
+    # holds it against ptxas, so the spec cannot drift from the source unnoticed.
+    static_smem: Callable[[Params], int] = no_smem
+    min_cc: int = 80
+    variant: bool = False
+    constraints: tuple[ShapeConstraint, ...] = ()
+    flags: tuple[str, ...] = ()
+    # SASS opcode families (perfscope.sass.families keys) the compiled kernel must use.
+    fingerprint: tuple[str, ...] = ()
+    notes: str = field(default="", compare=False)
+
+    @property
+    def is_reference(self) -> bool:
+        return self.family == "cublas"
+
+    @property
+    def param_dict(self) -> dict[str, int]:
+        return dict(self.params)
+
+    def with_params(self, **overrides: int) -> KernelSpec:
+        """The same stage with some template parameters changed (names must exist)."""
+        known = self.param_dict
+        unknown = sorted(set(overrides) - set(known))
+        if unknown:
+            raise PerfscopeError(
+                f"{self.name} has no template parameter {', '.join(unknown)}; its parameters "
+                f"are {', '.join(known) or 'none'}")
+        known.update({k: int(v) for k, v in overrides.items()})
+        return replace(self, params=tuple(known.items()))
+
+    def name_expression(self, dtype: str) -> str:
+        if self.entry is None:
+            raise PerfscopeError(f"{self.name} is a library call and has no CUDA source")
+        args = ", ".join([DTYPES[dtype], *(str(v) for _, v in self.params)])
+        return f"{self.entry}<{args}>"
+
+    def block_dims(self) -> tuple[int, int, int]:
+        if self.block is None:
+            raise PerfscopeError(f"{self.name} is a library call and has no launch geometry")
+        return self.block(self.param_dict)
+
+    def block_threads(self) -> int:
+        x, y, z = self.block_dims()
+        return x * y * z
+
+    def grid_dims(self, shape: Shape) -> tuple[int, int, int]:
+        if self.grid is None:
+            raise PerfscopeError(f"{self.name} is a library call and has no launch geometry")
+        return self.grid(self.param_dict, shape)
+
+    def dynamic_smem_bytes(self) -> int:
+        return self.dynamic_smem(self.param_dict)
+
+    def static_smem_bytes(self) -> int:
+        return self.static_smem(self.param_dict)
+
+    def check_dtype(self, dtype: str) -> None:
+        if dtype not in self.dtypes:
+            raise PerfscopeError(
+                f"{self.name} does not support dtype {dtype}; it takes {', '.join(self.dtypes)}")
+
+    def check_shape(self, shape: Shape) -> None:
+        for c in self.constraints:
+            c.check(self.name, shape)
+
+    def source_path(self) -> Path:
+        if self.source is None:
+            raise PerfscopeError(f"{self.name} is a library call and has no CUDA source")
+        return KERNEL_DIR / self.source

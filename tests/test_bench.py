@@ -1,0 +1,236 @@
+"""bench on the CPU: the verification checks, planning, manifests, and the CLI's refusals.
+
+check_result only uses array functions that NumPy and CuPy share, so it is exercised here
+with NumPy standing in for CuPy: the same code decides WRONG on the GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from perfscope import bench
+from perfscope.cli import app
+from perfscope.errors import PerfscopeError
+from perfscope.kernels import Shape
+from perfscope.manifest import (
+    OK,
+    WRONG,
+    BenchFile,
+    CompileInfo,
+    Environment,
+    RunManifest,
+    Spread,
+    Timing,
+    Verification,
+)
+
+runner = CliRunner()
+
+
+def _gemm(shape: Shape, dtype=np.float32, seed=0):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((shape.m, shape.k)).astype(dtype)
+    b = rng.standard_normal((shape.k, shape.n)).astype(dtype)
+    c = (a.astype(np.float32) @ b.astype(np.float32)).astype(dtype)
+    return a, b, c
+
+
+@pytest.mark.parametrize("shape", [Shape(1, 1, 1), Shape(2, 3, 5), Shape(127, 129, 65),
+                                   Shape(64, 256, 1024)])
+def test_fp32_product_passes(shape):
+    a, b, c = _gemm(shape)
+    v = bench.check_result(np, a, b, c, "fp32")
+    assert v.verdict == OK, v.detail
+    assert v.rel_fro_error < 1e-6
+
+
+def test_fp16_product_rounded_to_half_passes():
+    a, b, c = _gemm(Shape(96, 80, 512), np.float16)
+    v = bench.check_result(np, a, b, c, "fp16")
+    assert v.verdict == OK, v.detail
+
+
+def test_one_wrong_element_fails():
+    a, b, c = _gemm(Shape(200, 300, 256))
+    # A missed 16-wide slice of K for one output: the norm barely moves, the bound catches it.
+    c[17, 42] -= a[17, :16] @ b[:16, 42]
+    v = bench.check_result(np, a, b, c, "fp32")
+    assert v.verdict == WRONG and v.bad_elements == 1
+    assert "C[17][42]" in v.detail
+
+
+def test_nan_never_passes():
+    a, b, c = _gemm(Shape(8, 8, 8))
+    c[3, 3] = np.nan
+    v = bench.check_result(np, a, b, c, "fp32")
+    assert v.verdict == WRONG and v.nan_elements == 1
+
+
+def test_poison_left_in_place_fails():
+    a, b, _ = _gemm(Shape(4, 4, 4))
+    c = np.full((4, 4), np.nan, dtype=np.float32)
+    assert bench.check_result(np, a, b, c, "fp32").verdict == WRONG
+
+
+def test_tf32_like_error_fails_fp32():
+    a, b, _ = _gemm(Shape(128, 128, 1024))
+    # Operands rounded to 10 mantissa bits, as TF32 does: not an fp32 GEMM.
+    def tf32(x):
+        return (x.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
+
+    c = tf32(a) @ tf32(b)
+    assert bench.check_result(np, a, b, c, "fp32").verdict == WRONG
+
+
+def test_zero_output_fails():
+    a, b, _ = _gemm(Shape(16, 16, 16))
+    assert bench.check_result(np, a, b, np.zeros((16, 16), np.float32), "fp32").verdict == WRONG
+
+
+def test_plan_named_stage_defaults_to_its_first_dtype():
+    jobs = bench.plan(["hgemm_bcf"], [], Shape(128, 128, 64))
+    assert [(j.spec.name, j.dtype) for j in jobs] == [("hgemm_bcf", "fp16")]
+
+
+def test_plan_all_marks_refusals_instead_of_failing():
+    jobs = bench.plan(["all"], ["fp16"], Shape(127, 129, 65))
+    names = {j.spec.name: j.refusal for j in jobs}
+    assert names["hgemm_naive"] is None and names["cublas_hgemm"] is None
+    assert "multiple of 8" in names["hgemm_bcf"]
+    assert all(j.dtype == "fp16" for j in jobs)
+
+
+def test_plan_params_reach_the_stage():
+    (job,) = bench.plan(["sgemm_pipe"], [], Shape(64, 64, 64), {"STAGES": 4})
+    assert job.spec.param_dict["STAGES"] == 4
+    assert "4>" in job.spec.name_expression("fp32")
+
+
+@pytest.mark.parametrize("item", ["STAGES", "STAGES=x", "=4"])
+def test_bad_param(item):
+    with pytest.raises(PerfscopeError, match="NAME=INTEGER"):
+        bench.parse_params([item])
+
+
+def _manifest(verdict=OK, timing=True) -> RunManifest:
+    t = Timing(runs_per_round=20, rounds=3, warmup=3, l2_flush_bytes=1 << 29,
+               time_ms=Spread(1.0, 1.1, 1.3), tflops=Spread(100, 120, 130),
+               reference="cublas_sgemm", reference_time_ms=Spread(0.9, 1.0, 1.1),
+               reference_tflops=Spread(120, 130, 140), ratio_to_reference=Spread(0.8, 0.9, 0.95),
+               round_ratios=(0.8, 0.9, 0.95), sm_clock_mhz=Spread(1755, 1980, 1980))
+    c = CompileInfo(arch="sm_90a", name_expression="sgemm_naive<float, 8, 32>",
+                    mangled="_Z1x", source="sgemm.cu", source_hash="abc",
+                    options=("-lineinfo",), resources={"registers": 40}, nvrtc="13.0",
+                    block=(256, 1, 1), grid=(128, 512, 1))
+    return RunManifest(stage="sgemm_naive", family="sgemm", dtype="fp32", m=4096, n=4096,
+                       k=4096, params={"BM": 8, "BN": 32},
+                       verification=Verification(verdict, 1e-7, 1e-5, 0.01, 0, 0),
+                       timing=t if timing else None, compile=c)
+
+
+def test_manifest_round_trip(tmp_path):
+    env = Environment(gpu="NVIDIA H200", compute_capability="9.0", sm_count=132,
+                      driver="580", cuda_driver="13.0", cuda_runtime="13.0", nvrtc="13.0",
+                      cupy="14.2.0", cublas="130000", cuda_bindings="13.3.1",
+                      ml_dtypes="0.6", python="3.12")
+    path = tmp_path / "bench.json"
+    BenchFile(manifests=(_manifest(),), environment=env).write(path)
+    back = BenchFile.read(path)
+    assert back.manifests[0] == _manifest() and back.environment == env
+    assert json.loads(path.read_text())["version"] == 1
+
+
+def test_wrong_run_cannot_carry_a_speed():
+    with pytest.raises(ValueError):
+        _manifest(verdict=WRONG)
+    assert _manifest(verdict=WRONG, timing=False).timing is None
+
+
+def test_summary_never_shows_speed_for_wrong():
+    wrong = RunManifest(stage="x", family="sgemm", dtype="fp32", m=1, n=1, k=1, params={},
+                        verification=Verification(WRONG, 0.5, 1e-5, 9.0, 1, 0, "bad"))
+    (row,) = bench.summary_rows([wrong])
+    assert row[3].startswith("WRONG") and row[5] == "-" and row[6] == "-"
+
+
+def test_unknown_manifest_version_refused(tmp_path):
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps({"kind": "perfscope.bench", "version": 99, "manifests": []}))
+    with pytest.raises(PerfscopeError, match="version"):
+        BenchFile.read(path)
+
+
+# ---------------------------------------------------------------- CLI refusals
+
+
+def _cli(*args):
+    result = runner.invoke(app, ["bench", *args])
+    return result.exit_code, result.output
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["sgemm_nope"], "valid stages are"),
+    (["sgemm_naive", "--shape", "4096x4096"], "MxNxK"),
+    (["sgemm_naive", "--shape", "big"], "MxNxK"),
+    (["sgemm_naive", "--shape", "0x16x16"], "positive"),
+    (["sgemm_naive", "--shape", "16x-3x16"], "positive"),
+    (["hgemm_bcf", "--shape", "127x129x65"], "multiple of 8"),
+    (["sgemm_float4", "--shape", "128x130x128"], "multiple of 4"),
+    (["sgemm_naive", "--dtype", "bf16"], "takes fp32"),
+    (["hgemm_bcf", "--dtype", "fp64"], "unknown dtype"),
+    (["sgemm_pipe", "--param", "STAGEZ=3"], "no template parameter"),
+    (["all", "sgemm_naive"], "cannot be combined"),
+])
+def test_bad_input_is_one_sentence(args, needle):
+    code, out = _cli(*args)
+    assert code == 2, out
+    assert needle in out and "Traceback" not in out
+    assert out.strip().count("\n") == 0
+
+
+def test_no_gpu_is_one_sentence(monkeypatch):
+    # A machine without CuPy is what CI is; pretend so here even where CuPy exists.
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    code, out = _cli("sgemm_naive", "--shape", "64x64x64")
+    assert code == 2 and "no GPU" in out and "Traceback" not in out
+
+
+def test_tf32_env_refused(monkeypatch):
+    monkeypatch.setenv("CUPY_TF32", "1")
+    code, out = _cli("cublas_sgemm", "--shape", "64x64x64")
+    assert code == 2 and "CUPY_TF32" in out
+
+
+def test_summary_names_changed_parameters():
+    m = RunManifest(stage="sgemm_pipe", family="sgemm", dtype="fp32", m=1, n=1, k=1,
+                    params={**bench.get_spec("sgemm_pipe").param_dict, "STAGES": 4},
+                    verification=Verification(OK, 0.0, 1e-5, 0.0, 0, 0))
+    assert bench.summary_rows([m])[0][0] == "sgemm_pipe [STAGES=4]"
+
+
+def test_committed_h200_reference_is_consistent():
+    """The committed bench.json reads back, is right everywhere, and every ratio is real."""
+    from pathlib import Path
+
+    path = Path(__file__).parent.parent / "reports" / "reference" / "h200" / "bench.json"
+    ref = BenchFile.read(path)
+    assert ref.environment is not None and "H200" in ref.environment.gpu
+    assert ref.environment.driver and ref.environment.cupy and ref.environment.nvrtc
+    assert all(m.verification.verdict == OK for m in ref.manifests)
+    assert {(m.stage, m.dtype) for m in ref.manifests} >= {
+        (s.name, d) for s in bench.all_specs() for d in s.dtypes}
+    for m in ref.manifests:
+        assert (m.m, m.n, m.k) == (4096, 4096, 4096)
+        t = m.timing
+        assert t is not None and t.runs_per_round >= 20 and t.rounds >= 3
+        assert t.sm_clock_mhz is not None
+        if m.family != "cublas":
+            assert t.ratio_to_reference is not None and len(t.round_ratios) == t.rounds
+    # No ladder stage is slower than its parent, except declared variants.
+    steps = bench.parent_steps(ref.manifests)
+    assert steps and not [s for s in steps if s.regression]

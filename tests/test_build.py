@@ -1,0 +1,135 @@
+"""perfscope.build: NVRTC to cubin, ptxas resource usage, the cache, compile errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from perfscope.build import (
+    CompileError,
+    CompileRequest,
+    cache_dir,
+    compile_cubin,
+    cuda_include_dir,
+    parse_ptxas_log,
+)
+from perfscope.errors import PerfscopeError
+
+SRC = r"""
+#include <cuda_fp16.h>
+template <typename T, int N>
+__global__ void scale(const T* a, const T* b, T* c, int M, int NN, int K) {
+    __shared__ float tile[N];
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    tile[threadIdx.x % N] = (float)a[i];
+    __syncthreads();
+    if (i < M) c[i] = (T)(tile[(threadIdx.x + 1) % N] * (float)b[i]);
+}
+"""
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("PERFSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def _req(**kw) -> CompileRequest:
+    base = {"source": SRC, "source_name": "scale.cu",
+            "name_expressions": ("scale<__half, 64>", "scale<float, 128>"), "arch": "sm_90a"}
+    base.update(kw)
+    return CompileRequest(**base)
+
+
+def test_headers_come_from_the_runtime_wheel():
+    assert (cuda_include_dir() / "cuda_bf16.h").is_file()
+
+
+def test_compile_reads_resources_per_instantiation():
+    mod = compile_cubin(_req())
+    assert mod.cubin[:4] == b"\x7fELF"
+    half, single = mod.usage("scale<__half, 64>"), mod.usage("scale<float, 128>")
+    assert half.static_smem == 64 * 4 and single.static_smem == 128 * 4
+    assert half.registers > 0 and not half.spills
+    assert mod.lowered["scale<__half, 64>"].startswith("_Z")
+
+
+def test_cache_hit_and_key(tmp_path):
+    first = compile_cubin(_req())
+    again = compile_cubin(_req())
+    assert not first.from_cache and again.from_cache
+    assert again.cubin_path == first.cubin_path and again.resources == first.resources
+    assert str(cache_dir()).startswith(str(tmp_path))
+    other_arch = compile_cubin(_req(arch="sm_80"))
+    other_flags = compile_cubin(_req(flags=("-maxrregcount=32",)))
+    other_src = compile_cubin(_req(source=SRC + "\n// changed\n"))
+    paths = {first.cubin_path, other_arch.cubin_path, other_flags.cubin_path,
+             other_src.cubin_path}
+    assert len(paths) == 4
+    assert other_src.source_hash != first.source_hash
+
+
+def test_local_headers_are_part_of_the_hash(tmp_path):
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    (inc / "extra.cuh").write_text("#define SCALE 2.0f\n")
+    src = '#include "extra.cuh"\n' + SRC
+    one = compile_cubin(_req(source=src, include_dir=inc))
+    (inc / "extra.cuh").write_text("#define SCALE 3.0f\n")
+    two = compile_cubin(_req(source=src, include_dir=inc))
+    assert one.source_hash != two.source_hash and not two.from_cache
+
+
+def test_compile_error_carries_the_log():
+    with pytest.raises(CompileError) as exc:
+        compile_cubin(_req(source=SRC.replace("__syncthreads();", "__syncthreads()")))
+    assert "scale.cu" in str(exc.value) and "sm_90a" in str(exc.value)
+    assert "error" in exc.value.log
+    assert isinstance(exc.value, PerfscopeError)
+
+
+def test_unknown_name_expression_is_an_error():
+    with pytest.raises(PerfscopeError):
+        compile_cubin(_req(name_expressions=("nothere<float, 4>",)))
+
+
+@pytest.mark.parametrize("arch", ["compute_90", "sm90", "90", "sm_90x"])
+def test_bad_arch_refused(arch):
+    with pytest.raises(PerfscopeError, match="architecture"):
+        compile_cubin(_req(arch=arch))
+
+
+def test_spill_shows_in_resources():
+    src = r"""
+template <typename T, int N>
+__global__ void hog(const T* a, const T* b, T* c, int M, int NN, int K) {
+    float acc[N];
+#pragma unroll
+    for (int k = 0; k < N; ++k) acc[k] = a[(threadIdx.x + k * 977) % M];
+    for (int it = 0; it < K; ++it) {
+#pragma unroll
+        for (int k = 0; k < N; ++k) acc[k] = fmaf(acc[k], b[it], acc[(k + 7) % N]);
+    }
+    float s = 0.f;
+#pragma unroll
+    for (int k = 0; k < N; ++k) s += acc[k] * (float)(k + 1);
+    c[threadIdx.x] = s;
+}
+"""
+    capped = compile_cubin(_req(source=src, name_expressions=("hog<float, 64>",),
+                                flags=("-maxrregcount=32",)))
+    free = compile_cubin(_req(source=src, name_expressions=("hog<float, 64>",)))
+    assert capped.usage("hog<float, 64>").spills
+    assert not free.usage("hog<float, 64>").spills
+
+
+def test_parse_ptxas_log_sample():
+    text = """ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function '_Z1kIfEvv' for 'sm_80'
+ptxas info    : Function properties for _Z1kIfEvv
+    24 bytes stack frame, 20 bytes spill stores, 16 bytes spill loads
+ptxas info    : Used 64 registers, used 1 barriers, 24 bytes cumulative stack size, \
+16384 bytes smem, 388 bytes cmem[0]
+"""
+    use = parse_ptxas_log(text)["_Z1kIfEvv"]
+    assert (use.registers, use.static_smem, use.stack_frame, use.spill_stores,
+            use.spill_loads, use.barriers, use.cmem0) == (64, 16384, 24, 20, 16, 1, 388)
+    assert use.spills
