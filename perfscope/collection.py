@@ -26,7 +26,23 @@ SECTIONS: tuple[str, ...] = (
     "InstructionStats",             # executed opcode histogram
 )
 
-EXTRA_METRICS: tuple[str, ...] = tuple(sorted(set(VIEW_METRICS) | {
+# What the rules (perfscope/rules) read by name beyond the views. Sections bring most of
+# them already; naming them keeps a rule's inputs in the set whatever a section holds
+# in another ncu version. tests/test_rules.py checks every rule's metrics against this.
+RULE_METRICS: tuple[str, ...] = (
+    "device__attribute_compute_capability_major", "device__attribute_compute_capability_minor",
+    "launch__block_size", "launch__grid_size", "launch__registers_per_thread",
+    "launch__shared_mem_per_block_static", "launch__shared_mem_per_block_dynamic",
+    "launch__waves_per_multiprocessor", "launch__persisting_l2_cache_size",
+    "sm__maximum_warps_per_active_cycle_pct",
+    *(f"smsp__average_warps_issue_stalled_{reason}_per_issue_active.ratio" for reason in (
+        "barrier", "branch_resolving", "dispatch_stall", "drain", "gmma", "imc_miss",
+        "lg_throttle", "long_scoreboard", "math_pipe_throttle", "membar", "mio_throttle",
+        "misc", "no_instruction", "not_selected", "short_scoreboard", "sleeping",
+        "tex_throttle", "wait")),
+)
+
+EXTRA_METRICS: tuple[str, ...] = tuple(sorted(set(VIEW_METRICS) | set(RULE_METRICS) | {
     "sass__inst_executed_per_opcode_with_modifier_all",
     "launch__cluster_dim_x", "launch__cluster_dim_y", "launch__cluster_dim_z",
     "launch__cluster_size",

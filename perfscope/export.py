@@ -28,13 +28,17 @@ JSON schema (``perfscope.diagnose/1``), written down here and in README.md::
           "hotspots": [{address, sass, opcode, file, line, samples, reasons: [[r, n]]}],
           "ncu_rules": [{identifier, section, title, type, message, speedup_pct,
                          speedup_type}],
-          "findings": [...]   # present once rules are evaluated
+          "findings": [FINDING],            # present when rules were evaluated
+          "rules_not_evaluated": [{code, title, reason}]   # likewise
         }
       ]
     }
 
     TRAFFIC = {actual, ideal, excess, excess_pct,
                by_opcode: [{opcode, kind, instructions, actual, ideal, excess, ratio}]}
+    FINDING = {code, tag, title, severity, estimated_gain (fraction of kernel time|null),
+               evidence: [{metric, value, threshold}], fix, reference,
+               ncu_rule (str|null), ncu_speedup_pct (float|null)}
 
 Every value the report lacks is null.
 """
@@ -91,13 +95,17 @@ def kernel_dict(kp: KernelProfile) -> dict[str, Any]:
 
 
 def to_json(profiles: Sequence[KernelProfile],
-            findings: Sequence[Sequence[dict[str, Any]]] | None = None) -> dict[str, Any]:
-    """The JSON document of the module docstring; findings align with profiles."""
+            findings: Sequence[Sequence[dict[str, Any]]] | None = None,
+            not_evaluated: Sequence[Sequence[dict[str, Any]]] | None = None) -> dict[str, Any]:
+    """The JSON document of the module docstring; findings and not_evaluated align with
+    profiles."""
     kernels = []
     for i, kp in enumerate(profiles):
         d = kernel_dict(kp)
         if findings is not None:
             d["findings"] = list(findings[i])
+        if not_evaluated is not None:
+            d["rules_not_evaluated"] = list(not_evaluated[i])
         kernels.append(d)
     return {"schema": SCHEMA, "kernels": kernels}
 

@@ -321,6 +321,13 @@ class RawMetrics(Mapping[str, tuple[Any, str]]):
     def __getitem__(self, key: str) -> tuple[Any, str]:
         return self._load()[key]
 
+    def get(self, key: str, default: Any = None) -> Any:
+        # One metric by name (the rules read a few) need not read all ~2000.
+        if self._data is None and self._action is not None:
+            m = self._action.metric_by_name(key)
+            return (_scalar(m), m.unit() or "") if m is not None and m.has_value() else default
+        return self._load().get(key, default)
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._load())
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from perfscope.profile import KernelProfile
-from perfscope.render.summary import sections
+from perfscope.render.summary import finding_texts, not_evaluated_text, sections
 
 
 def _cell(text: str) -> str:
@@ -13,8 +13,26 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def kernel_markdown(kp: KernelProfile) -> str:
+def _findings(evaluation) -> list[str]:
+    lines = ["**perfscope findings**", ""]
+    texts = finding_texts(evaluation)
+    if not texts:
+        lines.append("none")
+    for f in texts:
+        lines.append(f"- **{f.severity}** {f.code} `{f.tag}`: {_cell(f.title)} ({_cell(f.estimate)})")
+        lines += [f"  - {_cell(e)}" for e in f.evidence]
+        lines.append(f"  - fix: {_cell(f.fix)}")
+        lines.append(f"  - source: {_cell(f.reference)}")
+    skipped = not_evaluated_text(evaluation)
+    if skipped:
+        lines += ["", f"<sub>{_cell(skipped)}</sub>"]
+    return [*lines, ""]
+
+
+def kernel_markdown(kp: KernelProfile, evaluation=None) -> str:
     lines = [f"### `{kp.name}`", ""]
+    if evaluation is not None:
+        lines += _findings(evaluation)
     for sec in sections(kp):
         lines += [f"**{sec.title}**", "", "| | |", "|---|---|"]
         lines += [f"| {_cell(label.strip())} | {_cell(value)} |" for label, value in sec.rows]
@@ -30,5 +48,7 @@ def kernel_markdown(kp: KernelProfile) -> str:
     return "\n".join(lines)
 
 
-def render(profiles: Sequence[KernelProfile]) -> str:
-    return "\n".join(kernel_markdown(kp) for kp in profiles)
+def render(profiles: Sequence[KernelProfile], evaluations: Sequence | None = None) -> str:
+    """evaluations (perfscope.rules Evaluations) align with profiles when given."""
+    return "\n".join(kernel_markdown(kp, evaluations[i] if evaluations is not None else None)
+                     for i, kp in enumerate(profiles))

@@ -117,3 +117,57 @@ def sections(kp: KernelProfile, hotspots: int = 5) -> list[Section]:
         for h in kp.hotspots[:hotspots])
     out.append(Section("Hotspots", hot_rows or (("hotspots", NOT_COLLECTED),)))
     return out
+
+
+# ------------------------------------------------------------------------ findings
+
+
+@dataclass(frozen=True)
+class FindingText:
+    """One perfscope finding as text, the same in the console and in Markdown."""
+
+    severity: str
+    code: str
+    tag: str
+    title: str
+    estimate: str            # perfscope's estimate beside Nsight Compute's own
+    evidence: tuple[str, ...]
+    fix: str
+    reference: str
+
+
+def gain(v: float | None) -> str:
+    return "no estimate" if v is None else f"est. {100 * v:.1f}% of kernel time"
+
+
+def evidence_value(v: float | str) -> str:
+    if isinstance(v, str):
+        return v
+    if v == int(v) and abs(v) >= 1000:
+        return f"{v:,.0f}"
+    return f"{v:,.4g}"
+
+
+def finding_texts(evaluation) -> list[FindingText]:
+    """The findings of a perfscope.rules Evaluation, most severe first."""
+    out = []
+    for f in evaluation.findings:
+        est = gain(f.estimated_gain)
+        if f.ncu_rule is not None:
+            ncu = "no estimate" if f.ncu_speedup_pct is None else f"{f.ncu_speedup_pct:.1f}%"
+            est += f" (Nsight Compute {f.ncu_rule}: {ncu})"
+        ev = tuple(f"{e.metric} = {evidence_value(e.value)} (threshold {e.threshold})"
+                   for e in f.evidence)
+        out.append(FindingText(f.severity, f.code, f.tag, f.title, est, ev, f.fix, f.reference))
+    return out
+
+
+def not_evaluated_text(evaluation) -> str | None:
+    """One line naming the rules the report could not answer, grouped by what was missing."""
+    if not evaluation.not_evaluated:
+        return None
+    by_reason: dict[str, list[str]] = {}
+    for n in evaluation.not_evaluated:
+        by_reason.setdefault(n.reason, []).append(n.code)
+    return "not evaluated: " + "; ".join(f"{', '.join(codes)} ({reason})"
+                                         for reason, codes in by_reason.items())

@@ -1,0 +1,194 @@
+"""The rule table's data types: Rule, Finding, Evidence, and what a predicate returns.
+
+A rule is data plus one small pure predicate. The predicate reads a KernelProfile (and,
+when given, the run manifest and the stage's KernelSpec) and returns a ``Hit`` with its
+evidence, or None. An input it needs that the report or the caller lacks raises
+``NotCollected``: the rule is then "not evaluated", never silently passed and never fired.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from perfscope.kernels.spec import KernelSpec
+    from perfscope.manifest import RunManifest
+    from perfscope.profile import KernelProfile
+
+# The fixed symptom vocabulary (issue 5). A rule carries exactly one.
+TAGS: tuple[str, ...] = (
+    "uncoalesced-global", "no-data-reuse", "smem-bandwidth", "bank-conflicts",
+    "uncoalesced-shared", "latency-exposed", "register-spills", "occupancy-limited",
+    "no-tensor-cores", "legacy-mma", "no-tma", "tail-effect", "l2-locality",
+    "store-inefficiency", "incorrect-result",
+)
+
+# Least to most severe. "warning" and "error" condemn a kernel; the cuBLAS references
+# must never get one.
+SEVERITIES: tuple[str, ...] = ("info", "optimization", "warning", "error")
+
+DOC_SECTIONS: tuple[str, ...] = ("Symptom", "Why", "Fix", "Estimate", "Source")
+_CODE = re.compile(r"^PS1\d\d$")
+
+
+def severity_rank(severity: str) -> int:
+    return SEVERITIES.index(severity)
+
+
+class NotCollected(Exception):
+    """An input the rule needs is missing: a metric, the run manifest, the stage's spec."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+
+
+def need(value: Any, what: str) -> Any:
+    """value, or NotCollected(what) when it is None: missing never reads as zero."""
+    if value is None:
+        raise NotCollected(what)
+    return value
+
+
+class Evidence(NamedTuple):
+    """One measured fact behind a finding: the metric, its value, the threshold it crossed."""
+
+    metric: str
+    value: float | str
+    threshold: str
+
+
+@dataclass(frozen=True)
+class Hit:
+    """What a predicate returns when its symptom is present."""
+
+    evidence: tuple[Evidence, ...]
+    estimated_gain: float | None
+    # Values the rule's fix text is formatted with (the compile target, an opcode...).
+    fix_args: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a report cannot tell and the caller may: the stage's spec, the element type."""
+
+    spec: KernelSpec | None = None
+    dtype: str | None = None
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Everything a predicate may read."""
+
+    profile: KernelProfile
+    manifest: RunManifest | None = None
+    context: Context = field(default_factory=Context)
+
+    @property
+    def spec(self) -> KernelSpec | None:
+        return self.context.spec
+
+    @property
+    def dtype(self) -> str | None:
+        if self.manifest is not None and getattr(self.manifest, "dtype", None):
+            return self.manifest.dtype
+        if self.context.dtype:
+            return self.context.dtype
+        spec = self.context.spec
+        if spec is not None and len(spec.dtypes) == 1:
+            return spec.dtypes[0]
+        return None
+
+    def need_manifest(self) -> RunManifest:
+        return need(self.manifest, "the run manifest (<report stem>.json beside the report)")
+
+
+Predicate = Callable[[Inputs], "Hit | None"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One row of the rule table. The predicate's docstring says Symptom / Why / Fix /
+    Estimate / Source; ``fix`` is the text users see, formatted with the hit's fix_args."""
+
+    code: str
+    tag: str
+    title: str
+    severity: str
+    metrics: tuple[str, ...]
+    check: Predicate = field(repr=False, compare=False)
+    fix: str
+    reference: str
+    # Nsight Compute rule results that judge the same symptom: "Identifier" or
+    # "Identifier/words of its title" when one identifier covers several symptoms.
+    ncu: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not _CODE.match(self.code):
+            raise ValueError(f"{self.code}: rule codes are PS1xx")
+        if self.tag not in TAGS:
+            raise ValueError(f"{self.code}: tag {self.tag!r} is not in the vocabulary")
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"{self.code}: severity {self.severity!r} is not one of {SEVERITIES}")
+
+    @property
+    def doc(self) -> str:
+        return inspect.getdoc(self.check) or ""
+
+    def fix_text(self, hit: Hit) -> str:
+        return self.fix.format(**dict(hit.fix_args)) if hit.fix_args else self.fix
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str
+    tag: str
+    title: str
+    severity: str
+    estimated_gain: float | None          # fraction of the kernel's time, or None
+    evidence: tuple[Evidence, ...]
+    fix: str
+    reference: str
+    ncu_rule: str | None = None           # the matching Nsight Compute result, if any
+    ncu_speedup_pct: float | None = None  # and its own estimate
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "code": self.code, "tag": self.tag, "title": self.title, "severity": self.severity,
+            "estimated_gain": self.estimated_gain,
+            "evidence": [{"metric": e.metric, "value": e.value, "threshold": e.threshold}
+                         for e in self.evidence],
+            "fix": self.fix, "reference": self.reference,
+            "ncu_rule": self.ncu_rule, "ncu_speedup_pct": self.ncu_speedup_pct,
+        }
+
+
+@dataclass(frozen=True)
+class NotEvaluated:
+    code: str
+    title: str
+    reason: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"code": self.code, "title": self.title, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The verdict of every rule on one kernel."""
+
+    findings: tuple[Finding, ...]          # most severe first, then largest estimate
+    not_evaluated: tuple[NotEvaluated, ...]
+    silent: tuple[str, ...]                # codes evaluated that found nothing
+
+    @property
+    def tags(self) -> frozenset[str]:
+        return frozenset(f.tag for f in self.findings)
+
+    def at_least(self, severity: str) -> tuple[Finding, ...]:
+        rank = severity_rank(severity)
+        return tuple(f for f in self.findings if severity_rank(f.severity) >= rank)

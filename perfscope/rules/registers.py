@@ -1,0 +1,197 @@
+"""Registers and occupancy: spills, and occupancy limits that cost latency hiding.
+
+Low occupancy alone is no finding: cuBLAS's SGEMM runs at 12.5% with 254 registers and
+its FMA pipe busy, and warp-specialised TMA kernels run one CTA per SM by design. An
+occupancy finding needs the symptom more warps would cure: few eligible warps, idle
+issue slots, stalls that are latency (not throughput), and no unit already at its bound.
+"""
+
+from __future__ import annotations
+
+from perfscope.profile import (
+    M_ELIGIBLE,
+    M_ISSUE_ACTIVE,
+    M_LOCAL_LD_REQ,
+    M_LOCAL_LD_SECT,
+    M_LOCAL_ST_REQ,
+    M_LOCAL_ST_SECT,
+    M_OPCODES,
+    M_SPILL_INST,
+    OCCUPANCY_LIMITS,
+    SOL_METRICS,
+)
+from perfscope.rules.facts import (
+    BUSY_PCT,
+    GLOBAL_WAIT_STALLS,
+    LATENCY_STALLS,
+    MEMORY_FIELDS,
+    MEMORY_PCT_METRICS,
+    MIN_SHARE_OF_INSTRUCTIONS,
+    STALL_METRICS,
+    TRAFFIC_METRICS_GLOBAL,
+    is_warp_specialised,
+    local_sectors,
+    need_opcodes,
+    pressure,
+    stall_share,
+    total_instructions,
+)
+from perfscope.rules.model import Evidence, Hit, Inputs, Rule, need
+
+# -- thresholds --
+# Spill (or other local-memory) instructions above this share of all instructions.
+SPILL_SHARE_MIN = MIN_SHARE_OF_INSTRUCTIONS
+# Theoretical occupancy under this is "low".
+OCCUPANCY_LOW_PCT = 50.0
+# Fewer eligible warps per scheduler per cycle than this: issue slots go empty.
+ELIGIBLE_MIN = 1.0
+ISSUE_ACTIVE_MAX = 60.0
+# Latency stalls (long/short scoreboard, wait, barrier) at least this share of stall time.
+LATENCY_SHARE_MIN = 0.40
+REGISTER_FILE = 65536      # 32-bit registers per SM, sm_70 through sm_120
+REGISTER_GRANULE = 8       # registers per thread are allocated in steps of 8
+
+_LAUNCH = ("launch__registers_per_thread", "launch__block_size",
+           "sm__maximum_warps_per_active_cycle_pct", *OCCUPANCY_LIMITS.values())
+
+
+def _check_spills(inputs: Inputs) -> Hit | None:
+    """Symptom: local-memory (LDL/STL) instructions are a visible share of the kernel:
+    registers spill.
+    Why: a register tile larger than the register budget (the cap from -maxrregcount or
+    __launch_bounds__, or 255) turns accumulators into local-memory traffic through L1/L2
+    (seed 002 §2.2).
+    Fix: a smaller per-thread tile, a higher cap, constant-indexed fragment arrays.
+    Estimate: local sectors / (local + global sectors) x memory pressure (busiest memory
+    unit when >= 60%, else the long scoreboard + LG throttle stall share).
+    Source: seed 002 §2.2, §6.3; seed 000 §6.1 trap 3, §6.3 last row."""
+    p = inputs.profile
+    total = total_instructions(p)
+    spills = p.memory.spill_instructions
+    if spills is None:
+        reqs = (p.memory.local_load_requests, p.memory.local_store_requests)
+        need(reqs[0], M_SPILL_INST)
+        spills = sum(r or 0.0 for r in reqs)
+    if not total or spills / total < SPILL_SHARE_MIN:
+        return None
+    local = local_sectors(p)
+    pr = pressure(p, MEMORY_FIELDS, GLOBAL_WAIT_STALLS)
+    share = local / (local + (p.memory.global_.actual or 0.0)) if local else 0.0
+    ev = [Evidence(f"{M_SPILL_INST} / all instructions", round(spills / total, 3),
+                   f">= {SPILL_SHARE_MIN}")]
+    if p.memory.local_bytes is not None:
+        ev.append(Evidence("local memory bytes (l1tex local ld+st sectors x 32)",
+                           p.memory.local_bytes, "> 0"))
+    if p.launch.registers_per_thread is not None:
+        ev.append(Evidence("launch__registers_per_thread", p.launch.registers_per_thread,
+                           "at the cap"))
+    ev.append(pr.evidence)
+    return Hit(tuple(ev), share * pr.value)
+
+
+SPILLS = Rule(
+    code="PS130", tag="register-spills", title="Registers spill to local memory",
+    severity="warning",
+    metrics=(M_SPILL_INST, M_LOCAL_LD_REQ, M_LOCAL_ST_REQ, M_LOCAL_LD_SECT, M_LOCAL_ST_SECT,
+             M_OPCODES, "launch__registers_per_thread", *TRAFFIC_METRICS_GLOBAL,
+             *MEMORY_PCT_METRICS, *STALL_METRICS),
+    check=_check_spills,
+    fix="Bring live registers under the cap: shrink the per-thread tile (8x8 -> 8x4 or 4x4), "
+        "raise or drop -maxrregcount / the __launch_bounds__ minimum blocks, and index "
+        "fragment arrays only with compile-time constants (fully unrolled loops) so they stay "
+        "in registers; confirm with ptxas -v (0 bytes spill stores).",
+    reference="seed 002 §2.2, §6.3; seed 000 §6.1 trap 3",
+    ncu=("MemoryCacheAccessPattern/Local",),
+)
+
+
+def _occupancy(inputs: Inputs, limiter: str) -> Hit | None:
+    p = inputs.profile
+    la = p.launch
+    if need(la.occupancy_limiter, "occupancy limits (Occupancy)") != limiter:
+        return None
+    occ = need(la.theoretical_occupancy_pct, "sm__maximum_warps_per_active_cycle_pct")
+    if occ >= OCCUPANCY_LOW_PCT:
+        return None
+    eligible = need(p.stalls.eligible_warps_per_cycle, M_ELIGIBLE)
+    issue = need(p.stalls.issue_active_pct, M_ISSUE_ACTIVE)
+    sm = need(p.sol.sm_pct, SOL_METRICS["sm_pct"])
+    mem = max((v for f in MEMORY_FIELDS if (v := getattr(p.sol, f)) is not None), default=0.0)
+    if eligible >= ELIGIBLE_MIN or issue >= ISSUE_ACTIVE_MAX or sm >= BUSY_PCT or mem >= BUSY_PCT:
+        return None
+    latency = stall_share(p, LATENCY_STALLS)
+    if latency < LATENCY_SHARE_MIN:
+        return None
+    need_opcodes(p)
+    if is_warp_specialised(p):
+        return None
+    blocks = int(la.occupancy_limits.get(limiter, 0))
+    args = [("blocks", str(blocks + 1))]
+    if limiter == "registers" and la.block_size:
+        regs = REGISTER_FILE // ((blocks + 1) * la.block_size) // REGISTER_GRANULE * REGISTER_GRANULE
+        args.append(("registers", str(regs)))
+    return Hit((
+        Evidence("sm__maximum_warps_per_active_cycle_pct", round(occ, 1),
+                 f"< {OCCUPANCY_LOW_PCT:.0f}, limited by {limiter}"),
+        Evidence(M_ELIGIBLE, round(eligible, 2), f"< {ELIGIBLE_MIN}"),
+        Evidence(M_ISSUE_ACTIVE, round(issue, 1), f"< {ISSUE_ACTIVE_MAX:.0f}"),
+        Evidence("stall share of " + " + ".join(LATENCY_STALLS), round(latency, 3),
+                 f">= {LATENCY_SHARE_MIN}"),
+    ), (1 - issue / 100) * latency, tuple(args))
+
+
+def _check_register_occupancy(inputs: Inputs) -> Hit | None:
+    """Symptom: registers per thread limit occupancy below 50% AND the latency symptom is
+    there: under one eligible warp per cycle, issue slots idle, latency stalls >= 40%, no
+    unit at its bound, and the kernel is not warp-specialised.
+    Why: with few resident warps nothing covers the scoreboard and barrier waits (seed 000
+    §6.1 trap 3: an oversized FP32 register tile).
+    Fix: fewer registers per thread (launch bounds, smaller tile) to fit one more block.
+    Estimate: idle issue fraction x latency stall share (an upper bound: what full latency
+    hiding would recover).
+    Source: seed 000 §6.1 trap 3, §6.3 last row; NCU Profiling Guide: Occupancy."""
+    return _occupancy(inputs, "registers")
+
+
+REGISTER_OCCUPANCY = Rule(
+    code="PS131", tag="occupancy-limited", title="Registers cap occupancy and latency goes unhidden",
+    severity="warning",
+    metrics=(*_LAUNCH, M_ELIGIBLE, M_ISSUE_ACTIVE, SOL_METRICS["sm_pct"], *MEMORY_PCT_METRICS,
+             *STALL_METRICS, M_OPCODES, "launch__cluster_size"),
+    check=_check_register_occupancy,
+    fix="Fit {blocks} blocks per SM: at most {registers} registers per thread "
+        "(__launch_bounds__(threads, {blocks}) or -maxrregcount), e.g. by a smaller per-thread "
+        "tile or moving the accumulator to tmem on sm_100a; then check ptxas -v for spills.",
+    reference="seed 000 §6.1 trap 3, §6.3 last row; NCU Profiling Guide: Occupancy",
+    ncu=("TheoreticalOccupancy",),
+)
+
+
+def _check_smem_occupancy(inputs: Inputs) -> Hit | None:
+    """Symptom: shared memory per block limits occupancy below 50% AND the latency symptom
+    is there (as PS131).
+    Why: deep pipelines and big tiles buy reuse with shared memory; past a point the SM
+    holds too few blocks to hide latency (seed 002 §6.3).
+    Fix: fewer stages or a smaller BK, or a larger carve-out so one more block fits.
+    Estimate: idle issue fraction x latency stall share (upper bound).
+    Source: seed 002 §6.3 (shared memory per block); seed 000 §3.1; NCU Profiling Guide:
+    Occupancy."""
+    return _occupancy(inputs, "shared memory")
+
+
+SMEM_OCCUPANCY = Rule(
+    code="PS132", tag="occupancy-limited",
+    title="Shared memory per block caps occupancy and latency goes unhidden",
+    severity="warning",
+    metrics=(*_LAUNCH, "launch__shared_mem_per_block_static", "launch__shared_mem_per_block_dynamic",
+             M_ELIGIBLE, M_ISSUE_ACTIVE, SOL_METRICS["sm_pct"], *MEMORY_PCT_METRICS,
+             *STALL_METRICS, M_OPCODES, "launch__cluster_size"),
+    check=_check_smem_occupancy,
+    fix="Fit {blocks} blocks per SM: cut shared memory per block (one pipeline stage fewer, or a "
+        "smaller BK), or raise the carve-out with cudaFuncAttributePreferredSharedMemoryCarveout "
+        "and cudaFuncAttributeMaxDynamicSharedMemorySize.",
+    reference="seed 002 §6.3; seed 000 §3.1; NCU Profiling Guide: Occupancy",
+    ncu=("TheoreticalOccupancy",),
+)
+
+RULES = (SPILLS, REGISTER_OCCUPANCY, SMEM_OCCUPANCY)

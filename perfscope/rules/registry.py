@@ -1,0 +1,55 @@
+"""The rule table: one explicit tuple. Adding a rule is adding one entry here and its tests."""
+
+from __future__ import annotations
+
+from perfscope.rules.cache import NO_GRID_SWIZZLE, PERSISTING_MISUSE
+from perfscope.rules.correctness import INCORRECT, UNVERIFIED
+from perfscope.rules.instructions import LEGACY_MMA, NO_TENSOR_CORES, NO_TMA
+from perfscope.rules.latency import BARRIER_BOUND, LOADS_NOT_OVERLAPPED
+from perfscope.rules.launch import TAIL, TILE_WASTE
+from perfscope.rules.memory import (
+    BANK_CONFLICTS_LOADS,
+    BANK_CONFLICTS_STORES,
+    NO_DATA_REUSE,
+    SCALAR_LOADS,
+    SMEM_BANDWIDTH,
+    STORE_INEFFICIENCY,
+    UNCOALESCED_GLOBAL,
+    UNCOALESCED_SHARED,
+)
+from perfscope.rules.model import Rule
+from perfscope.rules.registers import REGISTER_OCCUPANCY, SMEM_OCCUPANCY, SPILLS
+
+REGISTRY: tuple[Rule, ...] = (
+    UNCOALESCED_GLOBAL,      # PS101
+    SCALAR_LOADS,            # PS102
+    NO_DATA_REUSE,           # PS103
+    STORE_INEFFICIENCY,      # PS105
+    BANK_CONFLICTS_LOADS,    # PS110
+    BANK_CONFLICTS_STORES,   # PS111
+    UNCOALESCED_SHARED,      # PS112
+    SMEM_BANDWIDTH,          # PS113
+    LOADS_NOT_OVERLAPPED,    # PS120
+    BARRIER_BOUND,           # PS121
+    SPILLS,                  # PS130
+    REGISTER_OCCUPANCY,      # PS131
+    SMEM_OCCUPANCY,          # PS132
+    NO_TENSOR_CORES,         # PS140
+    LEGACY_MMA,              # PS141
+    NO_TMA,                  # PS142
+    TAIL,                    # PS150
+    TILE_WASTE,              # PS151
+    NO_GRID_SWIZZLE,         # PS160
+    PERSISTING_MISUSE,       # PS161
+    INCORRECT,               # PS190
+    UNVERIFIED,              # PS191
+)
+
+BY_CODE: dict[str, Rule] = {r.code: r for r in REGISTRY}
+if len(BY_CODE) != len(REGISTRY):
+    raise ImportError("two rules share a code")
+
+
+def rule_metrics() -> frozenset[str]:
+    """Every metric any rule reads (the collection set must hold them all)."""
+    return frozenset(m for r in REGISTRY for m in r.metrics)

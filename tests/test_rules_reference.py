@@ -1,0 +1,77 @@
+"""The validation matrix of issue 5 over the committed reference ladder reports.
+
+For each stage: the tags that must fire and the tags that must not, judged on
+``reports/reference/h200/<stage>-<dtype>-4096x4096x4096.ncu-rep.xz`` with the run manifest
+``<same stem>.json`` beside it. Those reports come from the GPU reference run; until they
+are committed this module is skipped.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from perfscope.profile import REPORT_SUFFIXES, load
+from perfscope.rules import evaluate, manifest_beside, manifest_path
+
+REFERENCE = Path(__file__).resolve().parent.parent / "reports" / "reference" / "h200"
+SHAPE = "4096x4096x4096"
+
+
+def _reports_present() -> bool:
+    return REFERENCE.is_dir() and any(
+        p.name.endswith(REPORT_SUFFIXES) for p in REFERENCE.iterdir())
+
+
+pytestmark = pytest.mark.skipif(
+    not _reports_present(),
+    reason=f"no .ncu-rep reports under {REFERENCE} yet: the reference ladder reports come "
+           "from the GPU reference run (perfscope profile on the H200) and are committed afterwards")
+
+# (stage, dtype) -> (tags that must fire, tags that must not fire)
+MATRIX: dict[tuple[str, str], tuple[set[str], set[str]]] = {
+    ("sgemm_naive", "fp32"): ({"uncoalesced-global"}, set()),
+    ("sgemm_float4", "fp32"): (set(), {"uncoalesced-global"}),
+    ("sgemm_reg8x8", "fp32"): (set(), {"register-spills"}),
+    ("sgemm_reg8x8_capped", "fp32"): ({"register-spills"}, set()),
+    ("hgemm_naive", "fp16"): ({"bank-conflicts", "legacy-mma", "no-tma"}, set()),
+    ("hgemm_bcf", "fp16"): (set(), {"bank-conflicts"}),
+}
+# References: no finding of warning severity or above.
+CUBLAS = (("cublas_sgemm", "fp32"), ("cublas_hgemm", "fp16"), ("cublas_bgemm", "bf16"))
+
+
+def _evaluate(stage: str, dtype: str):
+    stem = f"{stage}-{dtype}-{SHAPE}"
+    # Committed compressed; an uncompressed report from a fresh run is read the same way.
+    path = REFERENCE / f"{stem}.ncu-rep.xz"
+    if not path.is_file():
+        path = REFERENCE / f"{stem}.ncu-rep"
+    assert path.is_file(), f"{stem}.ncu-rep.xz is missing from the reference run"
+    assert manifest_path(path).is_file(), f"{manifest_path(path).name} is missing beside it"
+    manifest = manifest_beside(path)
+    assert manifest is not None and manifest.stage == stage
+    profiles = load(path)
+    assert profiles, path
+    return [evaluate(kp, manifest) for kp in profiles]
+
+
+@pytest.mark.parametrize(("stage", "dtype"), sorted(MATRIX))
+def test_stage_matrix(stage, dtype):
+    must, must_not = MATRIX[(stage, dtype)]
+    evaluations = _evaluate(stage, dtype)
+    fired = set().union(*(e.tags for e in evaluations))
+    assert must <= fired, (stage, must - fired)
+    assert not (must_not & fired), (stage, must_not & fired)
+
+
+def test_hgemm_naive_conflicts_are_on_shared_loads():
+    evaluations = _evaluate("hgemm_naive", "fp16")
+    assert any(f.code == "PS110" for e in evaluations for f in e.findings)
+
+
+@pytest.mark.parametrize(("stage", "dtype"), CUBLAS)
+def test_cublas_has_no_warning(stage, dtype):
+    for e in _evaluate(stage, dtype):
+        assert e.at_least("warning") == (), [(f.code, f.title) for f in e.at_least("warning")]
