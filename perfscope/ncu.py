@@ -1,0 +1,346 @@
+"""Nsight Compute's command line: find it, build its argv, run it, say why it failed.
+
+``build_argv`` is pure: one frozen ``NcuOptions`` in, the exact argv out, so a unit test
+can assert every flag. ``run`` streams ncu's output, feeds its pass counter to a
+progress callback, and turns a failure into a PerfscopeError that quotes ncu's own
+``==ERROR==`` lines. The report is written under a temporary name and renamed only once
+ncu has finished, so an interrupted run never leaves a half-written report behind.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from perfscope.collection import EXTRA_METRICS, SECTIONS
+from perfscope.errors import PerfscopeError
+
+log = logging.getLogger(__name__)
+
+MIN_VERSION = (2023, 1)          # NVTX include filters, source counters, the raw page
+REPLAY_MODES = ("kernel", "application", "range", "app-range")
+CACHE_CONTROLS = ("all", "none")
+CLOCK_CONTROLS = ("none", "base")
+
+
+@dataclass(frozen=True)
+class NcuOptions:
+    """Everything that decides ncu's command line (the program to profile aside)."""
+
+    output: Path                                   # report path, with or without .ncu-rep
+    sections: tuple[str, ...] = SECTIONS
+    metrics: tuple[str, ...] = EXTRA_METRICS
+    full_set: bool = False                         # --set full instead of the sections
+    nvtx_include: tuple[str, ...] = ()             # NVTX filter expressions
+    kernel_regex: str | None = None
+    launch_skip: int = 0
+    launch_count: int | None = None
+    replay_mode: str = "kernel"
+    cache_control: str = "all"
+    clock_control: str = "none"                    # the card as found; never lock by default
+    import_source: bool = True
+    extra: tuple[str, ...] = field(default=())     # passed through verbatim, last
+
+    def __post_init__(self) -> None:
+        for name, value, allowed in (("replay mode", self.replay_mode, REPLAY_MODES),
+                                     ("cache control", self.cache_control, CACHE_CONTROLS),
+                                     ("clock control", self.clock_control, CLOCK_CONTROLS)):
+            if value not in allowed:
+                raise PerfscopeError(f"{name} {value!r} is not one of {', '.join(allowed)}.")
+        if self.launch_skip < 0 or (self.launch_count is not None and self.launch_count < 1):
+            raise PerfscopeError("launch skip must be >= 0 and launch count >= 1.")
+
+
+def build_argv(ncu: str, opts: NcuOptions, command: Sequence[str]) -> list[str]:
+    """The exact ncu argv for opts, profiling command."""
+    if not command:
+        raise PerfscopeError("no program to profile was given.")
+    argv = [ncu, "--target-processes", "all", "--replay-mode", opts.replay_mode,
+            "--cache-control", opts.cache_control, "--clock-control", opts.clock_control]
+    if opts.full_set:
+        argv += ["--set", "full"]
+    else:
+        for section in opts.sections:
+            argv += ["--section", section]
+    if opts.metrics:
+        argv += ["--metrics", ",".join(opts.metrics)]
+    if opts.import_source:
+        argv += ["--import-source", "yes"]
+    if opts.nvtx_include:
+        argv.append("--nvtx")
+        for expr in opts.nvtx_include:
+            argv += ["--nvtx-include", expr]
+    if opts.kernel_regex:
+        argv += ["--kernel-name", f"regex:{opts.kernel_regex}"]
+    if opts.launch_skip:
+        argv += ["--launch-skip", str(opts.launch_skip)]
+    if opts.launch_count is not None:
+        argv += ["--launch-count", str(opts.launch_count)]
+    argv += ["--force-overwrite", "--export", str(opts.output), *opts.extra, *command]
+    return argv
+
+
+# ------------------------------------------------------------------------ locating ncu
+
+
+def find_ncu(env: dict[str, str] | None = None) -> str:
+    """PERFSCOPE_NCU, then PATH, then CUDA_HOME/bin, then /opt/nvidia/nsight-compute/*."""
+    env = dict(os.environ) if env is None else env
+    explicit = env.get("PERFSCOPE_NCU")
+    if explicit:
+        if not (os.path.isfile(explicit) and os.access(explicit, os.X_OK)):
+            raise PerfscopeError(f"PERFSCOPE_NCU={explicit} is not an executable file.")
+        return explicit
+    found = shutil.which("ncu", path=env.get("PATH"))
+    if found:
+        return found
+    candidates = []
+    if env.get("CUDA_HOME"):
+        candidates.append(os.path.join(env["CUDA_HOME"], "bin", "ncu"))
+    candidates += sorted(glob.glob("/opt/nvidia/nsight-compute/*/ncu"), reverse=True)
+    for c in candidates:
+        if os.path.isfile(c) and os.access(c, os.X_OK):
+            return c
+    raise PerfscopeError("Nsight Compute (ncu) was not found on PATH, in CUDA_HOME/bin or in "
+                         "/opt/nvidia/nsight-compute; set PERFSCOPE_NCU to the ncu executable.")
+
+
+_VERSION_RE = re.compile(r"Version (\d{4})\.(\d+)(?:\.(\d+))?")
+
+
+def parse_version(text: str) -> tuple[int, int, int] | None:
+    m = _VERSION_RE.search(text)
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)) if m else None
+
+
+def ncu_version(ncu: str) -> tuple[int, int, int]:
+    """ncu's version, refusing one too old for the collection set."""
+    try:
+        out = subprocess.run([ncu, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise PerfscopeError(f"{ncu} --version failed to run ({exc}).") from None
+    version = parse_version(out.stdout + out.stderr)
+    if version is None:
+        raise PerfscopeError(f"{ncu} --version did not print a version; is it Nsight Compute?")
+    if version[:2] < MIN_VERSION:
+        raise PerfscopeError(f"Nsight Compute {'.'.join(map(str, version))} is too old; "
+                             f"perfscope needs {MIN_VERSION[0]}.{MIN_VERSION[1]} or newer.")
+    return version
+
+
+# ------------------------------------------------------------------------- progress
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One step of ncu's own pass counter for one kernel."""
+
+    kernel: str
+    percent: int          # 0..100 within this kernel
+    passes: int | None    # total passes, once ncu says it
+    done: bool
+
+
+_PROF_KERNEL = re.compile(r'==PROF== Profiling "([^"]*)"(?: - \d+)?:?')
+_PASSES = re.compile(r"- (\d+) pass")
+
+
+class ProgressParser:
+    """Turns ncu's stdout, fed in arbitrary chunks, into Progress events.
+
+    ncu prints ``==PROF== Profiling "k": 0%....50%....100% - 38 passes`` a character at
+    a time as replay passes finish: each dot is 10%.
+    """
+
+    def __init__(self) -> None:
+        self._buf = ""
+        self._kernel: str | None = None
+        self._pct = 0
+
+    def feed(self, chunk: str) -> list[Progress]:
+        events: list[Progress] = []
+        self._buf += chunk
+        while self._buf:
+            if self._kernel is None:
+                m = _PROF_KERNEL.search(self._buf)
+                if m is None:
+                    # Keep a tail that may hold the start of a marker split across chunks.
+                    self._buf = self._buf[-300:]
+                    return events
+                self._kernel, self._pct = m.group(1), 0
+                self._buf = self._buf[m.end():]
+                events.append(Progress(self._kernel, 0, None, False))
+                continue
+            end = self._buf.find("\n")
+            line = self._buf if end < 0 else self._buf[:end]
+            pct = 100 if "100%" in line else max(10 * line.count("."), 50 if "50%" in line else 0)
+            if min(pct, 100) > self._pct:
+                self._pct = min(pct, 100)
+                events.append(Progress(self._kernel, self._pct, None, False))
+            if end < 0:
+                return events
+            m = _PASSES.search(line)
+            events.append(Progress(self._kernel, 100, int(m.group(1)) if m else None, True))
+            self._kernel = None
+            self._buf = self._buf[end + 1:]
+        return events
+
+
+# ------------------------------------------------------------------------- failures
+
+
+_PERM_HELP = ("ncu may not read this GPU's performance counters (ERR_NVGPUCTRPERM): an "
+              "administrator must allow it (load the nvidia driver with "
+              "NVreg_RestrictProfilingToAdminUsers=0, or run ncu as root / with CAP_SYS_ADMIN "
+              "in the container); bench and sass still work without counters.")
+
+
+def error_lines(output: str) -> list[str]:
+    return [ln.strip() for ln in output.splitlines() if ln.startswith("==ERROR==")]
+
+
+def classify_failure(returncode: int, output: str, report_written: bool) -> PerfscopeError | None:
+    """The one-sentence error for a finished ncu run, or None if it succeeded."""
+    errors = error_lines(output)
+    quoted = " | ".join(errors[:3])
+    if "ERR_NVGPUCTRPERM" in output:
+        return PerfscopeError(_PERM_HELP)
+    if "No kernels were profiled" in output:
+        return PerfscopeError("ncu profiled no kernel: nothing matched the kernel or NVTX filter"
+                              + (f" ({quoted})" if quoted else "."))
+    crash = re.search(r"(illegal (memory )?(address|access)|CUDA_ERROR_\w+|unspecified launch failure|"
+                      r"Segmentation fault|core dumped)", output, re.IGNORECASE)
+    if crash:
+        return PerfscopeError(f"the profiled program crashed ({crash.group(0)}): "
+                              + (quoted or "see ncu's output above"))
+    app = re.search(r"application returned an error code \((\d+)\)", output)
+    if app:
+        return PerfscopeError(f"the profiled program failed with exit code {app.group(1)}"
+                              + (f": {quoted}" if quoted else "."))
+    if returncode != 0 or errors:
+        return PerfscopeError(f"ncu failed (exit code {returncode})"
+                              + (f": {quoted}" if quoted else "."))
+    if not report_written:
+        return PerfscopeError("ncu finished but wrote no report.")
+    return None
+
+
+# ---------------------------------------------------------------------------- running
+
+
+def report_path(output: Path) -> Path:
+    return output if output.name.endswith(".ncu-rep") else output.with_name(output.name + ".ncu-rep")
+
+
+@dataclass(frozen=True)
+class NcuRun:
+    """What one ncu invocation left: its report (if any), its output, and why it failed."""
+
+    report: Path | None
+    output: str
+    failure: PerfscopeError | None
+
+
+def execute(ncu: str, opts: NcuOptions, command: Sequence[str], *, timeout: float | None = None,
+            on_progress: Callable[[Progress], None] | None = None) -> NcuRun:
+    """Run ncu over command; the report is kept even when the program failed part way.
+
+    It is exported to ``<name>.part.ncu-rep`` and renamed when ncu has finished, so an
+    interrupted run leaves no half-written report under the final name.
+    """
+    final = report_path(opts.output)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(final.name[: -len(".ncu-rep")] + ".part.ncu-rep")
+    tmp.unlink(missing_ok=True)
+    argv = build_argv(ncu, _with_output(opts, tmp), command)
+    log.info("running %s", " ".join(argv))
+    parser = ProgressParser()
+    chunks: list[str] = []
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+    except OSError as exc:
+        raise PerfscopeError(f"could not start {ncu} ({exc}); set PERFSCOPE_NCU to a working "
+                             "ncu executable.") from None
+    assert proc.stdout is not None
+    os.set_blocking(proc.stdout.fileno(), False)
+    while True:
+        data = proc.stdout.read(4096)
+        if data:
+            text = data.decode(errors="replace")
+            chunks.append(text)
+            for event in parser.feed(text):
+                if on_progress:
+                    on_progress(event)
+        elif proc.poll() is not None:
+            rest = proc.stdout.read()
+            if rest:
+                chunks.append(rest.decode(errors="replace"))
+            break
+        else:
+            time.sleep(0.05)
+        if timeout is not None and time.monotonic() - start > timeout:
+            proc.kill()
+            proc.wait()
+            tmp.unlink(missing_ok=True)
+            raise PerfscopeError(f"ncu did not finish within {timeout:.0f} s and was stopped; "
+                                 "profile fewer stages or raise --timeout.")
+    output = "".join(chunks)
+    failure = classify_failure(proc.returncode, output, tmp.exists())
+    if not tmp.exists():
+        return NcuRun(None, output, failure)
+    os.replace(tmp, final)
+    return NcuRun(final, output, failure)
+
+
+def run(ncu: str, opts: NcuOptions, command: Sequence[str], *, timeout: float | None = None,
+        on_progress: Callable[[Progress], None] | None = None) -> Path:
+    """Run ncu over command and return the report; any failure raises (and drops the report)."""
+    result = execute(ncu, opts, command, timeout=timeout, on_progress=on_progress)
+    if result.failure is not None:
+        if result.report is not None:
+            result.report.unlink(missing_ok=True)
+        raise result.failure
+    assert result.report is not None
+    return result.report
+
+
+def export_launches(ncu: str, report: Path, skip: int, count: int, output: Path) -> Path:
+    """Copy launches [skip, skip+count) of a report into a report of their own."""
+    final = report_path(output)
+    tmp = final.with_name(final.name[: -len(".ncu-rep")] + ".part.ncu-rep")
+    argv = [ncu, "--import", str(report), "--launch-skip", str(skip), "--launch-count",
+            str(count), "--force-overwrite", "--export", str(tmp)]
+    out = subprocess.run(argv, capture_output=True, text=True)
+    if out.returncode != 0 or not tmp.exists():
+        tmp.unlink(missing_ok=True)
+        quoted = " | ".join(error_lines(out.stdout + out.stderr)[:3])
+        raise PerfscopeError(f"ncu could not split {report.name} into {final.name}"
+                             + (f": {quoted}" if quoted else "."))
+    os.replace(tmp, final)
+    return final
+
+
+def raw_csv(ncu: str, report: Path, metrics: Sequence[str] = ("gpu__time_duration.sum",)) -> str:
+    """``ncu --import REPORT --page raw --csv``: one row per launch, NVTX ranges included."""
+    out = subprocess.run([ncu, "--import", str(report), "--page", "raw", "--csv",
+                          "--metrics", ",".join(metrics)], capture_output=True, text=True)
+    if out.returncode != 0:
+        quoted = " | ".join(error_lines(out.stdout + out.stderr)[:3])
+        raise PerfscopeError(f"ncu could not read back {report.name}" + (f": {quoted}" if quoted else "."))
+    return out.stdout
+
+
+def _with_output(opts: NcuOptions, path: Path) -> NcuOptions:
+    from dataclasses import replace
+
+    return replace(opts, output=path)

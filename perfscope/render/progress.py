@@ -1,0 +1,34 @@
+"""A rich progress display fed by ncu's own pass counter: per kernel and over kernels."""
+
+from __future__ import annotations
+
+from rich.progress import BarColumn, Progress, TaskID, TextColumn
+
+from perfscope.ncu import Progress as NcuEvent
+
+
+class NcuProgress:
+    """Context manager; ``update`` takes ncu.Progress events."""
+
+    def __init__(self) -> None:
+        self._progress = Progress(TextColumn("{task.description}"), BarColumn(),
+                                  TextColumn("{task.completed:.0f}%"), transient=True)
+        self._task: TaskID | None = None
+        self._done = 0
+
+    def __enter__(self) -> NcuProgress:
+        self._progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.__exit__(*exc)
+
+    def update(self, event: NcuEvent) -> None:
+        label = f"[{self._done + 1}] {event.kernel[:60]}"
+        if self._task is None:
+            self._task = self._progress.add_task(label, total=100)
+        self._progress.update(self._task, description=label, completed=event.percent)
+        if event.done:
+            self._done += 1
+            passes = f" ({event.passes} passes)" if event.passes else ""
+            self._progress.console.log(f"profiled {event.kernel[:70]}{passes}")

@@ -1,0 +1,55 @@
+"""`perfscope profile` under the real ncu on a GPU (marker gpu; skipped without one)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+
+import pytest
+
+import perfscope
+from perfscope import ncu, profiling
+from perfscope.errors import PerfscopeError
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def ncu_exe() -> str:
+    try:
+        return ncu.find_ncu()
+    except PerfscopeError as exc:
+        pytest.skip(str(exc))
+
+
+def test_two_stages_one_ncu_process(ncu_exe, tmp_path):
+    req = profiling.ProfileRequest(stages=("sgemm_smem", "hgemm_bcf"), shape="512x512x512",
+                                   out=tmp_path)
+    _, results = profiling.profile_stages(req, ncu=ncu_exe)
+    assert [r.verdict for r in results] == ["ok", "ok"], results
+    for r, stage in zip(results, ("sgemm_smem", "hgemm_bcf"), strict=True):
+        (kp,) = perfscope.load(r.report)
+        assert stage in kp.identity.demangled
+        assert kp.identity.sm_clock_hz and kp.identity.sm_clock_hz > 1e8
+        assert kp.memory.shared.actual is not None and kp.opcodes.total
+        manifest = json.loads(r.manifest.read_text())
+        assert manifest["verification"]["verdict"] == "ok"
+    hgemm = perfscope.load(results[1].report)[0]
+    assert hgemm.opcodes.has("hmma") and hgemm.opcodes.has("ldsm")
+
+
+def test_program_mode_profiles_only_matching_kernels(ncu_exe, tmp_path):
+    script = tmp_path / "prog.py"
+    script.write_text(textwrap.dedent("""
+        import cupy as cp
+        k = cp.RawKernel(r'extern "C" __global__ void mine(float* x){x[threadIdx.x] += 1.f;}', "mine")
+        x = cp.zeros(256, dtype=cp.float32)
+        y = cp.random.default_rng(0).standard_normal(1000)
+        k((1,), (256,), (x,))
+        cp.cuda.Device().synchronize()
+    """))
+    opts = ncu.NcuOptions(output=tmp_path / "p", kernel_regex="^mine$")
+    report = profiling.profile_command([sys.executable, str(script)], tmp_path / "p.ncu-rep", opts,
+                                       ncu=ncu_exe)
+    assert [kp.name for kp in perfscope.load(report)] == ["mine"]
