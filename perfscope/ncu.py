@@ -16,7 +16,7 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -250,8 +250,7 @@ class NcuRun:
 
 
 def execute(ncu: str, opts: NcuOptions, command: Sequence[str], *, timeout: float | None = None,
-            on_progress: Callable[[Progress], None] | None = None,
-            env: Mapping[str, str] | None = None) -> NcuRun:
+            on_progress: Callable[[Progress], None] | None = None) -> NcuRun:
     """Run ncu over command; the report is kept even when the program failed part way.
 
     It is exported to ``<name>.part.ncu-rep`` and renamed when ncu has finished, so an
@@ -268,8 +267,7 @@ def execute(ncu: str, opts: NcuOptions, command: Sequence[str], *, timeout: floa
     start = time.monotonic()
     try:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL,
-                                env=None if env is None else {**os.environ, **env})
+                                stdin=subprocess.DEVNULL)
     except OSError as exc:
         raise PerfscopeError(f"could not start {ncu} ({exc}); set PERFSCOPE_NCU to a working "
                              "ncu executable.") from None

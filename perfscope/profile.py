@@ -43,6 +43,17 @@ from typing import Any
 from perfscope.errors import PerfscopeError
 from perfscope.sass.families import base_opcode, group_families
 
+# Seen with ncu-report 2025.3.1 on Python 3.11/3.12: once one of these C++ extensions is
+# loaded, the reader's first string call (a metric's unit) kills the process; loaded
+# after the reader they are harmless (CuPy aside on a GPU machine, where the two cannot
+# share a process at all: kernels run in processes that read no report). So the reader
+# is loaded here, when this module is imported, and perfscope.render imports this
+# module before matplotlib.
+READER_CONFLICTS = ("cupy._core.core", "matplotlib", "kiwisolver")
+if not any(m in sys.modules for m in READER_CONFLICTS):
+    with contextlib.suppress(ImportError):
+        import ncu_report  # noqa: F401
+
 log = logging.getLogger(__name__)
 
 REPORT_SUFFIXES = (".ncu-rep", ".ncu-rep.xz")
@@ -597,8 +608,9 @@ def _hotspots(r: _Reader, sass: _Sass, count: int = HOTSPOT_COUNT) -> tuple[Hots
     base = min(starts.values()) if starts else min(samples)
     out = []
     for pc, n in top:
+        # Ties broken by name: per_reason follows a set's order, which changes per process.
         reasons = sorted(((k, int(v[pc])) for k, v in per_reason.items() if v.get(pc)),
-                         key=lambda kv: -kv[1])[:3]
+                         key=lambda kv: (-kv[1], kv[0]))[:3]
         file, line = sass.source(pc)
         out.append(Hotspot(address=int(pc - base), sass=sass.text(pc), opcode=sass.opcode(pc),
                            file=file, line=line, samples=int(n), reasons=tuple(reasons)))
@@ -643,16 +655,16 @@ def profile_from_action(action: Any, where: tuple[str, int, int],
 # --------------------------------------------------------------------------- loading
 
 
+def _conflicting_modules() -> list[str]:
+    return [m for m in READER_CONFLICTS if m in sys.modules]
+
+
 def _ncu_report_module() -> Any:
     """The ncu_report module: the PyPI wheel, else a local Nsight Compute install's copy."""
-    import perfscope
-
-    if perfscope.CUPY_BEFORE_READER or ("ncu_report" not in sys.modules
-                                        and "cupy._core.core" in sys.modules):
-        # Seen with ncu-report 2025.3.1 and CuPy 14.2: once CuPy's core is loaded, the
-        # reader's first string call (a metric's unit) kills the process.
-        raise PerfscopeError("CuPy was imported before Nsight Compute's report reader, and in "
-                             "that order the reader crashes: import perfscope before cupy.")
+    if "ncu_report" not in sys.modules and (early := _conflicting_modules()):
+        raise PerfscopeError(f"{', '.join(early)} was imported before Nsight Compute's report "
+                             "reader, and in that order the reader crashes the process: import "
+                             "perfscope.profile first.")
     try:
         return importlib.import_module("ncu_report")
     except ImportError:

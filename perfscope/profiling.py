@@ -183,9 +183,7 @@ def _run_jobs(ncu: str, req: ProfileRequest, jobs: list[RunnerJob], staging: Pat
                    output=staging / "ladder", kernel_regex=None,
                    nvtx_include=tuple(f"{j.stem}/" for j in jobs))
     command = [sys.executable, "-m", "perfscope.runner", str(jobs_file), str(staging)]
-    # The runner is the profiled process: keep Nsight Compute's report reader out of it.
-    run = ncu_mod.execute(ncu, opts, command, timeout=req.timeout, on_progress=on_progress,
-                          env={"PERFSCOPE_RUNNER": "1"})
+    run = ncu_mod.execute(ncu, opts, command, timeout=req.timeout, on_progress=on_progress)
     verdicts = _verdicts(run.output)
     reports: dict[str, Path] = {}
     split_error = ""

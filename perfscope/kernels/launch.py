@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,20 @@ from perfscope.kernels.spec import KERNEL_DIR, KernelSpec, Shape
 log = logging.getLogger(__name__)
 
 
+def driver_device_count() -> int:
+    """CUDA devices the driver reports, asked without CuPy (0 with no driver)."""
+    import ctypes
+
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return 0
+    count = ctypes.c_int(0)
+    if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return 0
+    return count.value
+
+
 def require_gpu() -> Any:
     """The cupy module with a usable CUDA device, or a one-sentence refusal."""
     # TF32 would make cuBLAS's FP32 reference a different (less exact) computation;
@@ -30,6 +45,12 @@ def require_gpu() -> Any:
     if os.environ.get("CUPY_TF32", "0") not in ("", "0"):
         raise PerfscopeError("CUPY_TF32 is set; unset it so the FP32 cuBLAS reference "
                              "computes in true FP32")
+    if "ncu_report" in sys.modules and "cupy" not in sys.modules and driver_device_count() > 0:
+        # Seen on the H200: CuPy's import segfaults once Nsight Compute's report reader is
+        # loaded, so kernels and reports live in separate processes.
+        raise PerfscopeError("Nsight Compute's report reader is loaded in this process and CuPy "
+                             "would crash beside it; run bench or profile in a process that "
+                             "reads no reports.")
     try:
         import cupy
     except ImportError:
