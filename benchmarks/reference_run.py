@@ -11,6 +11,7 @@
 3. Every report compressed to ``.ncu-rep.xz``; ``profile_cost.json`` holds the passes
    and wall time per stage (and, with ``--compare-full``, the same for ``--set full``);
    ``README.md`` the GPU, clocks, versions and this command.
+4. ``index.html``: the HTML diagnosis report of the folder (``perfscope report``).
 """
 
 from __future__ import annotations
@@ -65,11 +66,37 @@ def profile(out: Path, full: bool) -> dict:
             "failed": [r.stem for r in results if r.failed]}
 
 
+def run_bench(out: Path) -> None:
+    """bench.json and check.json, in a process of their own (no report reader loaded)."""
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_h200.py"), "--out",
+                           str(out / "bench.json"), "--sweep", str(out / "check.json")],
+                          cwd=ROOT, check=False)
+    if done.returncode != 0:
+        log.error("the bench step exited with %d; bench.json may be missing or partial",
+                  done.returncode)
+
+
 def compress(out: Path) -> None:
     for rep in sorted(out.glob("*.ncu-rep")):
         with open(rep, "rb") as src, lzma.open(f"{rep}.xz", "wb", preset=9) as dst:
             shutil.copyfileobj(src, dst)
         rep.unlink()
+
+
+def write_index(out: Path) -> None:
+    """index.html of the folder, from its compressed reports, manifests and bench.json.
+
+    The same function regenerates it in tests/test_report_html.py, which requires the
+    committed page byte for byte; a report that cannot be built is logged, not fatal: the
+    profiles and timings above are the run's real product.
+    """
+    from perfscope.errors import PerfscopeError
+    from perfscope.render.html import reference_page, write_atomic
+
+    try:
+        write_atomic(out / "index.html", reference_page(out))
+    except PerfscopeError as exc:
+        log.error("index.html not written: %s", exc)
 
 
 def environment_lines() -> list[str]:
@@ -95,18 +122,22 @@ def main() -> int:
     ap.add_argument("--compare-full", action="store_true",
                     help="also profile the ladder with --set full (for profile_cost.json)")
     ap.add_argument("--skip-bench", action="store_true")
+    ap.add_argument("--bench-only", action="store_true",
+                    help="keep the folder's reports; rerun only the bench step and index.html")
     args = ap.parse_args()
     out: Path = args.out
+    cost_file = out / "profile_cost.json"
+    if args.bench_only:
+        run_bench(out)
+        write_index(out)
+        return 0
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
     cost = {"shape": SHAPE, "runs": [profile(out, full=False)]}
-    cost_file = out / "profile_cost.json"
     cost_file.write_text(json.dumps(cost, indent=1) + "\n")
     if not args.skip_bench:
-        subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_h200.py"), "--out",
-                        str(out / "bench.json"), "--sweep", str(out / "check.json")],
-                       cwd=ROOT, check=False)
+        run_bench(out)
     compress(out)
     command = "PYTHONPATH=. python3 benchmarks/reference_run.py" + (
         " --compare-full" if args.compare_full else "")
@@ -120,6 +151,7 @@ def main() -> int:
               "`bench.json` (event-timed TFLOP/s and ratio to cuBLAS), `profile_cost.json` "
               "(ncu passes and wall time per stage)."]
     (out / "README.md").write_text("\n".join(readme) + "\n")
+    write_index(out)
     if args.compare_full:
         # Last, so a slow full-set run cannot cost the reference artifacts above.
         with tempfile.TemporaryDirectory() as tmp:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -40,6 +41,40 @@ def _root(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log progr
 
 
 # -- commands (each one thin: parse, call the library, render) --
+
+
+@app.command()
+def report(
+    paths: list[Path] = typer.Argument(..., help="Reports (.ncu-rep, .ncu-rep.xz) or folders of them."),
+    html: Path | None = typer.Option(None, "--html", help="Write the self-contained HTML report here."),
+    markdown: bool = typer.Option(False, "--markdown", help="Print the Markdown summary for a PR comment."),
+    bench: Path | None = typer.Option(None, "--bench", help="bench.json for the ladder overview "
+                                      "(default: the one in the first folder given)."),
+    kernel: str | None = typer.Option(None, "--kernel", "-k", help="Only kernels matching REGEX."),
+    title: str | None = typer.Option(None, "--title", help="Page title."),
+) -> None:
+    """Diagnosis report of a set of kernels: HTML for review, Markdown for a PR comment."""
+    from perfscope.render import html as h
+    from perfscope.render import report_markdown
+    from perfscope.render.report import collect
+
+    if html is None and not markdown:
+        guarded(lambda: _refuse("say what to write: --html FILE, --markdown, or both."))
+    # The page records the command that made it (capture conditions); not under a test runner.
+    command = "perfscope " + shlex.join(sys.argv[1:]) if "report" in sys.argv[1:] else None
+    rep = guarded(lambda: collect(paths, bench=bench, kernel=kernel, title=title, command=command))
+    if html is not None:
+        guarded(lambda: _write_html(h, html, rep))
+        log.info("wrote %s", html)
+    if markdown:
+        typer.echo(report_markdown.render(rep, html.name if html is not None else None))
+
+
+def _write_html(h, path: Path, rep) -> None:
+    try:
+        h.write_atomic(path, h.render_html(rep))
+    except OSError as exc:
+        raise PerfscopeError(f"cannot write {path}: {exc.strerror or exc}.") from None
 
 
 @app.command()

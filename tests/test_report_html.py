@@ -1,0 +1,200 @@
+"""`perfscope report`: the HTML page and the Markdown comment, on the real H200 captures."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES, report
+from typer.testing import CliRunner
+
+from perfscope.cli import app
+from perfscope.manifest import BenchFile
+from perfscope.render import report_markdown
+from perfscope.render.html import build_report, generator, render_html
+from perfscope.render.report import collect
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = ROOT / "reports" / "reference" / "h200"
+NASTY = 'gemm<128, 64, "x"><script>'
+runner = CliRunner()
+
+
+def _example_module():
+    spec = importlib.util.spec_from_file_location("example_report", ROOT / "docs" / "example_report.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _renamed(rep, name: str):
+    """The report with its first kernel renamed (names come from the report file)."""
+    e = rep.entries[0]
+    kp = e.profile
+    ident = dataclasses.replace(kp.identity, name=name, demangled=name, mangled=name)
+    entry = dataclasses.replace(e, label=name, profile=dataclasses.replace(kp, identity=ident))
+    return dataclasses.replace(rep, entries=(entry, *rep.entries[1:]))
+
+
+def test_kernel_names_are_escaped():
+    rep = _renamed(collect([report("smem_transpose")]), NASTY)
+    page = render_html(rep)
+    # The template has no script element at all, so any '<script' is an injection.
+    assert "<script" not in page
+    assert "gemm&lt;128, 64, &#34;x&#34;&gt;&lt;script&gt;" in page
+    md = report_markdown.render(rep)
+    assert "<script" not in md and "&lt;script&gt;" in md
+
+
+def test_page_is_self_contained():
+    page = build_report([report("cublas_hgemm_4096")])
+    assert page.count("<svg") >= 2        # duration overview and the kernel's panels
+    # Links only within the page, CSS/SVG references only to ids in it: nothing is fetched.
+    # (Nsight Compute's rule messages mention its docs' URL as text; text fetches nothing.)
+    assert re.findall(r'\b(?:src|href)\s*=\s*"(?!#)([^"]*)"', page) == []
+    assert re.findall(r"url\((?!#)", page) == []
+    for tag in ("<script", "<link", "<img", "<iframe", "<object", "<embed", "@import"):
+        assert tag not in page
+
+
+def test_card_shows_every_part():
+    page = build_report([report("smem_transpose")])
+    for text in ("Speed of light (% of peak)", "Warp stalls", "Executed opcode families",
+                 "Memory traffic by opcode", "LDS", "Hottest SASS instructions", "PS110",
+                 "fix:", "Nsight Compute's own findings", "<details>", "Capture conditions",
+                 "NVIDIA H200", "ncu passes", "Kernel duration under Nsight Compute"):
+        assert text in page, text
+
+
+def test_ids_are_unique_across_inline_svgs():
+    page = build_report([report("cublas_sgemm_4096"), report("spill")],
+                        bench=REFERENCE / "bench.json")
+    ids = re.findall(r'\bid="([^"]+)"', page)
+    assert len(ids) == len(set(ids))
+    for ref in re.findall(r"url\(#([^)]+)\)", page):
+        assert ref in ids
+
+
+def test_ladder_overview_from_bench_json():
+    rep = collect([report("cublas_sgemm_4096")], bench=REFERENCE / "bench.json")
+    fp32 = next(ld for ld in rep.ladders if ld.dtype == "fp32")
+    assert fp32.reference == "cublas_sgemm"
+    assert fp32.reference_tflops.median > 40
+    # H200: 132 SMs x 256 FP32 FLOP per clock at the 1980 MHz measured while timing.
+    assert fp32.peak_tflops == pytest.approx(132 * 256 * 1980e6 / 1e12)
+    labels = [p.label for p in fp32.points]
+    assert labels[0] == "sgemm_naive" and "sgemm_pipe (STAGES=2)" in labels
+    assert [ld.dtype for ld in rep.ladders] == ["fp32", "fp16", "bf16"]
+
+
+def _stage_folder(tmp_path: Path) -> Path:
+    """Fixture captures renamed as ladder stages, each with its manifest from bench.json."""
+    bench = BenchFile.read(REFERENCE / "bench.json")
+    by = {(m.stage, m.params.get("STAGES", 3)): m for m in bench.manifests if m.dtype == "fp32"}
+    folder = tmp_path / "ladder"
+    folder.mkdir()
+    for stage, fixture in (("sgemm_warptile", "float4_copy"), ("sgemm_pipe", "smem_transpose"),
+                           ("cublas_sgemm", "cublas_sgemm_4096")):
+        stem = f"{stage}-fp32-4096x4096x4096"
+        shutil.copy(report(fixture), folder / f"{stem}.ncu-rep.xz")
+        (folder / f"{stem}.json").write_text(json.dumps(by[(stage, 3)].to_dict()))
+    return folder
+
+
+def test_stage_is_diffed_against_parent_and_cublas(tmp_path):
+    folder = _stage_folder(tmp_path)
+    rep = collect([folder])
+    pairs = {(c.a.stage, c.kind, c.b.stage) for c in rep.comparisons}
+    assert pairs == {("sgemm_pipe", "parent stage", "sgemm_warptile"),
+                     ("sgemm_pipe", "cuBLAS", "cublas_sgemm"),
+                     ("sgemm_warptile", "cuBLAS", "cublas_sgemm")}
+    # Without bench.json the overview comes from the manifests beside the reports.
+    assert rep.timing_source.startswith("the run manifests")
+    page = render_html(rep)
+    assert "Against its parent stage" in page and "Against its cuBLAS" in page
+    assert "Side by side" in page and "Run manifest" in page
+    md = report_markdown.render(rep)
+    assert "Against its parent stage **sgemm_warptile · fp32**" in md
+
+
+def test_markdown_fits_a_pr_comment():
+    md = report_markdown.render(collect([FIXTURES], bench=REFERENCE / "bench.json"))
+    assert len(md) <= report_markdown.LIMIT
+    assert md.startswith("### perfscope diagnosis report")
+    assert "| fp16 | hgemm_bcf_dbf_rw |" in md
+
+
+def test_cli_writes_html_and_prints_markdown(tmp_path):
+    out = tmp_path / "sub" / "index.html"
+    result = runner.invoke(app, ["report", str(report("spill")), "--html", str(out), "--markdown"])
+    assert result.exit_code == 0, result.output
+    assert out.read_text().startswith("<!DOCTYPE html>")
+    assert "spill #1 ps_regs_capped" in result.output
+    assert "Full report: `index.html`" in result.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["report", "FIX"], "--html FILE, --markdown"),
+    (["report", "/no/such/folder", "--html", "x.html"], "does not exist"),
+    (["report", "FIX", "--markdown", "--kernel", "^nothing$"], "matches '^nothing$'"),
+    (["report", "FIX", "--markdown", "--bench", "FIX"], "cannot read bench file"),
+])
+def test_bad_input_is_one_sentence(args, message):
+    args = [str(report("float4_copy")) if a == "FIX" else a for a in args]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert message in result.output
+    assert "Traceback" not in result.output
+
+
+def test_failed_write_keeps_the_old_page(tmp_path):
+    out = tmp_path / "index.html"
+    out.write_text("old")
+    result = runner.invoke(app, ["report", str(report("float4_copy")), "--html", str(out),
+                                 "--bench", str(tmp_path / "missing.json")])
+    assert result.exit_code == 2
+    assert out.read_text() == "old"
+
+
+# ------------------------------------------------------------------ committed pages
+
+
+def _committed_generator(page: str) -> str | None:
+    m = re.search(r'<meta name="generator" content="([^"]+)">', page)
+    return m.group(1) if m else None
+
+
+def _assert_unchanged(committed: Path, fresh: str, how: str) -> None:
+    old = committed.read_text(encoding="utf-8")
+    made_by = _committed_generator(old)
+    if made_by != generator():
+        # The SVG bytes are matplotlib's: another matplotlib draws other bytes. Same input,
+        # same versions, same bytes is what holds; the page records which versions.
+        pytest.skip(f"{committed.name} was made by {made_by}, this is {generator()}: regenerate "
+                    f"with {how}")
+    assert fresh == old, f"{committed.relative_to(ROOT)} is stale: regenerate it with {how}"
+
+
+def test_same_input_gives_the_same_bytes():
+    example = _example_module()
+    assert example.build() == example.build()
+
+
+def test_committed_example_is_regenerated_unchanged():
+    example = _example_module()
+    _assert_unchanged(example.EXAMPLE, example.build(), "python docs/example_report.py")
+
+
+def test_committed_reference_page_is_regenerated_unchanged():
+    index = REFERENCE / "index.html"
+    if not index.exists() or not any(REFERENCE.glob("*.ncu-rep.xz")):
+        pytest.skip("the reference run has not written its reports and index.html yet")
+    from perfscope.render.html import reference_page
+
+    _assert_unchanged(index, reference_page(REFERENCE),
+                      "perfscope.render.html.reference_page (benchmarks/reference_run.py)")
