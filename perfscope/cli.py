@@ -84,6 +84,7 @@ def diff(
     reference: bool = typer.Option(False, "--reference", help="Resolve stage names in the "
                                    "committed reference run, not reports/local."),
     shape: str | None = typer.Option(None, "--shape", help="GEMM shape MxNxK of both kernels."),
+    dtype: str | None = typer.Option(None, "--dtype", help="For stage names: which dtype's report."),
     as_json: bool = typer.Option(False, "--json", help="Print the diff as JSON."),
     markdown: bool = typer.Option(False, "--markdown", help="Print Markdown for a PR comment."),
     fail_if: list[str] | None = typer.Option(None, "--fail-if", help="Gate, e.g. 'cycles_ratio>1.05'."),
@@ -94,8 +95,8 @@ def diff(
     from perfscope import diff as d
 
     def build():
-        side_a = d.resolve(a, reference=reference)
-        side_b = d.resolve(b, reference=reference, like=side_a)
+        side_a = d.resolve(a, reference=reference, dtype=dtype)
+        side_b = d.resolve(b, reference=reference, like=side_a, dtype=dtype)
         flops = None
         if shape:
             from perfscope.kernels import parse_shape

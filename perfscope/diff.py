@@ -33,6 +33,8 @@ REFERENCE_ROOT = Path("reports") / "reference"
 VERDICT_REASONS = 3
 # Families that mark the Hopper/Blackwell fast path, called out when only one side has them.
 FAST_PATH = ("gmma", "tma", "utcmma", "tmem", "setmaxreg")
+# Findings that say "A is on the slow instruction path" (their cost is the path's).
+PATH_TAGS = ("legacy-mma", "no-tma", "no-tensor-cores")
 OPCODE_ROLE = {"HGMMA": "wgmma", "UTMALDG": "TMA", "UTMASTG": "TMA store", "HMMA": "mma.sync",
                "LDGSTS": "cp.async", "LDSM": "ldmatrix", "UTCHMMA": "tcgen05.mma",
                "USETMAXREG": "setmaxnreg", "FFMA": "fp32 FMA"}
@@ -194,6 +196,13 @@ def resolve(arg: str, *, reference: bool = False, like: Side | None = None,
         raise PerfscopeError(f"{arg!r} is neither a report file nor a stage; stages: {', '.join(known)}.")
     root = REFERENCE_ROOT if reference else LOCAL_ROOT
     files = _report_files(root, stage)
+    if not dtype and files:
+        # A stage reported in several dtypes means its first one unless --dtype says.
+        from perfscope.kernels import get_spec
+
+        first = get_spec(stage).dtypes[0]
+        if any(f"-{first}-" in f.name for f in files):
+            dtype = first
     if dtype:
         files = [f for f in files if f"-{dtype}-" in f.name]
     if shape:
@@ -251,17 +260,26 @@ def _verdict(a: Side, b: Side, new: Sequence[Finding], only_b: Sequence[str],
              stalls: Sequence[StallShift], cycles_ratio: float | None) -> tuple[Reason, ...]:
     reasons: list[Reason] = []
     path_sentence = _instruction_sentence(a.profile, b.profile, only_b)
-    ranked = sorted(new, key=lambda f: -(f.estimated_gain if f.estimated_gain is not None else -1.0))
+    # When B runs the fast path A lacks, the whole cycle gap is what changing path is
+    # worth: the rules cannot estimate it from A alone without a timed manifest.
+    path_gain = 1 - 1 / cycles_ratio if path_sentence and cycles_ratio and cycles_ratio > 1 else None
+
+    def gain_of(f: Finding) -> float | None:
+        if f.estimated_gain is None and f.tag in PATH_TAGS:
+            return path_gain
+        return f.estimated_gain
+
+    ranked = sorted(new, key=lambda f: -(g if (g := gain_of(f)) is not None else -1.0))
     for f in ranked:
-        gain = "" if f.estimated_gain is None else f" (about {f.estimated_gain:.0%} of A's time)"
+        gain = gain_of(f)
+        cost = "" if gain is None else f" (about {gain:.0%} of A's time)"
         lead = f.title
-        if path_sentence and f.tag in ("legacy-mma", "no-tma", "no-tensor-cores"):
+        if path_sentence and f.tag in PATH_TAGS:
             lead = f"{f.title}: {path_sentence}"
             path_sentence = None
-        reasons.append(Reason(f"{lead}{gain}; {_evidence_text(f)}.", f.code, f.estimated_gain, f.fix))
+        reasons.append(Reason(f"{lead}{cost}; {_evidence_text(f)}.", f.code, gain, f.fix))
     if path_sentence:
-        gain = 1 - 1 / cycles_ratio if cycles_ratio and cycles_ratio > 1 else None
-        reasons.append(Reason(f"{path_sentence}.", None, gain,
+        reasons.append(Reason(f"{path_sentence}.", None, path_gain,
                               "Move the main loop to the instructions B uses (compile for sm_90a)."))
     for s in stalls:
         if len(reasons) >= VERDICT_REASONS:
