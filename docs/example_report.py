@@ -95,7 +95,9 @@ def main() -> int:
     write_atomic(EXAMPLE, build())
     log.info("wrote %s", EXAMPLE.relative_to(ROOT))
     if args.screenshot:
-        screenshot(EXAMPLE, SCREENSHOT)
+        # The README shows the reference run's page: the real ladder, not the fixtures.
+        reference = ROOT / "reports" / "reference" / "h200" / "index.html"
+        screenshot(reference if reference.exists() else EXAMPLE, SCREENSHOT)
         log.info("wrote %s", SCREENSHOT.relative_to(ROOT))
     return 0
 
