@@ -104,6 +104,12 @@ def plan(stages: Sequence[str], dtypes: Sequence[str], shape: Shape,
     if everything and len(stages) > 1:
         raise PerfscopeError("'all' cannot be combined with stage names")
     specs = list(all_specs()) if everything else [get_spec(s) for s in stages]
+    for spec in specs:
+        # "all" never holds such a stage (all_specs); named, it is refused before any job.
+        if spec.never_run:
+            from perfscope.kernels.launch import driver_compute_capability, never_run_refusal
+
+            raise PerfscopeError(never_run_refusal(spec, driver_compute_capability()))
     if params:
         specs = _apply_params(specs, params, strict=not everything)
     jobs: list[Job] = []

@@ -44,6 +44,29 @@ def _root(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log progr
 
 
 @app.command()
+def sass(
+    target: str = typer.Argument(..., help="A stage name, a .cu file (compiled with nvcc) or a .cubin."),
+    arch: str | None = typer.Option(None, "--arch", help="Compile target: sm_80, sm_90a, sm_100a, "
+                                    "sm_103a... (default: the stage's first; sm_90a for a .cu)."),
+    dtype: str | None = typer.Option(None, "--dtype", help="fp32 / fp16 / bf16 (default: the "
+                                     "stage's first)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the JSON document."),
+) -> None:
+    """Static SASS audit, no GPU needed: opcode families, registers and spills, the stage's
+    fingerprint, and the rules that need no counters. Exit 1 if a fingerprint fails."""
+    from perfscope.sass.audit import audit, render_text
+
+    audits = guarded(lambda: audit(target, arch, dtype))
+    if as_json:
+        typer.echo(json.dumps([a.to_dict() for a in audits], indent=1, allow_nan=False,
+                              default=_json_default))
+    else:
+        typer.echo(render_text(audits), nl=False)
+    if not all(a.fingerprint_ok for a in audits):
+        raise typer.Exit(1)
+
+
+@app.command()
 def report(
     paths: list[Path] = typer.Argument(..., help="Reports (.ncu-rep, .ncu-rep.xz) or folders of them."),
     html: Path | None = typer.Option(None, "--html", help="Write the self-contained HTML report here."),

@@ -6,9 +6,11 @@
 """
 
 from perfscope.kernels.registry import (
+    COMPILED_ONLY,
     REFERENCE_FOR_DTYPE,
     REGISTRY,
     all_specs,
+    audit_specs,
     get_spec,
     names,
 )
@@ -23,6 +25,7 @@ from perfscope.kernels.spec import (
 )
 
 __all__ = [
+    "COMPILED_ONLY",
     "DTYPES",
     "KERNEL_DIR",
     "REFERENCE_FOR_DTYPE",
@@ -31,6 +34,7 @@ __all__ = [
     "Shape",
     "ShapeConstraint",
     "all_specs",
+    "audit_specs",
     "get_spec",
     "names",
     "normalize_dtype",

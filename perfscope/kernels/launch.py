@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from perfscope.build import CompiledModule, CompileRequest, compile_cubin
+from perfscope.build import CompiledModule, CompileRequest, check_arch, compile_cubin
 from perfscope.errors import PerfscopeError
 from perfscope.kernels.spec import KERNEL_DIR, KernelSpec, Shape
 
@@ -36,6 +36,40 @@ def driver_device_count() -> int:
     if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
         return 0
     return count.value
+
+
+def driver_compute_capability() -> int | None:
+    """Device 0's compute capability as 90 for 9.0, asked of the driver without CuPy; None
+    with no driver or no device."""
+    import ctypes
+
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    dev, major, minor = ctypes.c_int(0), ctypes.c_int(0), ctypes.c_int(0)
+    # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75, _MINOR = 76 (cuda.h).
+    if (cuda.cuInit(0) != 0 or cuda.cuDeviceGet(ctypes.byref(dev), 0) != 0
+            or cuda.cuDeviceGetAttribute(ctypes.byref(major), 75, dev) != 0
+            or cuda.cuDeviceGetAttribute(ctypes.byref(minor), 76, dev) != 0):
+        return None
+    return major.value * 10 + minor.value
+
+
+def never_run_refusal(spec: KernelSpec, cc: int | None) -> str:
+    """The one sentence that refuses to run a "compiled, never run" stage on this machine."""
+    need = " or ".join(f"{c / 10:.1f}" for c in spec.only_cc) or f"{spec.min_cc / 10:.1f}+"
+    audit = f"audit its SASS with `perfscope sass {spec.name}` instead"
+    if cc is None:
+        return (f"{spec.name} is {spec.label}: it needs a GPU of compute capability {need} and "
+                f"this machine has none; {audit}")
+    if spec.only_cc and cc not in spec.only_cc:
+        return (f"{spec.name} is {spec.label}: it needs a GPU with tcgen05 (compute capability "
+                f"{need}) and this one has {cc / 10:.1f}; {audit}")
+    # On a tcgen05 GPU: its A and B arrive as CUtensorMaps, which the CuPy launch path
+    # (pointers only) cannot pass yet.
+    return (f"{spec.name} is {spec.label}: perfscope has no host launcher for its CUtensorMap "
+            f"arguments yet, so bench and profile cannot run it; {audit}")
 
 
 def require_gpu() -> Any:
@@ -99,9 +133,8 @@ def compile_stage(spec: KernelSpec, dtype: str, arch: str) -> CompiledModule:
     path = spec.source_path()
     if not path.is_file():
         raise PerfscopeError(f"{spec.name}'s source {path.name} is missing from {KERNEL_DIR}")
-    if int(arch[3:].rstrip("af")) < spec.min_cc:
-        raise PerfscopeError(
-            f"{spec.name} needs compute capability {spec.min_cc / 10:.1f} or newer, not {arch}")
+    check_arch(arch)
+    spec.check_arch(arch)
     req = CompileRequest(source=path.read_text(), source_name=path.name,
                          name_expressions=(spec.name_expression(dtype),), arch=arch,
                          flags=spec.flags, include_dir=KERNEL_DIR)
@@ -140,6 +173,8 @@ def prepare(spec: KernelSpec, dtype: str, shape: Shape) -> Prepared:
     """Check dtype and shape, compile for this GPU, load, and fix the launch geometry."""
     spec.check_dtype(dtype)
     spec.check_shape(shape)
+    if spec.never_run:
+        raise PerfscopeError(never_run_refusal(spec, driver_compute_capability()))
     cupy = require_gpu()
     arch, cc = device_arch(cupy)
     if cc < spec.min_cc:

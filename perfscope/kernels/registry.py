@@ -1,8 +1,14 @@
-"""The registry: every stage of both ladders and the cuBLAS references, as one tuple.
+"""The registry: every stage of both ladders and the cuBLAS references, as one tuple,
+and the stages perfscope compiles and audits but has never run, as a second one.
 
-Geometry and parameters here follow the header comment of each kernel in sgemm.cu and
-hgemm.cu; ``tests/test_kernels.py`` compiles every entry for sm_80 and sm_90a and holds
-the static shared memory ptxas reports against what the spec declares.
+Geometry and parameters here follow the header comment of each kernel in sgemm.cu,
+hgemm.cu and blackwell.cu; ``tests/test_kernels.py`` compiles every entry for sm_80 and
+sm_90a and holds the static shared memory ptxas reports against what the spec declares;
+``tests/test_sass.py`` audits every stage's SASS against its fingerprint for its archs.
+
+``COMPILED_ONLY`` is a separate tuple on purpose: everything that runs kernels (bench and
+profile "all", the GPU tests, the rule validation matrix) iterates ``REGISTRY`` and so
+can never pick up a stage no GPU has executed.
 """
 
 from __future__ import annotations
@@ -62,6 +68,8 @@ _HGEMM = {"family": "hgemm", "dtypes": HALF, "source": "hgemm.cu",
 
 _SGEMM_BASE = {"family": "sgemm", "dtypes": ("fp32",), "source": "sgemm.cu", "min_cc": 80,
                "fingerprint": ("ffma",)}
+_N8_TMA = ShapeConstraint("N", 8, "TMA needs B's and C's row strides to be multiples of 16 bytes")
+_K8_TMA = ShapeConstraint("K", 8, "TMA needs A's row stride to be a multiple of 16 bytes")
 
 REGISTRY: tuple[KernelSpec, ...] = (
     # ------------------------------------------------------------------ FP32 ladder
@@ -95,7 +103,7 @@ REGISTRY: tuple[KernelSpec, ...] = (
                flags=("-maxrregcount=64",),
                change="The same body under -maxrregcount=64, so the accumulators spill to "
                       "local memory (slow on purpose).",
-               seed="002 §2.2", **_SGEMM_BASE),
+               seed="002 §2.2", **{**_SGEMM_BASE, "fingerprint": ("ffma", "local")}),
     KernelSpec(name="sgemm_float4", entry="sgemm_float4", parent="sgemm_reg8x8",
                params=(("BM", 128), ("BN", 128), ("BK", 8), ("TM", 8), ("TN", 8)),
                block=_REG_BLOCK, grid=tile_grid(), static_smem=_tiles_smem(1, 4),
@@ -152,17 +160,49 @@ REGISTRY: tuple[KernelSpec, ...] = (
                seed="004 §5", fingerprint=("gmma",)),
 )
 
+# ------------------------------------------------------------------ compiled, never run
+COMPILED_ONLY: tuple[KernelSpec, ...] = (
+    KernelSpec(name="hgemm_tcgen05", entry="hgemm_tcgen05", family="blackwell", dtypes=HALF,
+               source="blackwell.cu", parent=None,
+               params=(("BM", 128), ("BN", 128), ("BK", 64), ("STAGES", 4)),
+               block=_threads(128), grid=tile_grid(),
+               # The ring, plus 1024 bytes to realign it for 128B-swizzled operands.
+               dynamic_smem=lambda p: p["STAGES"] * (p["BM"] * p["BK"] + p["BK"] * p["BN"]) * 2 + 1024,
+               # 2*STAGES+1 mbarriers (8 bytes) and the tensor-memory address slot (4).
+               static_smem=lambda p: (2 * p["STAGES"] + 1) * 8 + 8,
+               min_cc=100, only_cc=(100, 103), archs=("sm_100a", "sm_103a"), never_run=True,
+               constraints=(_K8_TMA, _N8_TMA),
+               fingerprint=("tma", "utcmma", "tmem"),
+               change="TMA brings 128B-swizzled A and B tiles into a 4-stage mbarrier ring; one "
+                      "thread issues tcgen05.mma into a tensor-memory accumulator, releases each "
+                      "stage with tcgen05.commit, and the epilogue reads C with tcgen05.ld.",
+               seed="000 §4.1-4.2",
+               notes="Takes (CUtensorMap A, CUtensorMap B, T* C, M, N, K), not the ladder's "
+                     "pointer ABI; the root of the Blackwell family, after hgemm_bcf_dbf_rw."),
+)
+
 REFERENCE_FOR_DTYPE: Mapping[str, str] = {
     "fp32": "cublas_sgemm", "fp16": "cublas_hgemm", "bf16": "cublas_bgemm"}
 
-_BY_NAME: Mapping[str, KernelSpec] = {s.name: s for s in REGISTRY}
+_BY_NAME: Mapping[str, KernelSpec] = {s.name: s for s in REGISTRY + COMPILED_ONLY}
+if len(_BY_NAME) != len(REGISTRY) + len(COMPILED_ONLY):
+    raise ImportError("two stages share a name")
+if any(not s.never_run for s in COMPILED_ONLY) or any(s.never_run for s in REGISTRY):
+    raise ImportError("COMPILED_ONLY holds exactly the never-run stages")
 
 
 def all_specs() -> tuple[KernelSpec, ...]:
+    """The stages bench and profile run under "all": never a compiled-only one."""
     return REGISTRY
 
 
+def audit_specs() -> tuple[KernelSpec, ...]:
+    """Every stage with CUDA source, runnable or compiled-only: what `perfscope sass` audits."""
+    return tuple(s for s in REGISTRY + COMPILED_ONLY if not s.is_reference)
+
+
 def names() -> tuple[str, ...]:
+    """The runnable stages (what reports and bench results can come from)."""
     return tuple(s.name for s in REGISTRY)
 
 
@@ -170,5 +210,7 @@ def get_spec(name: str) -> KernelSpec:
     """The spec called name, or a one-sentence refusal that lists the valid names."""
     spec = _BY_NAME.get(name)
     if spec is None:
-        raise PerfscopeError(f"unknown stage {name!r}; valid stages are {', '.join(names())}")
+        never = ", ".join(f"{s.name} ({s.label})" for s in COMPILED_ONLY)
+        raise PerfscopeError(f"unknown stage {name!r}; valid stages are {', '.join(names())}, "
+                             f"and for `perfscope sass` only {never}")
     return spec

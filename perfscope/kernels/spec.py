@@ -21,7 +21,11 @@ from perfscope.errors import PerfscopeError
 
 KERNEL_DIR = Path(__file__).resolve().parent
 
-FAMILIES = ("sgemm", "hgemm", "cublas")
+FAMILIES = ("sgemm", "hgemm", "blackwell", "cublas")
+
+# How a stage that perfscope compiles and audits but has never executed is labelled,
+# wherever it appears (registry, `perfscope sass`, README).
+NEVER_RUN_LABEL = "compiled, never run"
 
 # dtype name -> (C++ element type in the name expression, what users may type)
 DTYPES: Mapping[str, str] = {"fp32": "float", "fp16": "__half", "bf16": "__nv_bfloat16"}
@@ -136,11 +140,36 @@ class KernelSpec:
     flags: tuple[str, ...] = ()
     # SASS opcode families (perfscope.sass.families keys) the compiled kernel must use.
     fingerprint: tuple[str, ...] = ()
+    # Compile targets the stage is built and statically audited for; the first is what
+    # `perfscope sass STAGE` uses when no --arch is given.
+    archs: tuple[str, ...] = ("sm_90a", "sm_80")
+    # Compute capabilities whose instructions the stage needs exactly (tcgen05 exists on
+    # 10.0 and 10.3, not on 12.x); empty: any capability from min_cc on.
+    only_cc: tuple[int, ...] = ()
+    # Compiled and audited, never executed (no such GPU has run it): kept out of bench,
+    # profile "all" and the rule validation matrix, refused when named.
+    never_run: bool = False
     notes: str = field(default="", compare=False)
 
     @property
     def is_reference(self) -> bool:
         return self.family == "cublas"
+
+    @property
+    def label(self) -> str:
+        """"compiled, never run" for stages no GPU has executed; "" otherwise."""
+        return NEVER_RUN_LABEL if self.never_run else ""
+
+    def check_arch(self, arch: str) -> None:
+        """Refuse a compile target the stage's instructions do not exist on (one sentence)."""
+        cc = int(arch[3:].rstrip("af"))
+        if cc < self.min_cc:
+            raise PerfscopeError(
+                f"{self.name} needs compute capability {self.min_cc / 10:.1f} or newer, not {arch}")
+        if self.only_cc and arch not in self.archs:
+            raise PerfscopeError(
+                f"{self.name} is built only for {', '.join(self.archs)} (its instructions exist "
+                f"on no other target), not {arch}")
 
     @property
     def param_dict(self) -> dict[str, int]:

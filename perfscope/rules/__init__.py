@@ -29,10 +29,10 @@ from perfscope.rules.model import (
     NotEvaluated,
     Rule,
 )
-from perfscope.rules.registry import BY_CODE, REGISTRY, rule_metrics
+from perfscope.rules.registry import BY_CODE, REGISTRY, STATIC_REGISTRY, rule_metrics
 
 __all__ = [
-    "BY_CODE", "REGISTRY", "SEVERITIES", "TAGS", "Context", "Evaluation", "Evidence", "Finding",
-    "Hit", "Inputs", "NotCollected", "NotEvaluated", "Rule", "evaluate", "evaluate_all",
-    "manifest_beside", "manifest_path", "read_manifest", "rule_metrics",
+    "BY_CODE", "REGISTRY", "SEVERITIES", "STATIC_REGISTRY", "TAGS", "Context", "Evaluation",
+    "Evidence", "Finding", "Hit", "Inputs", "NotCollected", "NotEvaluated", "Rule", "evaluate",
+    "evaluate_all", "manifest_beside", "manifest_path", "read_manifest", "rule_metrics",
 ]

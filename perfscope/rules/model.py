@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
+    from perfscope.build import ResourceUsage
     from perfscope.kernels.spec import KernelSpec
     from perfscope.manifest import RunManifest
     from perfscope.profile import KernelProfile
@@ -74,10 +75,12 @@ class Hit:
 
 @dataclass(frozen=True)
 class Context:
-    """What a report cannot tell and the caller may: the stage's spec, the element type."""
+    """What a report cannot tell and the caller may: the stage's spec, the element type,
+    and (for the static audit) what the compiler said about registers and spills."""
 
     spec: KernelSpec | None = None
     dtype: str | None = None
+    resources: ResourceUsage | None = None
 
 
 @dataclass(frozen=True)

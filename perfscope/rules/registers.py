@@ -8,6 +8,8 @@ issue slots, stalls that are latency (not throughput), and no unit already at it
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from perfscope.profile import (
     M_ELIGIBLE,
     M_ISSUE_ACTIVE,
@@ -55,6 +57,12 @@ _LAUNCH = ("launch__registers_per_thread", "launch__block_size",
            "sm__maximum_warps_per_active_cycle_pct", *OCCUPANCY_LIMITS.values())
 
 
+def spill_share_significant(spills: float, total: float) -> bool:
+    """The part of PS130 both paths share: spill (local) instructions are at least
+    SPILL_SHARE_MIN of all instructions (executed under ncu, static in the SASS)."""
+    return bool(total) and spills / total >= SPILL_SHARE_MIN
+
+
 def _check_spills(inputs: Inputs) -> Hit | None:
     """Symptom: local-memory (LDL/STL) instructions are a visible share of the kernel:
     registers spill.
@@ -72,7 +80,7 @@ def _check_spills(inputs: Inputs) -> Hit | None:
         reqs = (p.memory.local_load_requests, p.memory.local_store_requests)
         need(reqs[0], M_SPILL_INST)
         spills = sum(r or 0.0 for r in reqs)
-    if not total or spills / total < SPILL_SHARE_MIN:
+    if not spill_share_significant(spills, total):
         return None
     local = local_sectors(p)
     pr = pressure(p, MEMORY_FIELDS, GLOBAL_WAIT_STALLS)
@@ -103,6 +111,36 @@ SPILLS = Rule(
     reference="seed 002 §2.2, §6.3; seed 000 §6.1 trap 3",
     ncu=("MemoryCacheAccessPattern/Local",),
 )
+
+
+def _check_spills_static(inputs: Inputs) -> Hit | None:
+    """Symptom (static audit, no counters): ptxas reports spill stores or loads and the
+    local-memory instructions (LDL/STL) are at least 1% of the kernel's SASS.
+    Why: as PS130: the register tile does not fit the register budget.
+    Fix: as PS130.
+    Estimate: none without counters (what the spills cost depends on how often they run).
+    Source: seed 002 §2.2, §6.3 (ptxas -v); seed 000 §6.1 trap 3."""
+    res = need(inputs.context.resources, "the compiler's resource usage (ptxas -v)")
+    if not res.spills:
+        return None
+    p = inputs.profile
+    local = p.opcodes.families.get("local", 0.0)
+    total = total_instructions(p)
+    if not spill_share_significant(local, total):
+        return None
+    return Hit((
+        Evidence("ptxas spill stores + loads (bytes per thread)",
+                 res.spill_stores + res.spill_loads, "> 0"),
+        Evidence("static LDL/STL instructions / all SASS instructions", round(local / total, 3),
+                 f">= {SPILL_SHARE_MIN}"),
+        Evidence("registers per thread (ptxas)", res.registers, "at the cap"),
+    ), None)
+
+
+# PS130 for `perfscope sass`: the same rule (code, title, fix, threshold), read from the
+# compiler's resource usage and the static SASS instead of executed counters.
+SPILLS_STATIC = replace(SPILLS, metrics=("ptxas -v spill stores/loads", "static SASS LDL/STL"),
+                        check=_check_spills_static)
 
 
 def _occupancy(inputs: Inputs, limiter: str) -> Hit | None:

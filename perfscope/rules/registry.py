@@ -18,7 +18,7 @@ from perfscope.rules.memory import (
     UNCOALESCED_SHARED,
 )
 from perfscope.rules.model import Rule
-from perfscope.rules.registers import REGISTER_OCCUPANCY, SMEM_OCCUPANCY, SPILLS
+from perfscope.rules.registers import REGISTER_OCCUPANCY, SMEM_OCCUPANCY, SPILLS, SPILLS_STATIC
 
 REGISTRY: tuple[Rule, ...] = (
     UNCOALESCED_GLOBAL,      # PS101
@@ -43,6 +43,16 @@ REGISTRY: tuple[Rule, ...] = (
     PERSISTING_MISUSE,       # PS161
     INCORRECT,               # PS190
     UNVERIFIED,              # PS191
+)
+
+# The rules that need no counters, for `perfscope sass` (static SASS + ptxas resource
+# usage + the compile target): the same rules as above, PS130 reading ptxas's spill
+# report instead of executed spill instructions.
+STATIC_REGISTRY: tuple[Rule, ...] = (
+    SPILLS_STATIC,           # PS130
+    NO_TENSOR_CORES,         # PS140
+    LEGACY_MMA,              # PS141
+    NO_TMA,                  # PS142
 )
 
 BY_CODE: dict[str, Rule] = {r.code: r for r in REGISTRY}

@@ -32,8 +32,10 @@ class OpcodeFamily:
 FAMILIES: tuple[OpcodeFamily, ...] = (
     OpcodeFamily("ldg", "global load LDG", ("LDG",), meaning="ld.global"),
     OpcodeFamily("stg", "global store STG", ("STG",), meaning="st.global"),
-    OpcodeFamily("ldgsts", "async copy LDGSTS", ("LDGSTS", "LDGDEPBAR", "DEPBAR"),
-                 meaning="cp.async (Ampere) and its commit/wait groups"),
+    # DEPBAR is left out on purpose: it waits on any scoreboard (tcgen05.alloc's too), so
+    # counting it here would credit cp.async to kernels that never issue one.
+    OpcodeFamily("ldgsts", "async copy LDGSTS", ("LDGSTS", "LDGDEPBAR"),
+                 meaning="cp.async (Ampere) and its commit groups"),
     OpcodeFamily("tma", "TMA UTMALDG/UTMASTG/UBLKCP",
                  ("UTMALDG", "UTMASTG", "UTMAPF", "UTMACCTL", "UTMAREDG", "UBLKCP", "UBLKRED",
                   "UBLKPF"),

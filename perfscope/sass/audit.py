@@ -1,0 +1,354 @@
+"""``perfscope sass``: what a kernel compiles to, audited without a GPU or counters.
+
+A stage is compiled the project's way (NVRTC, :func:`perfscope.kernels.launch.compile_stage`),
+a user's ``.cu`` with ``nvcc -cubin``, and a ``.cubin`` is taken as it is. The cubin is
+disassembled (:mod:`perfscope.sass.disasm`), its static opcode counts are grouped into
+families, the stage's declared fingerprint is checked family by family, and the rules
+that need no counters run on a static, profile-shaped input: opcodes and the compute
+capability from the SASS, registers and spills from the compiler (``ptxas -v``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perfscope.build import CompileError, ResourceUsage, check_known_arch, parse_ptxas_log
+from perfscope.errors import PerfscopeError
+from perfscope.rules.model import Context, Evaluation
+from perfscope.sass.disasm import Disassembly, KernelSass, Tool, disassemble, find_tool
+from perfscope.sass.families import FAMILIES, FAMILY_BY_KEY, family_of
+
+log = logging.getLogger(__name__)
+
+NVCC_TIMEOUT_S = 600
+
+
+@dataclass(frozen=True)
+class FingerprintCheck:
+    family: str
+    label: str
+    count: int           # static instructions of the family in the kernel
+    opcodes: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return self.count > 0
+
+
+@dataclass(frozen=True)
+class SassAudit:
+    """The static audit of one kernel."""
+
+    target: str                     # the stage name or the file the user named
+    kind: str                       # stage / cu / cubin
+    arch: str
+    kernel: str                     # mangled name
+    dtype: str | None
+    label: str                      # "compiled, never run" or ""
+    tool: Tool
+    compiler: str                   # what compiled it, with its flags
+    resources: ResourceUsage | None  # ptxas -v (None for a .cubin)
+    sass: KernelSass
+    fingerprint: tuple[FingerprintCheck, ...]
+    evaluation: Evaluation
+    dynamic_smem: int | None = None  # from the KernelSpec, for a stage
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def opcodes(self) -> dict[str, int]:
+        return dict(sorted(self.sass.opcodes.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    @property
+    def families(self) -> dict[str, dict[str, int]]:
+        """family key (or "other") -> {opcode with modifiers: static count}."""
+        out: dict[str, dict[str, int]] = {}
+        for op, n in self.opcodes.items():
+            out.setdefault(family_of(op) or "other", {})[op] = n
+        order = [f.key for f in FAMILIES] + ["other"]
+        return {k: out[k] for k in order if k in out}
+
+    @property
+    def fingerprint_ok(self) -> bool:
+        return all(c.ok for c in self.fingerprint)
+
+    def to_dict(self) -> dict[str, Any]:
+        r = self.resources
+        return {
+            "target": self.target, "kind": self.kind, "arch": self.arch, "kernel": self.kernel,
+            "dtype": self.dtype, "label": self.label,
+            "disassembler": {"tool": self.tool.name, "path": str(self.tool.path),
+                             "origin": self.tool.origin},
+            "compiler": self.compiler,
+            "resources": r.to_dict() if r is not None else None,
+            "cubin_resources": {"registers": self.sass.registers, "shared": self.sass.shared_bytes,
+                                "stack": self.sass.stack_bytes, "local": self.sass.local_bytes},
+            "dynamic_smem": self.dynamic_smem,
+            "instructions": sum(self.sass.opcodes.values()),
+            "families": {k: {"count": sum(v.values()), "opcodes": v}
+                         for k, v in self.families.items()},
+            "fingerprint": [{"family": c.family, "count": c.count, "ok": c.ok,
+                             "opcodes": list(c.opcodes)} for c in self.fingerprint],
+            "fingerprint_ok": self.fingerprint_ok,
+            "findings": [f.to_dict() for f in self.evaluation.findings],
+            "not_evaluated": [n.to_dict() for n in self.evaluation.not_evaluated],
+            "silent": list(self.evaluation.silent),
+            "notes": list(self.notes),
+        }
+
+
+# ---------------------------------------------------------------- static profile
+
+
+def _cc_text(arch: str) -> str:
+    cc = int(arch[3:].rstrip("af"))
+    return f"{cc // 10}.{cc % 10}"
+
+
+def static_profile(sass: KernelSass, arch: str, resources: ResourceUsage | None):
+    """A KernelProfile that holds only what static SASS and the compiler know: the opcode
+    histogram (static counts in place of executed ones), the compute capability, and the
+    registers. Every counter is None, so a rule that needs one is "not evaluated"."""
+    from perfscope.profile import (
+        Identity,
+        KernelProfile,
+        Launch,
+        Memory,
+        Opcodes,
+        RawMetrics,
+        SpeedOfLight,
+        Stalls,
+        Traffic,
+    )
+    from perfscope.sass.families import group_families
+
+    base = {k: float(v) for k, v in sass.base_opcodes.items()}
+    none_traffic = Traffic(None, None, None, ())
+    regs = resources.registers if resources is not None else sass.registers
+    return KernelProfile(
+        identity=Identity(name=sass.name, mangled=sass.name, demangled=sass.name, grid=None,
+                          block=None, cluster=None, device=None, compute_capability=_cc_text(arch),
+                          sm_count=None, sm_clock_hz=None, cycles=None, mem_clock_hz=None,
+                          reader_version=None, source="static SASS", range_index=0,
+                          action_index=0),
+        sol=SpeedOfLight(None, None, None, None, None, None),
+        stalls=Stalls((), None, None, None, None),
+        memory=Memory(none_traffic, none_traffic, None, None, None, None, None, None, None,
+                      None, None),
+        launch=Launch(regs, resources.static_smem if resources is not None else sass.shared_bytes,
+                      None, None, None, None, None, None, None, None, {}, None),
+        opcodes=Opcodes(executed=base, with_modifiers={k: float(v) for k, v in sass.opcodes.items()},
+                        families=group_families(base)),
+        hotspots=(), ncu_rules=(), metrics=RawMetrics(None, None),
+    )
+
+
+def check_fingerprint(sass: KernelSass, declared: tuple[str, ...]) -> tuple[FingerprintCheck, ...]:
+    ops = sass.opcodes
+    out = []
+    for key in declared:
+        mine = {op: n for op, n in ops.items() if family_of(op) == key}
+        out.append(FingerprintCheck(key, FAMILY_BY_KEY[key].label, sum(mine.values()),
+                                    tuple(sorted(mine, key=lambda o: -mine[o]))))
+    return tuple(out)
+
+
+def _evaluate(sass: KernelSass, arch: str, resources: ResourceUsage | None,
+              context: Context) -> Evaluation:
+    from perfscope.rules.engine import evaluate
+    from perfscope.rules.registry import STATIC_REGISTRY
+
+    return evaluate(static_profile(sass, arch, resources), None, context, rules=STATIC_REGISTRY)
+
+
+# ---------------------------------------------------------------------- inputs
+
+
+def audit_stage(name: str, arch: str | None = None, dtype: str | None = None,
+                tool: Tool | None = None) -> SassAudit:
+    """Compile a registry stage through NVRTC for arch (default: its first) and audit it."""
+    from perfscope.kernels import get_spec, normalize_dtype
+    from perfscope.kernels.launch import compile_stage
+
+    spec = get_spec(name)
+    if spec.is_reference:
+        raise PerfscopeError(f"{name} is a cuBLAS library call with no source to compile; audit "
+                             "its SASS from a report with `perfscope diagnose` instead")
+    arch = arch or spec.archs[0]
+    check_known_arch(arch)
+    dtype = normalize_dtype(dtype) if dtype else spec.dtypes[0]
+    spec.check_dtype(dtype)
+    tool = tool or find_tool()   # before compiling: a missing tool is the cheaper refusal
+    module = compile_stage(spec, dtype, arch)
+    mangled = module.mangled(spec.name_expression(dtype))
+    sass = disassemble(module.cubin_path, tool).kernel(mangled)
+    resources = module.resources[mangled]
+    return SassAudit(
+        target=name, kind="stage", arch=arch, kernel=mangled, dtype=dtype, label=spec.label,
+        tool=tool, compiler=f"NVRTC {module.nvrtc_version} " + " ".join(
+            o for o in module.options if not o.startswith("-I")),
+        resources=resources, sass=sass, fingerprint=check_fingerprint(sass, spec.fingerprint),
+        evaluation=_evaluate(sass, arch, resources, Context(spec=spec, dtype=dtype,
+                                                            resources=resources)),
+        dynamic_smem=spec.dynamic_smem_bytes())
+
+
+def find_nvcc() -> Path:
+    hit = shutil.which("nvcc")
+    if hit:
+        return Path(hit)
+    for env in ("CUDA_HOME", "CUDA_PATH"):
+        root = os.environ.get(env)
+        if root and (Path(root) / "bin" / "nvcc").is_file():
+            return Path(root) / "bin" / "nvcc"
+    raise PerfscopeError("a .cu file outside the registry is compiled with nvcc, which is not on "
+                         "PATH or in CUDA_HOME; install a CUDA toolkit, or compile it yourself "
+                         "(nvcc -cubin -arch=ARCH) and pass the .cubin")
+
+
+def compile_cu(path: Path, arch: str, out_dir: Path) -> tuple[Path, dict[str, ResourceUsage], str]:
+    """nvcc -cubin with -lineinfo and ptxas -v: (cubin, resource usage per kernel, flags)."""
+    nvcc = find_nvcc()
+    cubin = out_dir / (path.stem + ".cubin")
+    argv = [str(nvcc), "-cubin", f"-arch={arch}", "-lineinfo", "-std=c++17", "-Xptxas", "-v",
+            "-o", str(cubin), str(path)]
+    log.info("compiling %s: %s", path, " ".join(argv))
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=NVCC_TIMEOUT_S,
+                              check=False)
+    except subprocess.TimeoutExpired:
+        raise PerfscopeError(f"nvcc took more than {NVCC_TIMEOUT_S} s on {path} and was stopped"
+                             ) from None
+    text = (proc.stdout or "") + (proc.stderr or "")
+    if proc.returncode != 0:
+        errors = [ln for ln in text.splitlines() if "error" in ln.lower()] or text.splitlines()
+        raise CompileError(f"compiling {path.name} for {arch} failed:\n" + "\n".join(errors[:12]),
+                           text)
+    return cubin, parse_ptxas_log(text), " ".join(argv[1:-3])
+
+
+def audit_file(path: Path, arch: str | None = None, dtype: str | None = None,
+               tool: Tool | None = None) -> list[SassAudit]:
+    """Audit every kernel of a user's .cu (compiled with nvcc) or of a .cubin."""
+    from perfscope.kernels import normalize_dtype
+
+    if not path.is_file():
+        raise PerfscopeError(f"{path} does not exist")
+    dtype = normalize_dtype(dtype) if dtype else None
+    suffix = path.suffix.lower()
+    if suffix not in (".cu", ".cubin"):
+        raise PerfscopeError(f"{path.name} is neither a .cu source nor a .cubin; name a stage, a .cu "
+                             "or a .cubin")
+    tool = tool or find_tool()
+    notes: list[str] = []
+    if suffix == ".cu":
+        arch = arch or "sm_90a"
+        check_known_arch(arch)
+        with tempfile.TemporaryDirectory(prefix="perfscope-sass-") as tmp:
+            cubin, resources, flags = compile_cu(path, arch, Path(tmp))
+            dis = disassemble(cubin, tool)
+        compiler = f"nvcc {flags}"
+    else:
+        dis = disassemble(path, tool)
+        resources = {}
+        compiler = "none (a .cubin as given; ptxas's spill report is not in it)"
+        built = {k.arch for k in dis.kernels if k.arch}
+        if arch is not None and built and arch not in built:
+            raise PerfscopeError(f"{path.name} holds SASS for {', '.join(sorted(built))}, not {arch}; "
+                                 "leave out --arch for a .cubin")
+        arch = arch or next(iter(sorted(built)), None)
+        if arch is None:
+            raise PerfscopeError(f"{path.name} names no target architecture; pass --arch")
+        notes.append("registers and shared memory from cuobjdump -res-usage (shared includes the "
+                     "system-reserved part); spills unknown without ptxas -v")
+    return [_audit_kernel(path, "cu" if suffix == ".cu" else "cubin", arch, k, dtype, tool,
+                          compiler, resources.get(k.name), dis, tuple(notes))
+            for k in dis.kernels]
+
+
+def _audit_kernel(path: Path, kind: str, arch: str, sass: KernelSass, dtype: str | None, tool: Tool,
+                  compiler: str, resources: ResourceUsage | None, dis: Disassembly,
+                  notes: tuple[str, ...]) -> SassAudit:
+    return SassAudit(
+        target=str(path), kind=kind, arch=sass.arch or arch, kernel=sass.name, dtype=dtype, label="",
+        tool=dis.tool, compiler=compiler, resources=resources, sass=sass, fingerprint=(),
+        evaluation=_evaluate(sass, sass.arch or arch, resources,
+                             Context(dtype=dtype, resources=resources)),
+        notes=notes)
+
+
+def audit(target: str, arch: str | None = None, dtype: str | None = None) -> list[SassAudit]:
+    """``perfscope sass TARGET``: a stage name, a .cu or a .cubin."""
+    if re.search(r"\.(cu|cubin)$", target, re.IGNORECASE) or os.sep in target or Path(target).is_file():
+        return audit_file(Path(target), arch, dtype)
+    return [audit_stage(target, arch, dtype)]
+
+
+# ---------------------------------------------------------------------- render
+
+
+def _resources_line(a: SassAudit) -> str:
+    r = a.resources
+    if r is not None:
+        parts = [f"{r.registers} registers", f"{r.static_smem} B static shared"]
+        if a.dynamic_smem:
+            parts.append(f"{a.dynamic_smem} B dynamic shared (KernelSpec)")
+        parts += [f"{r.stack_frame} B stack", f"{r.spill_stores} B spill stores",
+                  f"{r.spill_loads} B spill loads"]
+        return "resources  " + ", ".join(parts) + " (ptxas -v)"
+    s = a.sass
+    return (f"resources  {s.registers} registers, {s.shared_bytes} B shared, {s.stack_bytes} B stack, "
+            f"{s.local_bytes} B local, spills unknown (cuobjdump -res-usage)")
+
+
+def render_text(audits: list[SassAudit]) -> str:
+    """The terminal report: one block per kernel."""
+    out: list[str] = []
+    for a in audits:
+        title = f"{a.target}"
+        if a.dtype:
+            title += f" ({a.dtype}, {a.arch})"
+        else:
+            title += f" ({a.arch})"
+        if a.label:
+            title += f" - {a.label}"
+        out += [title, f"kernel     {a.kernel}", f"compiler   {a.compiler}",
+                f"disasm     {a.tool.name} ({a.tool.origin})", _resources_line(a), ""]
+        total = sum(a.sass.opcodes.values())
+        out.append(f"opcode families (static instruction counts, {total} instructions)")
+        for key, ops in a.families.items():
+            label = FAMILY_BY_KEY[key].label if key in FAMILY_BY_KEY else "not in a family"
+            shown = ", ".join(f"{op} {n}" for op, n in list(ops.items())[:6])
+            more = f", +{len(ops) - 6} more" if len(ops) > 6 else ""
+            out.append(f"  {key:<10} {label:<30} {sum(ops.values()):>6}  {shown}{more}")
+        out.append("")
+        if a.fingerprint:
+            verdict = "PASS" if a.fingerprint_ok else "FAIL"
+            out.append(f"fingerprint {verdict} (declared: {', '.join(c.family for c in a.fingerprint)})")
+            for c in a.fingerprint:
+                ops = ", ".join(c.opcodes) if c.opcodes else "none in the SASS"
+                out.append(f"  {'pass' if c.ok else 'FAIL':<5} {c.family:<10} {c.count:>6}  {ops}")
+        else:
+            out.append("fingerprint: none declared (not a registry stage)")
+        out.append("")
+        out.append("rules without counters (static SASS + compiler resource usage)")
+        for f in a.evaluation.findings:
+            out.append(f"  {f.code} {f.severity}: {f.title}")
+            for e in f.evidence:
+                out.append(f"      {e.metric} = {e.value} ({e.threshold})")
+            out.append(f"      fix: {f.fix}")
+        for n in a.evaluation.not_evaluated:
+            out.append(f"  {n.code} not evaluated: {n.reason}")
+        if a.evaluation.silent:
+            out.append(f"  silent: {', '.join(a.evaluation.silent)}")
+        for note in a.notes:
+            out.append(f"note: {note}")
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"

@@ -1,0 +1,385 @@
+"""`perfscope sass` and the Blackwell stage: static SASS audits, no GPU (CPU only, as in CI).
+
+The stage path compiles through the NVRTC wheels and disassembles with the pinned
+nvidia-cuda-cuobjdump wheel (both in the `build` extra), so it runs in CI; the `.cu`
+path needs nvcc and is skipped where there is none.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from perfscope import bench, profiling
+from perfscope.build import CompileError, CompileRequest, compile_cubin
+from perfscope.cli import app
+from perfscope.errors import PerfscopeError
+from perfscope.kernels import COMPILED_ONLY, KERNEL_DIR, REGISTRY, audit_specs, get_spec, parse_shape
+from perfscope.kernels import launch as launch_mod
+from perfscope.kernels import tcgen05 as tc
+from perfscope.sass import disasm
+from perfscope.sass.audit import audit, audit_stage
+
+STAGE = "hgemm_tcgen05"
+
+
+def _tool_or_skip() -> disasm.Tool:
+    try:
+        return disasm.find_tool()
+    except PerfscopeError as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _private_cache(tmp_path_factory):
+    """Each test session compiles for real instead of reading a developer's cache."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("PERFSCOPE_CACHE", str(tmp_path_factory.mktemp("cubins")))
+    yield
+    mp.undo()
+
+
+# ------------------------------------------------------------ descriptor encodings
+
+
+def test_smem_descriptor_matches_the_ptx_isa_layout():
+    """PTX ISA 9.0, §9.7.16.4.1 "Shared memory descriptor" (tcgen05 matrix descriptors):
+    bits 0-13 start address >> 4, 16-29 leading-dimension byte offset >> 4, 32-45
+    stride-dimension byte offset >> 4, 46-48 fixed 0b001, 49-51 base offset, 52 LBO mode,
+    53-60 fixed 0, 61-63 swizzle (0 none, 1 128B with 32B atom, 2 128B, 4 64B, 6 32B)."""
+    d = tc.smem_desc(0x1_2400, 16, 1024, tc.SWIZZLE_128B)
+    f = tc.decode(d, tc.SMEM_FIELDS)
+    assert f == {"start_address": 0x1_2400 >> 4, "leading_byte_offset": 1,
+                 "stride_byte_offset": 64, "fixed_0b001": 1, "base_offset": 0, "lbo_mode": 0,
+                 "fixed_zero": 0, "swizzle": 2}
+    # Exact words, worked by hand from the table.
+    assert tc.smem_desc(0, 16, 1024, tc.SWIZZLE_128B) == (1 << 16) | (64 << 32) | (1 << 46) | (2 << 61)
+    assert tc.smem_desc(0x400, 8192, 1024, tc.SWIZZLE_128B) == 0x4000_4040_0200_0040
+    # Only 18 address bits are encoded (shared-memory window), the low 4 dropped.
+    assert tc.decode(tc.smem_desc(0x4_0010, 0, 0, 0), tc.SMEM_FIELDS)["start_address"] == 1
+    for mode in tc.SWIZZLES:
+        assert tc.decode(tc.smem_desc(0, 0, 0, mode), tc.SMEM_FIELDS)["swizzle"] == mode
+
+
+def test_smem_descriptor_refuses_unencodable_values():
+    with pytest.raises(PerfscopeError, match="multiple of 16"):
+        tc.smem_desc(8, 16, 1024, tc.SWIZZLE_128B)
+    with pytest.raises(PerfscopeError, match="swizzle mode"):
+        tc.smem_desc(0, 16, 1024, 3)
+
+
+def test_instruction_descriptor_matches_the_ptx_isa_layout():
+    """PTX ISA 9.0, §9.7.16.4.2 "Instruction descriptor", table "Instruction descriptor
+    format for .kind::tf32, .kind::f16, .kind::f8f6f4 and .kind::i8", .kind::f16 column:
+    dtype bits 4-5 (F16 = 0, F32 = 1), atype 7-9 and btype 10-12 (F16 = 0, BF16 = 1),
+    negate 13/14, transpose A 15 / B 16 (0 = K-major), N >> 3 at 17-22, bit 23 reserved,
+    M >> 4 at 24-28, bit 29 reserved, max shift 30-31 (.ws only, 0)."""
+    d = tc.instr_desc_f16("bf16", True, 128, 128, a_mn_major=False, b_mn_major=True)
+    f = tc.decode(d, tc.INSTR_F16_FIELDS)
+    assert f["dtype"] == 1 and f["atype"] == 1 and f["btype"] == 1
+    assert f["transpose_a"] == 0 and f["transpose_b"] == 1
+    assert f["n_dim"] == 128 >> 3 and f["m_dim"] == 128 >> 4
+    zero = ("sparsity_selector", "sparsity", "saturate", "reserved6", "negate_a", "negate_b",
+            "reserved23", "reserved29", "max_shift")
+    assert all(f[k] == 0 for k in zero)
+    # By hand: (1<<4) | (1<<7) | (1<<10) | (1<<16) | (16<<17) | (8<<24)
+    assert d == 0x0821_0490
+    h = tc.instr_desc_f16("fp16", True, 64, 256, False, False)
+    assert h == (1 << 4) | (32 << 17) | (4 << 24)
+    with pytest.raises(PerfscopeError, match="kind::f16 shape"):
+        tc.instr_desc_f16("fp16", True, 128, 120, False, False)
+    with pytest.raises(PerfscopeError, match="fp16 or bf16"):
+        tc.instr_desc_f16("fp32", True, 128, 128, False, False)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_the_cu_encoders_equal_the_python_mirror(dtype):
+    """blackwell.cu's constexpr encoders, static_assert-ed against this module's values at
+    compile time (NVRTC, sm_100a): the kernel cannot encode differently from what the
+    tests above check against the PTX ISA."""
+    spec = get_spec(STAGE)
+    p = spec.param_dict
+    a, b, idesc = tc.stage_descriptors(dtype, p["BM"], p["BN"], p["BK"], a_addr=0x400,
+                                       b_addr=0x400 + 16384)
+    ab = "tc05::AB_BF16" if dtype == "bf16" else "tc05::AB_F16"
+    probe = f"""
+static_assert(tc05::smem_desc(0x400u, 16u, 1024u, tc05::SWIZZLE_128B) == {a}ull, "A descriptor");
+static_assert(tc05::smem_desc(0x400u + 16384u, {p["BK"] * 128}u, 1024u, tc05::SWIZZLE_128B)
+              == {b}ull, "B descriptor");
+static_assert(tc05::instr_desc_f16({ab}, true, {p["BM"]}, {p["BN"]}, false, true) == {idesc}u,
+              "instruction descriptor");
+static_assert(tc05::smem_desc(0x4ab0u, 8192u, 1024u, tc05::SWIZZLE_64B, 3u)
+              == {tc.smem_desc(0x4AB0, 8192, 1024, tc.SWIZZLE_64B, 3)}ull, "all fields");
+extern "C" __global__ void perfscope_desc_probe() {{}}
+"""
+    src = spec.source_path().read_text() + probe
+    compile_cubin(CompileRequest(src, "blackwell_probe.cu", ("perfscope_desc_probe",), "sm_100a",
+                                 (), KERNEL_DIR), use_cache=False)
+
+
+def test_a_wrong_mirror_value_fails_the_compile():
+    """The probe above is a real check: a wrong expected value stops NVRTC."""
+    src = get_spec(STAGE).source_path().read_text() + (
+        'static_assert(tc05::instr_desc_f16(tc05::AB_F16, true, 128, 128, false, true) == 0u, "x");\n'
+        'extern "C" __global__ void perfscope_desc_probe() {}\n')
+    with pytest.raises(CompileError):
+        compile_cubin(CompileRequest(src, "blackwell_probe.cu", ("perfscope_desc_probe",),
+                                     "sm_100a", (), KERNEL_DIR), use_cache=False)
+
+
+# ------------------------------------------------------------ the stage as data
+
+
+def test_stage_is_labelled_and_kept_out_of_the_runnable_registry():
+    spec = get_spec(STAGE)
+    assert spec.never_run and spec.label == "compiled, never run"
+    assert spec in COMPILED_ONLY and spec not in REGISTRY
+    assert spec in audit_specs() and spec.archs == ("sm_100a", "sm_103a")
+    assert set(spec.fingerprint) == {"tma", "utcmma", "tmem"}
+    assert not [s for s in REGISTRY if s.never_run]
+
+
+def test_all_never_plans_the_stage(monkeypatch):
+    """`plan(["all"])` must not list it at all, so the H200 reference outputs stay identical."""
+    monkeypatch.setattr(launch_mod, "driver_compute_capability", lambda: 90)
+    jobs = bench.plan(["all"], [], parse_shape("4096x4096x4096"))
+    assert STAGE not in {j.spec.name for j in jobs}
+    req = profiling.ProfileRequest(stages=("all",), shape="4096x4096x4096")
+    jobs, refused = profiling.plan_jobs(req)
+    assert all(STAGE not in j.stem for j in jobs) and all(STAGE not in r.stem for r in refused)
+    with pytest.raises(PerfscopeError, match="compiled, never run"):
+        profiling.plan_jobs(profiling.ProfileRequest(stages=(STAGE,), shape="256x256x256"))
+
+
+@pytest.mark.parametrize("cc, words", [(90, "9.0"), (120, "12.0"), (None, "has none"),
+                                       (100, "no host launcher")])
+def test_named_stage_is_refused_in_one_sentence(monkeypatch, cc, words):
+    monkeypatch.setattr(launch_mod, "driver_compute_capability", lambda: cc)
+    with pytest.raises(PerfscopeError) as exc:
+        bench.plan([STAGE], [], parse_shape("256x256x256"))
+    msg = str(exc.value)
+    assert words in msg and "compiled, never run" in msg and "perfscope sass" in msg
+    assert "\n" not in msg
+    # The launch path refuses the same way, before it would touch CuPy.
+    with pytest.raises(PerfscopeError, match="compiled, never run"):
+        launch_mod.prepare(get_spec(STAGE), "fp16", parse_shape("256x256x256"))
+
+
+def test_bench_cli_refuses_it_with_exit_2(monkeypatch):
+    monkeypatch.setattr(launch_mod, "driver_compute_capability", lambda: 90)
+    res = CliRunner().invoke(app, ["bench", STAGE, "--shape", "256x256x256"])
+    assert res.exit_code == 2 and "compiled, never run" in res.output
+
+
+# ------------------------------------------------------------ the audits
+
+
+def _audit_cases():
+    return [(s, a) for s in audit_specs() for a in s.archs]
+
+
+@pytest.mark.parametrize("spec, arch", _audit_cases(), ids=lambda x: getattr(x, "name", x))
+def test_every_stage_shows_its_fingerprint(spec, arch):
+    """Every stage with source, for every arch it declares: each fingerprint family is in
+    its SASS, in every dtype it takes."""
+    tool = _tool_or_skip()
+    for dtype in spec.dtypes:
+        a = audit_stage(spec.name, arch, dtype, tool=tool)
+        missing = [c.family for c in a.fingerprint if not c.ok]
+        assert not missing, f"{spec.name} {dtype} {arch} lacks {missing}"
+        assert a.resources is not None and a.resources.static_smem == spec.static_smem_bytes()
+
+
+@pytest.mark.parametrize("arch", ["sm_100a", "sm_103a"])
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_tcgen05_sass_shows_the_blackwell_instructions(arch, dtype):
+    tool = _tool_or_skip()
+    a = audit_stage(STAGE, arch, dtype, tool=tool)
+    bases = a.sass.base_opcodes
+    for op in ("UTCHMMA", "UTCBAR", "LDTM", "UTMALDG"):
+        assert bases[op] > 0, op
+    assert not bases["HMMA"] and not bases["LDGSTS"]
+    # 4 k-steps of 16 per BK=64 tile: at least 4 MMAs, and the accumulator never spills.
+    assert bases["UTCHMMA"] >= 4
+    assert a.resources is not None and not a.resources.spills
+    assert a.label == "compiled, never run"
+    # No counters-free rule condemns the tcgen05 path.
+    assert not a.evaluation.findings
+    assert set(a.evaluation.silent) == {"PS130", "PS140", "PS141", "PS142"}
+
+
+def test_static_rules_reuse_the_counter_rules():
+    tool = _tool_or_skip()
+    capped = audit_stage("sgemm_reg8x8_capped", "sm_90a", tool=tool)
+    assert [f.code for f in capped.evaluation.findings] == ["PS130"]
+    free = audit_stage("sgemm_reg8x8", "sm_90a", tool=tool)
+    assert "PS130" in free.evaluation.silent
+    hopper = audit_stage("hgemm_bcf_dbf", "sm_90a", tool=tool)
+    assert {f.code for f in hopper.evaluation.findings} == {"PS141", "PS142"}
+    ampere = audit_stage("hgemm_bcf_dbf", "sm_80", tool=tool)
+    assert not ampere.evaluation.findings   # mma.sync is the right path on sm_80
+
+
+def test_cli_prints_the_audit_and_json():
+    _tool_or_skip()
+    res = CliRunner().invoke(app, ["sass", STAGE, "--arch", "sm_100a"])
+    assert res.exit_code == 0, res.output
+    for word in ("compiled, never run", "UTCHMMA", "UTCBAR", "LDTM", "UTMALDG", "fingerprint PASS",
+                 "registers"):
+        assert word in res.output
+    res = CliRunner().invoke(app, ["sass", "hgemm_bcf", "--arch", "sm_90a", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert doc[0]["fingerprint_ok"] and doc[0]["families"]["hmma"]["count"] > 0
+    assert {f["code"] for f in doc[0]["findings"]} == {"PS141", "PS142"}
+
+
+def test_a_cubin_is_audited_as_given():
+    tool = _tool_or_skip()
+    from perfscope.kernels.launch import compile_stage
+
+    mod = compile_stage(get_spec(STAGE), "fp16", "sm_103a")
+    [a] = audit(str(mod.cubin_path))
+    assert a.kind == "cubin" and a.arch == "sm_103a" and a.sass.base_opcodes["UTCHMMA"] > 0
+    assert a.resources is None and a.sass.registers == mod.resources[a.kernel].registers
+    assert {n.code for n in a.evaluation.not_evaluated} == {"PS130", "PS140"}
+    with pytest.raises(PerfscopeError, match="not sm_90a"):
+        audit(str(mod.cubin_path), arch="sm_90a")
+    del tool
+
+
+# ------------------------------------------------------------ bad input
+
+
+@pytest.mark.parametrize("arch", ["sm_999", "sm_80a", "hopper", "sm_90x"])
+def test_unknown_arch_is_one_sentence(arch):
+    res = CliRunner().invoke(app, ["sass", "hgemm_bcf", "--arch", arch])
+    assert res.exit_code == 2
+    line = res.output.strip()
+    assert line.startswith("perfscope: ") and arch in line and "\n" not in line
+
+
+def test_stage_built_for_the_wrong_arch_is_refused():
+    with pytest.raises(PerfscopeError, match=r"needs compute capability 10\.0"):
+        audit_stage(STAGE, "sm_90a")
+    with pytest.raises(PerfscopeError, match="built only for sm_100a, sm_103a"):
+        audit_stage(STAGE, "sm_120a")
+
+
+def test_source_that_does_not_compile_shows_the_log():
+    """NVRTC, as in CI: the error names the file, the arch and the compiler's own line."""
+    src = "__global__ void k(float* p) { p[0] = not_declared; }\n"
+    with pytest.raises(CompileError) as exc:
+        compile_cubin(CompileRequest(src, "broken.cu", ("k",), "sm_100a"), use_cache=False)
+    assert "broken.cu" in str(exc.value) and "not_declared" in str(exc.value)
+    assert "not_declared" in exc.value.log
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (a CUDA toolkit)")
+def test_cu_path_compiles_with_nvcc_and_shows_the_log(tmp_path):
+    _tool_or_skip()
+    good = tmp_path / "good.cu"
+    good.write_text("__global__ void twice(float* p) { p[threadIdx.x] *= 2.0f; }\n")
+    [a] = audit(str(good), arch="sm_100a")
+    assert a.kind == "cu" and a.resources is not None and a.sass.base_opcodes["LDG"] == 1
+    bad = tmp_path / "bad.cu"
+    bad.write_text("__global__ void k(float* p) { p[0] = not_declared; }\n")
+    res = CliRunner().invoke(app, ["sass", str(bad)])
+    assert res.exit_code == 2
+    assert res.output.startswith("perfscope: compiling bad.cu for sm_90a failed")
+    assert "not_declared" in res.output
+
+
+def test_cu_path_without_nvcc_says_what_to_do(tmp_path, monkeypatch):
+    _tool_or_skip()
+    src = tmp_path / "k.cu"
+    src.write_text("__global__ void k() {}\n")
+    monkeypatch.setattr(shutil, "which", lambda name: None if name == "nvcc" else "/bin/true")
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.setattr(disasm, "find_tool", lambda *a, **k: disasm.Tool("cuobjdump", Path("x"), "test"))
+    with pytest.raises(PerfscopeError, match="nvcc, which is not on PATH"):
+        audit(str(src), arch="sm_90a")
+
+
+def test_missing_disassembler_says_how_to_install(monkeypatch):
+    monkeypatch.setenv("PATH", "")
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.setattr(disasm, "_wheel_binary", lambda tool, dist: None)
+    res = CliRunner().invoke(app, ["sass", "hgemm_bcf"])
+    assert res.exit_code == 2
+    line = res.output.strip()
+    assert "pip install 'perfscope[build]'" in line and "nvidia-cuda-cuobjdump" in line
+    assert "\n" not in line
+
+
+def test_disassembler_is_found_in_cuda_home(tmp_path, monkeypatch):
+    fake = tmp_path / "bin" / "nvdisasm"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", "")
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))
+    tool = disasm.find_tool()
+    assert tool.name == "nvdisasm" and tool.origin == "CUDA_HOME"
+
+
+def test_not_a_stage_or_a_kernel_file():
+    res = CliRunner().invoke(app, ["sass", "sgemm_fastest"])
+    assert res.exit_code == 2 and "unknown stage" in res.output
+    res = CliRunner().invoke(app, ["sass", "cublas_hgemm"])
+    assert res.exit_code == 2 and "no source" in res.output
+    res = CliRunner().invoke(app, ["sass", "missing.cubin"])
+    assert res.exit_code == 2 and "does not exist" in res.output
+
+
+def test_sass_parser_reads_both_tools():
+    cuobjdump = """
+	code for sm_100a
+	.target	sm_100a
+
+		Function : _Z1kPf
+	.headerflags	@"EF_CUDA_ACCELERATORS EF_CUDA_SM100"
+        /*0000*/                   LDC R1, c[0x0][0x37c] ;          /* 0x0000df00ff017b82 */
+        /*0010*/              @!P0 UTCHMMA gdesc[UR4], gdesc[UR10], tmem[UR9], idesc[UR13], UPT ;  /* 0x */
+        /*0020*/                   LDTM.x16 R4, tmem[UR5] ;
+        /*0030*/                   NOP;
+"""
+    [(name, target, ins)] = disasm.parse_sass(cuobjdump)
+    assert name == "_Z1kPf" and target == "sm_100a" and len(ins) == 4
+    k = disasm.KernelSass(name, tuple(ins), target)
+    assert k.opcodes == {"LDC": 1, "UTCHMMA": 1, "LDTM.x16": 1}
+    nvdisasm = """	.target	sm_90a
+.text._Z1kPf:
+        /*0000*/                   HMMA.16816.F32 R0, R4, R8, R0 ;
+"""
+    [(name, target, ins)] = disasm.parse_sass(nvdisasm)
+    assert name == "_Z1kPf" and target == "sm_90a" and ins == ["HMMA.16816.F32 R0, R4, R8, R0"]
+    res = disasm.parse_res_usage(" Function _Z1kPf:\n  REG:28 STACK:0 SHARED:1104 LOCAL:0 CONSTANT[0]:1172\n")
+    assert res == {"_Z1kPf": {"REG": 28, "STACK": 0, "SHARED": 1104, "LOCAL": 0}}
+
+
+def test_a_missing_fingerprint_family_fails_with_exit_1(monkeypatch):
+    """A stage whose SASS lacks a declared family is reported FAIL, and the command exits 1."""
+    _tool_or_skip()
+    import dataclasses
+
+    import perfscope.kernels as kernels
+
+    real = kernels.get_spec
+    wrong = dataclasses.replace(real("hgemm_bcf"), fingerprint=("hmma", "gmma"))
+    monkeypatch.setattr(kernels, "get_spec", lambda name: wrong if name == "hgemm_bcf" else real(name))
+    res = CliRunner().invoke(app, ["sass", "hgemm_bcf", "--arch", "sm_90a"])
+    assert res.exit_code == 1
+    assert "fingerprint FAIL" in res.output and "none in the SASS" in res.output
+
+
+def test_readme_labels_the_stage():
+    text = (Path(__file__).parent.parent / "README.md").read_text()
+    assert "perfscope sass" in text and "hgemm_tcgen05" in text
+    assert "compiled, never run" in text
