@@ -8,8 +8,8 @@ and spills are read. Cubins are cached on disk by a key over the source (and the
 headers it includes), the architecture, the flags, the name expressions and the NVRTC
 version, so a second ``bench`` or ``profile`` does not pay the compile again.
 
-The cache lives in ``$PERFSCOPE_CACHE_DIR``, else ``$XDG_CACHE_HOME/perfscope``, else
-``~/.cache/perfscope``.
+The cache lives under ``perfscope.cache.cache_root()`` (``$PERFSCOPE_CACHE``, else
+``~/.cache/perfscope``).
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from perfscope.cache import CACHE_ENV, cache_root
 from perfscope.errors import PerfscopeError
 
 log = logging.getLogger(__name__)
 
-CACHE_ENV = "PERFSCOPE_CACHE_DIR"
 # Bumped when the cached metadata's layout changes, so old entries are not misread.
 CACHE_FORMAT = 1
 ARCH_RE = re.compile(r"^sm_(\d+)([af]?)$")
@@ -105,15 +105,6 @@ class CompileError(PerfscopeError):
         self.log = log_text
 
 
-def cache_dir() -> Path:
-    env = os.environ.get(CACHE_ENV)
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "perfscope"
-
-
 def check_arch(arch: str) -> int:
     """The compute capability (e.g. 90) of an ``sm_XX[a|f]`` target, or a refusal."""
     m = ARCH_RE.match(arch)
@@ -121,6 +112,29 @@ def check_arch(arch: str) -> int:
         raise PerfscopeError(
             f"architecture {arch!r} is not a real GPU target; use one like sm_80 or sm_90a")
     return int(m.group(1))
+
+
+@lru_cache(maxsize=1)
+def nvrtc_archs() -> tuple[int, ...]:
+    """The compute capabilities the installed NVRTC compiles for (75, 80, ... 121)."""
+    nvrtc = _nvrtc()
+    err, archs = nvrtc.nvrtcGetSupportedArchs()
+    _check(nvrtc, err, "nvrtcGetSupportedArchs")
+    return tuple(int(a) for a in archs)
+
+
+def check_known_arch(arch: str) -> int:
+    """check_arch, and the target must be one NVRTC compiles: a refusal names the known ones."""
+    cc = check_arch(arch)
+    suffix = arch[len(f"sm_{cc}"):]
+    known = nvrtc_archs()
+    # Arch-specific ("a") targets exist from sm_90, family ("f") targets from sm_100.
+    if cc not in known or (suffix == "a" and cc < 90) or (suffix == "f" and cc < 100):
+        names = ", ".join(f"sm_{c}" for c in known)
+        raise PerfscopeError(
+            f"architecture {arch!r} is unknown to NVRTC {nvrtc_version()}; it compiles {names} "
+            "(with an 'a' suffix from sm_90 on, e.g. sm_90a, sm_100a, sm_103a)")
+    return cc
 
 
 def _nvrtc():
@@ -324,7 +338,7 @@ def compile_cubin(req: CompileRequest, *, use_cache: bool = True) -> CompiledMod
         raise PerfscopeError(f"no kernel named to instantiate from {req.source_name}")
     src_hash = source_hash(req.source, req.include_dir)
     key = _cache_key(req, src_hash)
-    root = cache_dir() / "cubin"
+    root = cache_root() / "cubin"
     cubin_path, meta_path = root / f"{key}.cubin", root / f"{key}.json"
     if use_cache and meta_path.is_file():
         hit = _load_cached(meta_path, cubin_path, src_hash)

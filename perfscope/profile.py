@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perfscope.cache import cache_root
 from perfscope.errors import PerfscopeError
 from perfscope.sass.families import base_opcode, group_families
 
@@ -688,12 +689,6 @@ def _ncu_report_module() -> Any:
                          "extras/python folder of an Nsight Compute install).")
 
 
-def _cache_dir() -> Path:
-    root = os.environ.get("PERFSCOPE_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "perfscope")
-    return Path(root)
-
-
 def _decompressed(path: Path) -> tuple[Path, bool]:
     """A plain .ncu-rep for path: itself, or an xz-decompressed copy (cached by content).
 
@@ -704,7 +699,7 @@ def _decompressed(path: Path) -> tuple[Path, bool]:
         return path, False
     st = path.stat()
     key = hashlib.sha256(f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:24]
-    cached = _cache_dir() / "reports" / f"{key}.ncu-rep"
+    cached = cache_root() / "reports" / f"{key}.ncu-rep"
     if cached.exists():
         return cached, False
     try:

@@ -7,11 +7,11 @@ import pytest
 from perfscope.build import (
     CompileError,
     CompileRequest,
-    cache_dir,
     compile_cubin,
     cuda_include_dir,
     parse_ptxas_log,
 )
+from perfscope.cache import cache_root
 from perfscope.errors import PerfscopeError
 
 SRC = r"""
@@ -29,7 +29,7 @@ __global__ void scale(const T* a, const T* b, T* c, int M, int NN, int K) {
 
 @pytest.fixture(autouse=True)
 def _cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("PERFSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("PERFSCOPE_CACHE", str(tmp_path / "cache"))
 
 
 def _req(**kw) -> CompileRequest:
@@ -57,7 +57,7 @@ def test_cache_hit_and_key(tmp_path):
     again = compile_cubin(_req())
     assert not first.from_cache and again.from_cache
     assert again.cubin_path == first.cubin_path and again.resources == first.resources
-    assert str(cache_dir()).startswith(str(tmp_path))
+    assert str(cache_root()).startswith(str(tmp_path))
     other_arch = compile_cubin(_req(arch="sm_80"))
     other_flags = compile_cubin(_req(flags=("-maxrregcount=32",)))
     other_src = compile_cubin(_req(source=SRC + "\n// changed\n"))

@@ -29,7 +29,7 @@ ARCHS = ("sm_80", "sm_90a")
 def _private_cache(tmp_path_factory):
     """Each test session compiles for real instead of reading a developer's cache."""
     mp = pytest.MonkeyPatch()
-    mp.setenv("PERFSCOPE_CACHE_DIR", str(tmp_path_factory.mktemp("cubins")))
+    mp.setenv("PERFSCOPE_CACHE", str(tmp_path_factory.mktemp("cubins")))
     yield
     mp.undo()
 

@@ -1,4 +1,4 @@
-"""The committed example report and the reference index.html in a real browser: headless Chromium through selenium.
+"""The committed example report and the reference index.html in headless Chromium (selenium).
 
 Skips where Chromium, its driver or selenium is missing; `.ci/run` installs Debian's
 chromium and chromium-driver so that CI runs it.
