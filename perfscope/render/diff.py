@@ -9,9 +9,8 @@ from rich.table import Table
 from rich.text import Text
 
 from perfscope.diff import ProfileDiff, Row
+from perfscope.render.summary import NOT_COLLECTED, md_cell
 from perfscope.sass.families import FAMILY_BY_KEY
-
-NOT_COLLECTED = "not collected"
 
 
 def _num(v: float | None) -> str:
@@ -68,12 +67,8 @@ def render_console(diff: ProfileDiff, console: Console | None = None) -> None:
         console.print(f"  {line}", highlight=False)
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
-
-
 def render_markdown(diff: ProfileDiff, gate_failures: Sequence[str] = ()) -> str:
-    lines = [f"### perfscope diff: `{_cell(diff.a.profile.name)}` vs `{_cell(diff.b.profile.name)}`",
+    lines = [f"### perfscope diff: `{md_cell(diff.a.profile.name)}` vs `{md_cell(diff.b.profile.name)}`",
              ""]
     ct = next((r for r in diff.time if r.name == "cycles"), None)
     dt = next((r for r in diff.time if r.name == "duration ns"), None)
@@ -81,11 +76,11 @@ def render_markdown(diff: ProfileDiff, gate_failures: Sequence[str] = ()) -> str
         lines += [f"A takes **{_ratio(ct) or '?'}** B's cycles and {_ratio(dt) or '?'} its time.", ""]
     lines += ["**Why A is slower than B**", "", *verdict_lines(diff), ""]
     for w in diff.warnings:
-        lines.append(f"> warning: {_cell(w)}")
+        lines.append(f"> warning: {md_cell(w)}")
     for g in gate_failures:
-        lines.append(f"> **gate failed:** {_cell(g)}")
+        lines.append(f"> **gate failed:** {md_cell(g)}")
     lines += ["", "<details><summary>Side by side</summary>", "", "| | A | B | A/B |",
               "|---|---|---|---|"]
-    lines += [f"| {_cell(q)} | {_cell(a)} | {_cell(b)} | {r} |" for q, a, b, r in table_rows(diff)]
+    lines += [f"| {md_cell(q)} | {md_cell(a)} | {md_cell(b)} | {r} |" for q, a, b, r in table_rows(diff)]
     lines += ["", "</details>", ""]
     return "\n".join(lines)

@@ -5,12 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from perfscope.profile import KernelProfile
-from perfscope.render.summary import finding_texts, not_evaluated_text, sections
-
-
-def _cell(text: str) -> str:
-    # Kernel names carry '|' and '<' rarely but C++ templates often: keep tables intact.
-    return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+from perfscope.render.summary import finding_texts, md_cell, not_evaluated_text, sections
 
 
 def _findings(evaluation) -> list[str]:
@@ -19,13 +14,13 @@ def _findings(evaluation) -> list[str]:
     if not texts:
         lines.append("none")
     for f in texts:
-        lines.append(f"- **{f.severity}** {f.code} `{f.tag}`: {_cell(f.title)} ({_cell(f.estimate)})")
-        lines += [f"  - {_cell(e)}" for e in f.evidence]
-        lines.append(f"  - fix: {_cell(f.fix)}")
-        lines.append(f"  - source: {_cell(f.reference)}")
+        lines.append(f"- **{f.severity}** {f.code} `{f.tag}`: {md_cell(f.title)} ({md_cell(f.estimate)})")
+        lines += [f"  - {md_cell(e)}" for e in f.evidence]
+        lines.append(f"  - fix: {md_cell(f.fix)}")
+        lines.append(f"  - source: {md_cell(f.reference)}")
     skipped = not_evaluated_text(evaluation)
     if skipped:
-        lines += ["", f"<sub>{_cell(skipped)}</sub>"]
+        lines += ["", f"<sub>{md_cell(skipped)}</sub>"]
     return [*lines, ""]
 
 
@@ -35,15 +30,15 @@ def kernel_markdown(kp: KernelProfile, evaluation=None) -> str:
         lines += _findings(evaluation)
     for sec in sections(kp):
         lines += [f"**{sec.title}**", "", "| | |", "|---|---|"]
-        lines += [f"| {_cell(label.strip())} | {_cell(value)} |" for label, value in sec.rows]
+        lines += [f"| {md_cell(label.strip())} | {md_cell(value)} |" for label, value in sec.rows]
         lines.append("")
     rules = [r for r in kp.ncu_rules if r.type != "ok"]
     if rules:
         lines += ["<details><summary>Nsight Compute's own findings</summary>", ""]
         for r in rules:
             sp = "" if r.speedup_pct is None else f" (est. {r.speedup_pct:.1f}% {r.speedup_type})"
-            lines.append(f"- **{r.type}** {_cell(r.identifier)}: {_cell(r.title)}{sp}: "
-                         f"{_cell(r.message)}")
+            lines.append(f"- **{r.type}** {md_cell(r.identifier)}: {md_cell(r.title)}{sp}: "
+                         f"{md_cell(r.message)}")
         lines += ["", "</details>", ""]
     return "\n".join(lines)
 

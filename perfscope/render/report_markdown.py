@@ -9,35 +9,28 @@ comment says how many.
 from __future__ import annotations
 
 from perfscope.render.report import Entry, Report
-from perfscope.render.summary import duration, finding_texts, pct
+from perfscope.render.summary import duration, finding_texts, md_cell, pct
 
 LIMIT = 60_000
-
-
-def _cell(text: str) -> str:
-    # C++ template names carry '<', '>' and sometimes '|': keep the tables intact and
-    # nothing in a kernel name can open an HTML tag in the comment.
-    return (text.replace("&", "&amp;").replace("|", "\\|").replace("<", "&lt;")
-            .replace(">", "&gt;").replace("`", "'"))
 
 
 def _ladder(report: Report) -> list[str]:
     if not report.ladders:
         return []
-    lines = [f"**Ladder** (TFLOP/s from {_cell(report.timing_source or '')})", "",
+    lines = [f"**Ladder** (TFLOP/s from {md_cell(report.timing_source or '')})", "",
              "| dtype | stage | TFLOP/s | of cuBLAS | of peak | verdict |", "|---|---|--:|--:|--:|---|"]
     for ld in report.ladders:
         for p in ld.points:
             ok = p.verdict == "ok" and p.tflops is not None
             lines.append(
-                f"| {ld.dtype} | {_cell(p.label)}{' (variant)' if p.variant else ''} | "
+                f"| {ld.dtype} | {md_cell(p.label)}{' (variant)' if p.variant else ''} | "
                 f"{f'{p.tflops.median:,.1f}' if ok else '-'} | "
                 f"{f'{p.ratio_to_reference:.1%}' if ok and p.ratio_to_reference is not None else '-'} | "
                 f"{f'{p.tflops.median / ld.peak_tflops:.1%}' if ok and ld.peak_tflops else '-'} | "
-                f"{'ok' if p.verdict == 'ok' else f'**{_cell(p.verdict)}**'} |")
+                f"{'ok' if p.verdict == 'ok' else f'**{md_cell(p.verdict)}**'} |")
         if ld.reference_tflops is not None:
             peak = "-" if not ld.peak_tflops else f"{ld.reference_tflops.median / ld.peak_tflops:.1%}"
-            lines.append(f"| {ld.dtype} | **{_cell(ld.reference or '')}** | "
+            lines.append(f"| {ld.dtype} | **{md_cell(ld.reference or '')}** | "
                          f"**{ld.reference_tflops.median:,.1f}** | 100% | {peak} | |")
     return [*lines, ""]
 
@@ -47,26 +40,26 @@ def _kernel_row(e: Entry) -> str:
     top = kp.stalls.top(1)
     stall = top[0].reason if top else "-"
     f = e.evaluation.findings
-    worst = f"{len(f)} ({f[0].severity}: {f[0].code} {_cell(f[0].title)})" if f else "none"
-    return (f"| {_cell(e.label)} | {duration(kp.sol.duration_ns)} | {pct(kp.sol.sm_pct)} | "
+    worst = f"{len(f)} ({f[0].severity}: {f[0].code} {md_cell(f[0].title)})" if f else "none"
+    return (f"| {md_cell(e.label)} | {duration(kp.sol.duration_ns)} | {pct(kp.sol.sm_pct)} | "
             f"{pct(kp.sol.memory_pct)} | {stall} | {worst} |")
 
 
 def _details(report: Report, e: Entry) -> list[str]:
-    lines = [f"<details><summary>{_cell(e.label)}: <code>{_cell(e.profile.name)}</code></summary>", ""]
+    lines = [f"<details><summary>{md_cell(e.label)}: <code>{md_cell(e.profile.name)}</code></summary>", ""]
     texts = finding_texts(e.evaluation)
     for f in texts:
-        lines.append(f"- **{f.severity}** {f.code} `{f.tag}`: {_cell(f.title)} ({_cell(f.estimate)})")
-        lines += [f"  - {_cell(ev)}" for ev in f.evidence]
-        lines.append(f"  - fix: {_cell(f.fix)}")
+        lines.append(f"- **{f.severity}** {f.code} `{f.tag}`: {md_cell(f.title)} ({md_cell(f.estimate)})")
+        lines += [f"  - {md_cell(ev)}" for ev in f.evidence]
+        lines.append(f"  - fix: {md_cell(f.fix)}")
     if not texts:
         lines.append("- no perfscope finding")
     for c in report.comparisons_of(e):
         cyc = next((r for r in c.diff.time if r.name == "cycles"), None)
         ratio = "" if cyc is None or cyc.ratio is None else f": {cyc.ratio:.2f}x its cycles"
-        lines += ["", f"Against its {c.kind} **{_cell(c.b.label)}**{ratio}", ""]
+        lines += ["", f"Against its {c.kind} **{md_cell(c.b.label)}**{ratio}", ""]
         reasons = c.diff.verdict
-        lines += [f"{i}. {_cell(r.sentence)} Fix: {_cell(r.fix)}" for i, r in enumerate(reasons, 1)]
+        lines += [f"{i}. {md_cell(r.sentence)} Fix: {md_cell(r.fix)}" for i, r in enumerate(reasons, 1)]
         if not reasons:
             lines.append("No finding explains a difference.")
     return [*lines, "", "</details>", ""]
@@ -74,14 +67,14 @@ def _details(report: Report, e: Entry) -> list[str]:
 
 def render(report: Report, html_name: str | None = None) -> str:
     """The Markdown comment; html_name names the full HTML report it summarises."""
-    head = [f"### {_cell(report.title)}", ""]
+    head = [f"### {md_cell(report.title)}", ""]
     if html_name:
-        head += [f"Full report: `{_cell(html_name)}` (self-contained HTML).", ""]
+        head += [f"Full report: `{md_cell(html_name)}` (self-contained HTML).", ""]
     head += _ladder(report)
     head += [f"**Kernels** ({len(report.entries)})", "",
              "| kernel | duration (ncu) | SM % | memory % | top stall | findings |",
              "|---|--:|--:|--:|---|---|", *(_kernel_row(e) for e in report.entries), ""]
-    head += [f"> {_cell(w)}" for w in report.warnings]
+    head += [f"> {md_cell(w)}" for w in report.warnings]
     text = "\n".join(head)
     blocks = ["\n".join(_details(report, e)) for e in report.entries]
     kept = 0

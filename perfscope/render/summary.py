@@ -20,6 +20,16 @@ class Section:
     rows: tuple[tuple[str, str], ...]
 
 
+def md_cell(text: str) -> str:
+    """Text safe inside a Markdown table cell of a PR comment.
+
+    C++ template names carry '<', '>' and sometimes '|': keep the tables intact, and let
+    nothing in a kernel name open an HTML tag in the comment.
+    """
+    return (text.replace("&", "&amp;").replace("|", "\\|").replace("<", "&lt;")
+            .replace(">", "&gt;").replace("`", "'"))
+
+
 def num(v: float | None, digits: int = 0, unit: str = "") -> str:
     if v is None:
         return NOT_COLLECTED
