@@ -213,7 +213,8 @@ def profile(
     req = guarded(lambda: profiling.ProfileRequest(
         stages=tuple(stages or ["all"]), dtypes=tuple(dtype or []), shape=shape,
         params=parse_params(param or []), out=out, ncu=opts, resume=resume, timeout=timeout))
-    with NcuProgress() as bar:
+    planned, _ = guarded(lambda: profiling.plan_jobs(req))
+    with NcuProgress(total=len(planned)) as bar:
         out_dir, results = guarded(lambda: profiling.profile_stages(req, bar.update))
     _print_profile_results(out_dir, results)
     if any(r.failed for r in results):
