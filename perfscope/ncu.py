@@ -157,7 +157,9 @@ class ProgressParser:
     """Turns ncu's stdout, fed in arbitrary chunks, into Progress events.
 
     ncu prints ``==PROF== Profiling "k": 0%....50%....100% - 38 passes`` a character at
-    a time as replay passes finish: each dot is 10%.
+    a time as replay passes finish: each dot is 10%. The profiled program's own output
+    can land in the middle of that line, so a kernel ends at ``- N passes`` wherever it
+    appears, or at ncu's next ``==`` message when the count never comes.
     """
 
     def __init__(self) -> None:
@@ -168,7 +170,7 @@ class ProgressParser:
     def feed(self, chunk: str) -> list[Progress]:
         events: list[Progress] = []
         self._buf += chunk
-        while self._buf:
+        while True:
             if self._kernel is None:
                 m = _PROF_KERNEL.search(self._buf)
                 if m is None:
@@ -179,19 +181,22 @@ class ProgressParser:
                 self._buf = self._buf[m.end():]
                 events.append(Progress(self._kernel, 0, None, False))
                 continue
-            end = self._buf.find("\n")
-            line = self._buf if end < 0 else self._buf[:end]
-            pct = 100 if "100%" in line else max(10 * line.count("."), 50 if "50%" in line else 0)
-            if min(pct, 100) > self._pct:
-                self._pct = min(pct, 100)
-                events.append(Progress(self._kernel, self._pct, None, False))
-            if end < 0:
-                return events
-            m = _PASSES.search(line)
-            events.append(Progress(self._kernel, 100, int(m.group(1)) if m else None, True))
-            self._kernel = None
-            self._buf = self._buf[end + 1:]
-        return events
+            passes = _PASSES.search(self._buf)
+            next_msg = self._buf.find("\n==")
+            if passes is not None and (next_msg < 0 or passes.start() < next_msg):
+                events.append(Progress(self._kernel, 100, int(passes.group(1)), True))
+                self._buf, self._kernel = self._buf[passes.end():], None
+                continue
+            if next_msg >= 0:
+                events.append(Progress(self._kernel, 100, None, True))
+                self._buf, self._kernel = self._buf[next_msg + 1:], None
+                continue
+            pct = 100 if "100%" in self._buf else max(min(10 * self._buf.count("."), 90),
+                                                       50 if "50%" in self._buf else 0)
+            if pct > self._pct:
+                self._pct = pct
+                events.append(Progress(self._kernel, pct, None, False))
+            return events
 
 
 # ------------------------------------------------------------------------- failures

@@ -122,3 +122,11 @@ def test_failures_become_one_sentence(output, rc, fragment):
 def test_success_needs_a_report():
     assert ncu.classify_failure(0, "==PROF== Report: x", report_written=True) is None
     assert "no report" in str(ncu.classify_failure(0, "", report_written=False))
+
+
+def test_progress_survives_the_programs_output_inside_the_line():
+    text = ('==PROF== Profiling "k_a": 0%....50%..perfscope-runner: k_a ok\n..100% - 34 passes\n'
+            '==PROF== Profiling "k_b": 0%....50%\n==ERROR== k_b failed\n')
+    events = ncu.ProgressParser().feed(text)
+    done = [(e.kernel, e.passes) for e in events if e.done]
+    assert done == [("k_a", 34), ("k_b", None)]
