@@ -129,3 +129,16 @@ def test_reference_sgemm_naive_vs_smem_names_coalescing_or_reuse():
     tags = {f.tag for f in result.new_findings}
     assert tags & {"uncoalesced-global", "no-data-reuse"}
     assert result.verdict[0].code in ("PS101", "PS102", "PS103")
+
+
+@needs_reference
+def test_profiled_manifest_takes_its_timing_from_bench_json():
+    """A profiled run is not timed; the bench.json beside it supplies the ratio to cuBLAS."""
+    from perfscope.rules import evaluate, manifest_beside
+
+    path = ref("hgemm_bcf_dbf_rw", "fp16")
+    manifest = manifest_beside(path)
+    ratio = manifest.timing.ratio_to_reference.median
+    assert 0.3 < ratio < 0.7
+    legacy = next(f for f in evaluate(d.resolve(path).profile, manifest).findings if f.code == "PS141")
+    assert legacy.estimated_gain == pytest.approx(1 - ratio, abs=0.01)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import logging
 from collections.abc import Sequence
@@ -127,15 +129,46 @@ def read_manifest(path: str | Path) -> RunManifest:
 
 def manifest_beside(report: str | Path) -> RunManifest | None:
     """The report's run manifest when one lies beside it; a broken one is logged, not fatal:
-    the report alone still answers most rules."""
+    the report alone still answers most rules.
+
+    A profiled run is not timed (ncu's replays would distort it), so when a ``bench.json``
+    lies in the same folder, the event timing of the same stage, dtype, shape and
+    parameters is taken from it: the rules that estimate from the ratio to cuBLAS need it.
+    """
     path = manifest_path(report)
     if not path.is_file():
         return None
     try:
-        return read_manifest(path)
+        manifest = read_manifest(path)
     except PerfscopeError as exc:
         log.warning("%s; rules that need it are not evaluated", exc)
         return None
+    if manifest.timing is None and manifest.verification.verdict == "ok":
+        timing = _bench_timing(path.parent / "bench.json", manifest)
+        if timing is not None:
+            manifest = dataclasses.replace(manifest, timing=timing)
+    return manifest
+
+
+def _bench_timing(bench: Path, manifest: RunManifest):
+    if not bench.is_file():
+        return None
+    try:
+        runs = _bench_runs(bench, bench.stat().st_mtime_ns)
+    except PerfscopeError as exc:
+        log.warning("%s; estimates that need timing are not made", exc)
+        return None
+    key = (manifest.stage, manifest.dtype, manifest.m, manifest.n, manifest.k,
+           tuple(sorted(manifest.params.items())))
+    return runs.get(key)
+
+
+@functools.lru_cache(maxsize=8)
+def _bench_runs(bench: Path, _mtime: int) -> dict:
+    from perfscope.manifest import BenchFile
+
+    return {(m.stage, m.dtype, m.m, m.n, m.k, tuple(sorted(m.params.items()))): m.timing
+            for m in BenchFile.read(bench).manifests if m.timing is not None}
 
 
 def evaluate_all(profiles: Sequence[KernelProfile]) -> list[Evaluation]:
