@@ -66,6 +66,20 @@ def profile(out: Path, full: bool) -> dict:
             "failed": [r.stem for r in results if r.failed]}
 
 
+def profile_only(out: Path, cost_file: Path) -> int:
+    """New reports and manifests; bench.json, check.json and other cost runs are kept."""
+    for old in [*out.glob("*.ncu-rep.xz"), *out.glob("*-*x*x*.json")]:
+        old.unlink()
+    cost = json.loads(cost_file.read_text()) if cost_file.exists() else {"shape": SHAPE, "runs": []}
+    run = profile(out, full=False)
+    cost["runs"] = [run, *(r for r in cost["runs"] if r["set"] != "perfscope")]
+    cost_file.write_text(json.dumps(cost, indent=1) + "\n")
+    compress(out)
+    write_index(out)
+    print(f"perfscope set: {run['total_passes']} passes, {run['wall_seconds']} s")
+    return 1 if run["failed"] else 0
+
+
 def run_bench(out: Path) -> None:
     """bench.json and check.json, in a process of their own (no report reader loaded)."""
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_h200.py"), "--out",
@@ -124,6 +138,8 @@ def main() -> int:
     ap.add_argument("--skip-bench", action="store_true")
     ap.add_argument("--bench-only", action="store_true",
                     help="keep the folder's reports; rerun only the bench step and index.html")
+    ap.add_argument("--profile-only", action="store_true",
+                    help="keep bench.json and check.json; rerun the profiles and index.html")
     args = ap.parse_args()
     out: Path = args.out
     cost_file = out / "profile_cost.json"
@@ -131,6 +147,8 @@ def main() -> int:
         run_bench(out)
         write_index(out)
         return 0
+    if args.profile_only:
+        return profile_only(out, cost_file)
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)

@@ -1,7 +1,8 @@
 """`perfscope profile`: ladder stages, or any program, under Nsight Compute.
 
-Stages: the whole request is one ncu invocation over one runner process (a stage costs
-its replay passes, not a process start). The runner launches each verified stage once
+Stages: the whole ladder is one ncu invocation over one runner process (a stage costs
+its replay passes, not a process start); the cuBLAS references get a second one, so
+cuBLAS's large modules stay out of the ladder's reports. The runner launches each verified stage once
 inside an NVTX range named after it; ncu profiles only those ranges. The combined report
 is then split, one report per stage, by importing it with launch filters, and each
 stage's run manifest is put beside its report:
@@ -175,12 +176,35 @@ def profile_stages(req: ProfileRequest,
     return out_dir, results
 
 
+def _groups(jobs: list[RunnerJob]) -> list[tuple[str, list[RunnerJob]]]:
+    """The ladder in one ncu process, the cuBLAS references in another.
+
+    A split report keeps every module the combined report imported, and cuBLAS's SGEMM
+    module alone is 14 MB of SASS (about 1 MB compressed): profiled beside the ladder it
+    would ride along in every stage's report.
+    """
+    from perfscope.kernels import get_spec
+
+    refs = [j for j in jobs if get_spec(j.stage).is_reference]
+    ladder = [j for j in jobs if j not in refs]
+    return [(name, group) for name, group in (("ladder", ladder), ("cublas", refs)) if group]
+
+
 def _run_jobs(ncu: str, req: ProfileRequest, jobs: list[RunnerJob], staging: Path, out_dir: Path,
               on_progress: Callable[[ncu_mod.Progress], None] | None) -> list[StageResult]:
-    jobs_file = staging / "jobs.json"
+    results: list[StageResult] = []
+    for name, group in _groups(jobs):
+        results += _run_group(ncu, req, name, group, staging, out_dir, on_progress)
+    return results
+
+
+def _run_group(ncu: str, req: ProfileRequest, name: str, jobs: list[RunnerJob], staging: Path,
+               out_dir: Path, on_progress: Callable[[ncu_mod.Progress], None] | None
+               ) -> list[StageResult]:
+    jobs_file = staging / f"{name}.jobs.json"
     write_jobs(jobs_file, jobs)
-    opts = replace(req.ncu or ncu_mod.NcuOptions(output=staging / "ladder"),
-                   output=staging / "ladder", kernel_regex=None,
+    opts = replace(req.ncu or ncu_mod.NcuOptions(output=staging / name),
+                   output=staging / name, kernel_regex=None,
                    nvtx_include=tuple(f"{j.stem}/" for j in jobs))
     command = [sys.executable, "-m", "perfscope.runner", str(jobs_file), str(staging)]
     run = ncu_mod.execute(ncu, opts, command, timeout=req.timeout, on_progress=on_progress)

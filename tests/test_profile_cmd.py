@@ -178,3 +178,15 @@ def test_reports_are_written_under_temporary_names(fake, tmp_path, monkeypatch):
     out = tmp_path / "o"
     assert invoke("profile", "sgemm_naive", "--shape", "64x64x64", "--out", str(out)).exit_code == 0
     assert any(s.endswith(".part.ncu-rep") and d.endswith(".ncu-rep") for s, d in seen)
+
+
+def test_cublas_references_get_their_own_ncu_process(fake, tmp_path):
+    log = fake("ok")
+    out = tmp_path / "o"
+    result = invoke("profile", "sgemm_naive", "cublas_sgemm", "--shape", "64x64x64", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    runs = [c for c in argv_log(log) if "--nvtx" in c]
+    assert [c.count("--nvtx-include") for c in runs] == [1, 1]
+    assert "sgemm_naive-fp32-64x64x64/" in runs[0] and "cublas_sgemm-fp32-64x64x64/" in runs[1]
+    for stage in ("sgemm_naive", "cublas_sgemm"):
+        assert (out / f"{stem_for(stage, 'fp32', '64x64x64')}.ncu-rep").exists()
