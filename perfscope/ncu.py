@@ -158,8 +158,9 @@ class ProgressParser:
 
     ncu prints ``==PROF== Profiling "k": 0%....50%....100% - 38 passes`` a character at
     a time as replay passes finish: each dot is 10%. The profiled program's own output
-    can land in the middle of that line, so a kernel ends at ``- N passes`` wherever it
-    appears, or at ncu's next ``==`` message when the count never comes.
+    can land in the middle of that line, and so can ncu's own warnings: a kernel ends at
+    ``- N passes`` wherever it appears, or at an error or the next kernel when the count
+    never comes.
     """
 
     def __init__(self) -> None:
@@ -182,7 +183,11 @@ class ProgressParser:
                 events.append(Progress(self._kernel, 0, None, False))
                 continue
             passes = _PASSES.search(self._buf)
-            next_msg = self._buf.find("\n==")
+            # A warning (ncu saving device memory before a replay, say) can interrupt the
+            # dots; only an error or the next kernel ends this one without a count.
+            ends = [i for i in (self._buf.find("\n==ERROR=="), self._buf.find("\n==PROF== Profiling"))
+                    if i >= 0]
+            next_msg = min(ends) if ends else -1
             if passes is not None and (next_msg < 0 or passes.start() < next_msg):
                 events.append(Progress(self._kernel, 100, int(passes.group(1)), True))
                 self._buf, self._kernel = self._buf[passes.end():], None

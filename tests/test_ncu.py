@@ -126,7 +126,8 @@ def test_success_needs_a_report():
 
 def test_progress_survives_the_programs_output_inside_the_line():
     text = ('==PROF== Profiling "k_a": 0%....50%..perfscope-runner: k_a ok\n..100% - 34 passes\n'
-            '==PROF== Profiling "k_b": 0%....50%\n==ERROR== k_b failed\n')
+            '==PROF== Profiling "k_w": 0%\n==WARNING== Backing up device memory.\n....50%....100%'
+            ' - 38 passes\n==PROF== Profiling "k_b": 0%....50%\n==ERROR== k_b failed\n')
     events = ncu.ProgressParser().feed(text)
     done = [(e.kernel, e.passes) for e in events if e.done]
-    assert done == [("k_a", 34), ("k_b", None)]
+    assert done == [("k_a", 34), ("k_w", 38), ("k_b", None)]
