@@ -2,7 +2,7 @@
 
     import perfscope
     for kp in perfscope.load("report.ncu-rep.xz"):
-        print(kp.name, kp.sol.duration_ns, kp.stalls.ranked[:3])
+        print(kp.name, kp.sol.duration_ns, kp.stalls.top(3))
 
 The report model is imported on first use, so ``import perfscope`` stays cheap for
 commands (bench, sass) that never read a report.

@@ -3,8 +3,8 @@
 ``--set full`` costs 35-45 replay passes and ~1 MB of report per kernel, most of it for
 views nobody reads here (PM sampling timelines, roofline charts, NVLink). This set holds
 every section the report model's views come from, plus the metrics they read by name,
-so a capture made with it loads with no "not collected" in any view. It is versioned:
-a report records which set made it (in the run manifest), and a change here bumps it.
+so a capture made with it loads with no "not collected" in any view. It is versioned
+(COLLECTION_VERSION): a change here bumps it and re-runs the committed reference run.
 """
 
 from __future__ import annotations
