@@ -76,8 +76,24 @@ def profile_only(out: Path, cost_file: Path) -> int:
     cost_file.write_text(json.dumps(cost, indent=1) + "\n")
     compress(out)
     write_index(out)
-    print(f"perfscope set: {run['total_passes']} passes, {run['wall_seconds']} s")
+    print_cost(cost)
     return 1 if run["failed"] else 0
+
+
+def print_cost(cost: dict) -> None:
+    """Passes and seconds per kernel for each collection set side by side, then totals."""
+    runs = cost["runs"]
+    print(f"{'kernel':40s}" + "".join(f"{r['set'] + ' passes':>18s}{'s':>8s}" for r in runs))
+    for i, row in enumerate(runs[0]["kernels"]):
+        cells = []
+        for r in runs:
+            k = r["kernels"][i] if i < len(r["kernels"]) else {}
+            cells.append(f"{k.get('passes') if k.get('passes') is not None else '?':>18}"
+                         f"{k.get('seconds', ''):>8}")
+        print(f"{row['kernel'][:40]:40s}" + "".join(cells))
+    for r in runs:
+        print(f"{r['set']:10s} set: {r['total_passes']} passes, {r['wall_seconds']} s "
+              f"for {len(r['kernels'])} kernels")
 
 
 def run_bench(out: Path) -> None:
@@ -175,9 +191,7 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as tmp:
             cost["runs"].append(profile(Path(tmp), full=True))
         cost_file.write_text(json.dumps(cost, indent=1) + "\n")
-    for run in cost["runs"]:
-        print(f"{run['set']:10s} set: {run['total_passes']} passes, {run['wall_seconds']} s "
-              f"for {len(run['kernels'])} kernels")
+    print_cost(cost)
     return 1 if cost["runs"][0]["failed"] else 0
 
 
