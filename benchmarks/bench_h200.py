@@ -4,11 +4,13 @@
     PYTHONPATH=. python3 benchmarks/bench_h200.py --sweep check.json    # + correctness sweep
 
 Every ladder stage runs in each dtype it takes (fp32, fp16, bf16), sgemm_pipe with 2, 3
-and 4 stages, each verified against float64 first and then timed against the cuBLAS
-reference of its dtype in alternating rounds in this one process (ratios printed as
-median and min-max over rounds). ``--sweep`` first checks every stage on every shape of
-issue 3 and writes those verdicts (no timing) to a second file. The clocks are measured
-as found; nothing here changes them.
+and 4 stages and hgemm_tma_wgmma with 3 and 4, each verified against float64 first and
+then timed against the cuBLAS reference of its dtype in alternating rounds in this one
+process (ratios printed as median and min-max over rounds). The Hopper stages and their
+parent are timed again at 8192^3 into ``bench-8192.json`` beside ``--out`` (issue 8
+holds them to both sizes). ``--sweep`` first checks every stage on every shape of issue 3
+and writes those verdicts (no timing) to a second file. The clocks are measured as
+found; nothing here changes them.
 """
 
 from __future__ import annotations
@@ -26,18 +28,23 @@ from perfscope.kernels import get_spec, parse_shape
 
 log = logging.getLogger("bench_h200")
 DTYPES = ("fp32", "fp16", "bf16")
-PIPE_STAGES = (2, 3, 4)
+# Ring depths timed as rows of their own: seed 002 §4 compares sgemm_pipe at 2, 3 and 4;
+# hgemm_tma_wgmma at 3 fits two CTAs in a multiprocessor's shared memory, at 4 one.
+DEPTHS = {"sgemm_pipe": (2, 3, 4), "hgemm_tma_wgmma": (4, 3)}
+HOPPER = ("hgemm_bcf_dbf_rw", "hgemm_tma_wgmma", "hgemm_tma_wgmma_ws",
+          "hgemm_tma_wgmma_persistent", "hgemm_tma_wgmma_cluster")
+LARGE_SHAPE = "8192x8192x8192"
 
 
-def jobs_for(shape: bench.Shape) -> list[bench.Job]:
+def jobs_for(shape: bench.Shape, stages: tuple[str, ...] = ("all",)) -> list[bench.Job]:
     jobs = []
-    for job in bench.plan(["all"], list(DTYPES), shape):
-        if job.spec.name == "sgemm_pipe":
-            # Seed 002 §4 compares depths 2, 3 and 4; each is its own row.
-            for n in PIPE_STAGES:
-                spec = get_spec("sgemm_pipe").with_params(STAGES=n)
-                refusal = job.refusal
-                jobs.append(bench.Job(spec, job.dtype, shape, refusal))
+    for job in bench.plan(list(stages), list(DTYPES) if stages == ("all",) else ["fp16", "bf16"],
+                          shape):
+        depths = DEPTHS.get(job.spec.name)
+        if depths:
+            for n in depths:
+                spec = get_spec(job.spec.name).with_params(STAGES=n)
+                jobs.append(bench.Job(spec, job.dtype, shape, job.refusal))
         else:
             jobs.append(job)
     return jobs
@@ -58,6 +65,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--sweep", type=Path, help="also check every shape; write verdicts here")
+    ap.add_argument("--no-large", action="store_true",
+                    help=f"skip the {LARGE_SHAPE} timing of the Hopper stages")
     args = ap.parse_args()
     command = "PYTHONPATH=. python3 " + " ".join(sys.argv)
     env = bench.collect_environment()
@@ -80,11 +89,19 @@ def main() -> int:
         if done:
             bench.write_bench_json(args.out, done, command)
             show(f"{args.shape}, {env.gpu}", done)
+    large: list = []
+    if done and not args.no_large:
+        # The Hopper stages at the issue's second size, with the stage they replace.
+        for m in bench.run_jobs(jobs_for(parse_shape(LARGE_SHAPE), HOPPER), opts, env):
+            large.append(m)
+        if large:
+            bench.write_bench_json(args.out.with_name("bench-8192.json"), large, command)
+            show(f"{LARGE_SHAPE}, {env.gpu}", large)
     for step in bench.parent_steps(done):
         log.log(logging.WARNING if step.regression else logging.INFO,
                 "%s %s: %.2fx its parent %s%s", step.stage, step.dtype, step.speedup,
                 step.parent, " (variant)" if step.variant else "")
-    return 1 if failed or bench.failed(done) else 0
+    return 1 if failed or bench.failed(done) or bench.failed(large) else 0
 
 
 if __name__ == "__main__":

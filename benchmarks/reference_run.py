@@ -7,7 +7,8 @@
    over the whole ladder and the cuBLAS references, clocks as found, perfscope's
    collection set; one report and one run manifest per stage.
 2. ``benchmarks/bench_h200.py``: every stage verified on every issue-3 shape
-   (``check.json``), then event-timed against cuBLAS at 4096^3 (``bench.json``).
+   (``check.json``), then event-timed against cuBLAS at 4096^3 (``bench.json``), and the
+   Hopper stages with their parent at 8192^3 (``bench-8192.json``).
 3. Every report compressed to ``.ncu-rep.xz``; ``profile_cost.json`` holds the passes
    and wall time per stage (and, with ``--compare-full``, the same for ``--set full``);
    ``README.md`` the GPU, clocks, versions and this command.
@@ -182,8 +183,10 @@ def main() -> int:
               "clock measured during its kernel, and bench.json the clock while timing.", "",
               "Files: `<stage>-<dtype>-4096x4096x4096.ncu-rep.xz` (one kernel each; the "
               "cuBLAS references are `cublas_*`), the run manifest beside each as `.json`, "
-              "`bench.json` (event-timed TFLOP/s and ratio to cuBLAS), `profile_cost.json` "
-              "(ncu passes and wall time per stage)."]
+              "`bench.json` (event-timed TFLOP/s and ratio to cuBLAS), `bench-8192.json` "
+              "(the Hopper stages and their parent again at 8192^3), `check.json` (every "
+              "stage on every issue-3 shape), `profile_cost.json` (ncu passes and wall time "
+              "per stage)."]
     (out / "README.md").write_text("\n".join(readme) + "\n")
     write_index(out)
     if args.compare_full:

@@ -35,7 +35,13 @@ from typing import Any
 from perfscope.build import nvrtc_version
 from perfscope.errors import PerfscopeError
 from perfscope.kernels import REFERENCE_FOR_DTYPE, all_specs, get_spec
-from perfscope.kernels.launch import Prepared, numpy_dtype, prepare, require_gpu
+from perfscope.kernels.launch import (
+    Prepared,
+    capability_refusal,
+    numpy_dtype,
+    prepare,
+    require_gpu,
+)
 from perfscope.kernels.spec import DTYPES, KernelSpec, Shape, normalize_dtype
 from perfscope.manifest import (
     ERROR,
@@ -91,6 +97,12 @@ class Job:
     refusal: str | None = None
 
 
+def _local_capability() -> int | None:
+    from perfscope.kernels.launch import driver_compute_capability
+
+    return driver_compute_capability()
+
+
 def plan(stages: Sequence[str], dtypes: Sequence[str], shape: Shape,
          params: dict[str, int] | None = None) -> list[Job]:
     """Resolve names ("all" or stage names) and dtypes into jobs, refusing bad input.
@@ -113,6 +125,7 @@ def plan(stages: Sequence[str], dtypes: Sequence[str], shape: Shape,
     if params:
         specs = _apply_params(specs, params, strict=not everything)
     jobs: list[Job] = []
+    cc = _local_capability() if everything else None
     for spec in specs:
         wanted = dts or (list(DTYPES) if everything else [spec.dtypes[0]])
         for dtype in wanted:
@@ -126,6 +139,11 @@ def plan(stages: Sequence[str], dtypes: Sequence[str], shape: Shape,
                 if not everything:
                     raise
                 jobs.append(Job(spec, dtype, shape, refusal=str(exc)))
+                continue
+            unfit = capability_refusal(spec, cc) if cc is not None else None
+            if unfit:
+                # Under "all", a stage this GPU cannot run (wgmma off Hopper) is a row.
+                jobs.append(Job(spec, dtype, shape, refusal=unfit))
                 continue
             jobs.append(Job(spec, dtype, shape))
     if not jobs:

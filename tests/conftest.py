@@ -62,3 +62,24 @@ def csv_number(row: dict[str, tuple[str, str]], column: str) -> float | None:
     if not _NUM.match(text):
         return None
     return float(text.replace(",", ""))
+
+
+@pytest.fixture(scope="module")
+def private_cubin_cache(tmp_path_factory):
+    """A module's compiles run for real instead of reading a developer's cubin cache
+    (use with ``pytestmark = pytest.mark.usefixtures("private_cubin_cache")``)."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("PERFSCOPE_CACHE", str(tmp_path_factory.mktemp("cubins")))
+    yield
+    mp.undo()
+
+
+def disassembler_or_skip():
+    """The SASS disassembler, or a clean skip that says how to install one."""
+    from perfscope.errors import PerfscopeError
+    from perfscope.sass import disasm
+
+    try:
+        return disasm.find_tool()
+    except PerfscopeError as exc:
+        pytest.skip(str(exc))

@@ -47,6 +47,36 @@ def test_stage_is_correct(case, shape):
         assert v.verdict == OK, f"{spec.name} {dtype} {shape}: {v.detail}"
 
 
+# The tensor-map stages refuse most issue-3 shapes (K and N multiples of 8), so they get
+# their own: K = 8 (one partly filled k tile), ragged M and N with more tiles than
+# multiprocessors (the persistent stage wraps), a square one, and the issue's 8192^3.
+TENSORMAP_CASES = [(s, d) for s in REGISTRY if s.abi == "tensormap" for d in s.dtypes]
+TENSORMAP_SHAPES = (bench.Shape(200, 264, 8), bench.Shape(2056, 4104, 520),
+                    bench.Shape(8, 8, 8), bench.Shape(8192, 8192, 8192))
+
+
+@pytest.mark.parametrize("shape", TENSORMAP_SHAPES, ids=str)
+@pytest.mark.parametrize("case", TENSORMAP_CASES, ids=[_id(c) for c in TENSORMAP_CASES])
+def test_tensormap_stage_is_correct(case, shape):
+    spec, dtype = case
+    prep = prepare(spec, dtype, shape)
+    for seed in (1, 2):
+        v = bench.verify(prep, seed)
+        assert v.verdict == OK, f"{spec.name} {dtype} {shape}: {v.detail}"
+
+
+def test_persistent_grid_is_one_cta_per_multiprocessor():
+    import cupy
+
+    sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+    big = prepare(get_spec("hgemm_tma_wgmma_persistent"), "bf16", bench.Shape(4096, 4096, 4096))
+    assert big.grid == (sms, 1, 1) and big.block == (384, 1, 1)
+    small = prepare(get_spec("hgemm_tma_wgmma_persistent"), "bf16", bench.Shape(256, 512, 64))
+    assert small.grid == (4, 1, 1)   # 2 x 2 tiles of 128 x 256: fewer tiles than SMs
+    pairs = prepare(get_spec("hgemm_tma_wgmma_cluster"), "bf16", bench.Shape(4096, 4096, 4096))
+    assert pairs.grid[0] % 2 == 0 and sms - 2 <= pairs.grid[0] <= sms
+
+
 def test_timing_produces_a_ratio():
     (job,) = bench.plan(["hgemm_naive"], ["fp16"], bench.Shape(512, 512, 512))
     opts = bench.BenchOptions(runs=3, rounds=3, warmup=1, l2_flush_bytes=1 << 24)

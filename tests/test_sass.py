@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import disassembler_or_skip
 from typer.testing import CliRunner
 
 from perfscope import bench, profiling
@@ -28,19 +29,10 @@ STAGE = "hgemm_tcgen05"
 
 
 def _tool_or_skip() -> disasm.Tool:
-    try:
-        return disasm.find_tool()
-    except PerfscopeError as exc:
-        pytest.skip(str(exc))
+    return disassembler_or_skip()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _private_cache(tmp_path_factory):
-    """Each test session compiles for real instead of reading a developer's cache."""
-    mp = pytest.MonkeyPatch()
-    mp.setenv("PERFSCOPE_CACHE", str(tmp_path_factory.mktemp("cubins")))
-    yield
-    mp.undo()
+pytestmark = pytest.mark.usefixtures("private_cubin_cache")
 
 
 # ------------------------------------------------------------ descriptor encodings

@@ -9,9 +9,10 @@
 //
 // hgemm_tcgen05
 //   template <typename T, int BM = 128, int BN = 128, int BK = 64, int STAGES = 4>
-//   params   (const __grid_constant__ TensorMap2D tmap_a, const __grid_constant__
-//            TensorMap2D tmap_b, T* C, int M, int N, int K): unlike the mma.sync ladder,
-//            A and B arrive as CUtensorMaps (cuTensorMapEncodeTiled on the host):
+//   params   (const __grid_constant__ TensorMap2D tmap_a, tmap_b, tmap_c, T* C, int M,
+//            int N, int K), the tensor-map ABI hopper.cu shares (tmap_c unused here):
+//            unlike the mma.sync ladder, A and B arrive as CUtensorMaps
+//            (cuTensorMapEncodeTiled on the host):
 //              tmap_a: dims {K, M}, row stride K*2 bytes, box {BK, BM}, 128B swizzle
 //              tmap_b: dims {N, K}, row stride N*2 bytes, box {64, BK}, 128B swizzle
 //            both with zero out-of-bounds fill, which pads ragged M/N/K edges with 0.
@@ -25,7 +26,7 @@
 //   tmem     BN fp32 columns x 128 lanes (one 128xBN accumulator); BN a power of 2 >= 32.
 //   flags    NVRTC/nvcc with -lineinfo for sm_100a or sm_103a only (tcgen05 exists on
 //            the arch-specific targets of compute capability 10.0 and 10.3).
-//   headers  cuda_fp16.h and cuda_bf16.h only (no cuda.h: TensorMap2D stands in for
+//   headers  tma.cuh (cuda_fp16.h and cuda_bf16.h; no cuda.h: TensorMap2D stands in for
 //            CUtensorMap, an opaque 128-byte, 64-byte-aligned object).
 //   shapes   K % 8 == 0 and N % 8 == 0 (TMA global strides are multiples of 16 bytes);
 //            A, B, C 16-byte aligned.
@@ -44,8 +45,7 @@
 // Written for perfscope from the PTX ISA (tcgen05, cp.async.bulk.tensor, mbarrier);
 // no code is taken from the seed article, CUTLASS or other libraries.
 
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
+#include "tma.cuh"
 
 namespace tc05 {
 
@@ -89,54 +89,15 @@ __host__ __device__ constexpr unsigned instr_desc_f16(unsigned ab_type, bool d_f
 }
 
 template <typename T> struct Elem;
-template <> struct Elem<__half> {
-    static constexpr unsigned AB = AB_F16;
-    static __device__ __forceinline__ unsigned pack2(float lo, float hi) {
-        __half2 h = __floats2half2_rn(lo, hi);
-        return *reinterpret_cast<unsigned*>(&h);
-    }
-};
-template <> struct Elem<__nv_bfloat16> {
-    static constexpr unsigned AB = AB_BF16;
-    static __device__ __forceinline__ unsigned pack2(float lo, float hi) {
-        __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-        return *reinterpret_cast<unsigned*>(&h);
-    }
-};
+template <> struct Elem<__half> { static constexpr unsigned AB = AB_F16; };
+template <> struct Elem<__nv_bfloat16> { static constexpr unsigned AB = AB_BF16; };
 
 // ------------------------------------------------------------------------ helpers
-__device__ __forceinline__ unsigned smem_u32(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count) : "memory");
-}
-// Arms the barrier for `bytes` of TMA traffic and counts the caller's arrival.
-__device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
-                 :: "r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" :: "r"(bar), "r"(parity) : "memory");
-}
-
-// 2-D TMA tile load into shared memory, completing on `bar` (complete_tx::bytes).
-// Coordinates are innermost first: (column, row) of the box's first element.
-__device__ __forceinline__ void tma_load_2d(unsigned dst, const void* tmap, unsigned bar,
-                                            int x, int y) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-        " [%0], [%1, {%3, %4}], [%2];\n"
-        :: "r"(dst), "l"(reinterpret_cast<unsigned long long>(tmap)), "r"(bar), "r"(x), "r"(y)
-        : "memory");
-}
+// (TMA, mbarrier and packing helpers come from tma.cuh, shared with hopper.cu.)
+using tma::smem_u32;
+using tma::mbar_init;
+using tma::mbar_expect_tx;
+using tma::mbar_wait;
 
 __device__ __forceinline__ void tmem_alloc(unsigned slot, unsigned ncols) {
     asm volatile("tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [%0], %1;\n"
@@ -194,15 +155,10 @@ __device__ __forceinline__ void stg_128(void* p, unsigned a, unsigned b, unsigne
 
 }  // namespace tc05
 
-// CUtensorMap without <cuda.h>: the driver fills 128 opaque bytes, 64-byte aligned.
-struct alignas(64) TensorMap2D {
-    unsigned long long opaque[16];
-};
-
 template <typename T, int BM, int BN, int BK, int STAGES>
 __global__ void __launch_bounds__(128, 1)
 hgemm_tcgen05(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant__ TensorMap2D tmap_b,
-              T* __restrict__ C, int M, int N, int K) {
+              const __grid_constant__ TensorMap2D tmap_c, T* __restrict__ C, int M, int N, int K) {
     using namespace tc05;
     // One 128xBNx16 MMA per 16-wide k step: M = 128 puts C row i in tensor-memory lane i.
     static_assert(BM == 128, "cta_group::1 MMA with M = 128 maps C rows onto the 128 lanes");
@@ -242,11 +198,9 @@ hgemm_tcgen05(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
         }
         mbar_init(done, 1);
         // Make the initialised barriers visible to the async proxy (TMA, tensor core).
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        asm volatile("prefetch.tensormap [%0];\n"
-                     :: "l"(reinterpret_cast<unsigned long long>(&tmap_a)) : "memory");
-        asm volatile("prefetch.tensormap [%0];\n"
-                     :: "l"(reinterpret_cast<unsigned long long>(&tmap_b)) : "memory");
+        tma::mbar_init_fence();
+        tma::prefetch_tmap(&tmap_a);
+        tma::prefetch_tmap(&tmap_b);
     }
     if (warp == 0) {
         tmem_alloc(smem_u32(&tmem_slot), TMEM_COLS);
@@ -262,10 +216,10 @@ hgemm_tcgen05(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
             const unsigned a_dst = ring + s * STAGE_BYTES, b_dst = a_dst + A_BYTES;
             const unsigned full = full0 + 8 * s;
             mbar_expect_tx(full, STAGE_BYTES);   // out-of-bounds zero fill counts too
-            tma_load_2d(a_dst, &tmap_a, full, kt * BK, m0);
+            tma::load_2d(a_dst, &tmap_a, full, kt * BK, m0);
 #pragma unroll
             for (int j = 0; j < BN / 64; ++j)
-                tma_load_2d(b_dst + j * B_ATOM_BYTES, &tmap_b, full, n0 + 64 * j, kt * BK);
+                tma::load_2d(b_dst + j * B_ATOM_BYTES, &tmap_b, full, n0 + 64 * j, kt * BK);
         };
         const int prologue = KT < STAGES ? KT : STAGES;
         for (int kt = 0; kt < prologue; ++kt) issue_load(kt, kt);
@@ -315,10 +269,10 @@ hgemm_tcgen05(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
                 if (col + 8 * h < N) {
                     const unsigned* f = r + 8 * h;
                     stg_128(dst + 8 * h,
-                            Elem<T>::pack2(__uint_as_float(f[0]), __uint_as_float(f[1])),
-                            Elem<T>::pack2(__uint_as_float(f[2]), __uint_as_float(f[3])),
-                            Elem<T>::pack2(__uint_as_float(f[4]), __uint_as_float(f[5])),
-                            Elem<T>::pack2(__uint_as_float(f[6]), __uint_as_float(f[7])));
+                            tma::Pack<T>::two(__uint_as_float(f[0]), __uint_as_float(f[1])),
+                            tma::Pack<T>::two(__uint_as_float(f[2]), __uint_as_float(f[3])),
+                            tma::Pack<T>::two(__uint_as_float(f[4]), __uint_as_float(f[5])),
+                            tma::Pack<T>::two(__uint_as_float(f[6]), __uint_as_float(f[7])));
                 }
             }
         }

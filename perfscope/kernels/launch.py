@@ -1,9 +1,11 @@
 """Run a stage on the GPU: compile (or reuse) its cubin, load it through CuPy, launch it.
 
-This is the one call path that ``bench`` and (later) the child process that ``ncu``
-profiles both use, for the ladder kernels (a cubin from :mod:`perfscope.build`, loaded
-with ``cupy.RawModule``) and for the cuBLAS references (``cupy.matmul``, which CuPy 14
-sends to cuBLAS for float32, float16 and ml_dtypes.bfloat16 arrays).
+This is the one call path that ``bench`` and the child process that ``ncu`` profiles
+both use, for the ladder kernels (a cubin from :mod:`perfscope.build`, loaded with
+``cupy.RawModule``; pointer-ABI stages launched by CuPy, tensor-map stages through
+:mod:`perfscope.kernels.tensormap` and ``cuLaunchKernelEx``) and for the cuBLAS references
+(``cupy.matmul``, which CuPy 14 sends to cuBLAS for float32, float16 and
+ml_dtypes.bfloat16 arrays).
 
 CuPy is imported only here and only when a GPU is asked for, so the CPU-only parts of
 perfscope (compiling, the registry, reading reports) work without it.
@@ -20,6 +22,7 @@ from typing import Any
 from perfscope.build import CompiledModule, CompileRequest, check_arch, compile_cubin
 from perfscope.errors import PerfscopeError
 from perfscope.kernels.spec import KERNEL_DIR, KernelSpec, Shape
+from perfscope.kernels.tensormap import Driver, TensorMapLauncher, persistent_grid, plan_maps
 
 log = logging.getLogger(__name__)
 
@@ -155,12 +158,20 @@ class Prepared:
     dynamic_smem: int
     # Held so the loaded module outlives every launch of its function.
     raw_module: Any = None
+    # Set for tensor-map stages: encodes A, B and C's maps and calls cuLaunchKernelEx.
+    tensormap: Any = None
 
     def launch(self, a: Any, b: Any, c: Any) -> None:
         if self.function is None:
             import cupy
 
             cupy.matmul(a, b, out=c)
+            return
+        if self.tensormap is not None:
+            import cupy
+
+            self.tensormap(a.data.ptr, b.data.ptr, c.data.ptr,
+                           cupy.cuda.get_current_stream().ptr)
             return
         import numpy as np
 
@@ -177,9 +188,9 @@ def prepare(spec: KernelSpec, dtype: str, shape: Shape) -> Prepared:
         raise PerfscopeError(never_run_refusal(spec, driver_compute_capability()))
     cupy = require_gpu()
     arch, cc = device_arch(cupy)
-    if cc < spec.min_cc:
-        raise PerfscopeError(f"{spec.name} needs compute capability {spec.min_cc / 10:.1f} or "
-                             f"newer; this GPU has {cc / 10:.1f}")
+    refusal = capability_refusal(spec, cc)
+    if refusal:
+        raise PerfscopeError(refusal)
     if spec.is_reference:
         return Prepared(spec, dtype, shape, None, None, (0, 0, 0), (0, 0, 0), 0)
     module = compile_stage(spec, dtype, arch)
@@ -189,5 +200,38 @@ def prepare(spec: KernelSpec, dtype: str, shape: Shape) -> Prepared:
     if smem > 48 * 1024:
         # Above 48 KiB the driver needs the kernel's explicit opt-in.
         fn.max_dynamic_shared_size_bytes = smem
-    return Prepared(spec, dtype, shape, module, fn, spec.grid_dims(shape), spec.block_dims(),
-                    smem, raw)
+    grid = spec.grid_dims(shape)
+    if spec.persistent:
+        grid = (persistent_grid(grid[0] * grid[1] * grid[2],
+                                _capacity(cupy, spec, fn.kernel.ptr, smem), spec.cluster), 1, 1)
+    launcher = None
+    if spec.abi == "tensormap":
+        launcher = TensorMapLauncher(plan_maps(spec, dtype, shape), fn.kernel.ptr,
+                                     (grid, spec.block_dims(), smem), shape, Driver(),
+                                     spec.cluster)
+    return Prepared(spec, dtype, shape, module, fn, grid, spec.block_dims(), smem, raw,
+                    launcher)
+
+
+def _capacity(cupy: Any, spec: KernelSpec, function: int, smem: int) -> int:
+    """CTAs of a persistent stage that run at once: one per multiprocessor, or for a
+    cluster launch the co-resident clusters the driver reports times their size."""
+    if spec.cluster == 1:
+        return int(cupy.cuda.Device().attributes["MultiProcessorCount"])
+    clusters = Driver().max_active_clusters(function, spec.block_dims(), smem, spec.cluster)
+    if clusters < 1:
+        raise PerfscopeError(f"{spec.name} cannot run on this GPU: not one cluster of "
+                             f"{spec.cluster} CTAs with {smem} bytes of shared memory fits")
+    return clusters * spec.cluster
+
+
+def capability_refusal(spec: KernelSpec, cc: int) -> str | None:
+    """Why a runnable stage cannot run on a GPU of capability cc (one sentence), or None."""
+    if cc < spec.min_cc:
+        return (f"{spec.name} needs compute capability {spec.min_cc / 10:.1f} or newer; this "
+                f"GPU has {cc / 10:.1f}")
+    if spec.only_cc and cc not in spec.only_cc:
+        need = " or ".join(f"{c / 10:.1f}" for c in spec.only_cc)
+        return (f"{spec.name} runs only on compute capability {need} (its instructions exist "
+                f"on {', '.join(spec.archs)} alone); this GPU has {cc / 10:.1f}")
+    return None

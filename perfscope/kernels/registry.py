@@ -16,7 +16,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from perfscope.errors import PerfscopeError
-from perfscope.kernels.spec import KernelSpec, Params, ShapeConstraint, tile_grid
+from perfscope.kernels.spec import (
+    KernelSpec,
+    Params,
+    Shape,
+    ShapeConstraint,
+    TmaBox,
+    TmaBoxes,
+    tile_grid,
+)
 
 HALF = ("fp16", "bf16")
 
@@ -70,6 +78,55 @@ _SGEMM_BASE = {"family": "sgemm", "dtypes": ("fp32",), "source": "sgemm.cu", "mi
                "fingerprint": ("ffma",)}
 _N8_TMA = ShapeConstraint("N", 8, "TMA needs B's and C's row strides to be multiples of 16 bytes")
 _K8_TMA = ShapeConstraint("K", 8, "TMA needs A's row stride to be a multiple of 16 bytes")
+
+
+
+def _ring_smem(staging_rows: int = 0):
+    """STAGES ring slots of A (BM x BK) and B (BK x BN), plus staging_rows x BN of C per
+    consumer pair, plus 1024 bytes to realign the ring (hopper.cu's header)."""
+
+    def smem(p: Params) -> int:
+        return (p["STAGES"] * (p["BM"] * p["BK"] + p["BK"] * p["BN"]) * 2
+                + 2 * staging_rows * p["BN"] * 2 + 1024)
+
+    smem.__doc__ = (f"STAGES * (BM*BK + BK*BN) * 2 + {2 * staging_rows} * BN * 2 + 1024"
+                    if staging_rows else "STAGES * (BM*BK + BK*BN) * 2 + 1024")
+    return smem
+
+
+def _mbarriers(per_stage: int):
+    def smem(p: Params) -> int:
+        return per_stage * p["STAGES"] * 8
+
+    return smem
+
+
+def _hopper_boxes(p: Params) -> TmaBoxes:
+    # A in BK x BM boxes, B in 64-column atoms of BK rows, C (TMA store) in 64 x 64 boxes.
+    return TmaBoxes(a=TmaBox(p["BM"], p["BK"]), b=TmaBox(p["BK"], 64), c=TmaBox(64, 64))
+
+
+def _persistent_tiles(p: Params, shape: Shape) -> tuple[int, int, int]:
+    tiles = -(-shape.m // p["BM"]) * -(-shape.n // p["BN"])
+    return (tiles, 1, 1)
+
+
+_persistent_tiles.__doc__ = "(ceil(M/BM) * ceil(N/BN), 1, 1), capped at the multiprocessors"
+
+
+def _cluster_pairs(p: Params, shape: Shape) -> tuple[int, int, int]:
+    # Two CTAs per pair of vertically adjacent tiles (an odd last row still takes a pair).
+    pairs = -(-shape.m // (2 * p["BM"])) * -(-shape.n // p["BN"])
+    return (2 * pairs, 1, 1)
+
+
+_cluster_pairs.__doc__ = ("(2 * ceil(M/(2*BM)) * ceil(N/BN), 1, 1), capped at the co-resident "
+                          "clusters x 2")
+
+_HOPPER = {"family": "hgemm", "dtypes": HALF, "source": "hopper.cu", "min_cc": 90,
+           "only_cc": (90,), "archs": ("sm_90a",), "abi": "tensormap",
+           "tma_boxes": _hopper_boxes, "constraints": (_K8_TMA, _N8_TMA),
+           "absent": ("hmma", "ldgsts")}
 
 REGISTRY: tuple[KernelSpec, ...] = (
     # ------------------------------------------------------------------ FP32 ladder
@@ -147,6 +204,49 @@ REGISTRY: tuple[KernelSpec, ...] = (
                change="Stages the C tile through swizzled shared memory and writes it back "
                       "with 16-byte coalesced stores.",
                seed="004 §4", **{**_HGEMM, "static_smem": _tiles_smem(2, 2)}),
+    # ------------------------------------------------------------------ Hopper (hopper.cu)
+    KernelSpec(name="hgemm_tma_wgmma", entry="hgemm_tma_wgmma", parent="hgemm_bcf_dbf_rw",
+               params=(("BM", 128), ("BN", 128), ("BK", 64), ("STAGES", 4)),
+               block=_threads(128), grid=tile_grid(), dynamic_smem=_ring_smem(),
+               static_smem=_mbarriers(1), fingerprint=("tma", "gmma"),
+               change="TMA brings 128B-swizzled A and B tiles into a 4-deep mbarrier ring and "
+                      "one warpgroup issues wgmma m64n128k16 straight from shared memory, "
+                      "waiting for each k tile's wgmmas before its slot is refilled.",
+               seed="000 §4; 004 §5", **_HOPPER),
+    KernelSpec(name="hgemm_tma_wgmma_ws", entry="hgemm_tma_wgmma_ws", parent="hgemm_tma_wgmma",
+               params=(("BM", 128), ("BN", 256), ("BK", 64), ("STAGES", 4)),
+               block=_threads(384), grid=tile_grid(), dynamic_smem=_ring_smem(),
+               static_smem=_mbarriers(2), fingerprint=("tma", "gmma", "setmaxreg"),
+               change="Warp specialisation: a producer warpgroup (setmaxnreg.dec) issues TMA "
+                      "against empty/full mbarriers while two consumer warpgroups "
+                      "(setmaxnreg.inc) keep one wgmma m64n256k16 group in flight; 128x256 "
+                      "tiles.",
+               seed="000 §4", **_HOPPER),
+    KernelSpec(name="hgemm_tma_wgmma_persistent", entry="hgemm_tma_wgmma_persistent",
+               parent="hgemm_tma_wgmma_ws",
+               params=(("BM", 128), ("BN", 256), ("BK", 64), ("STAGES", 3), ("GROUP", 8)),
+               block=_threads(384), grid=_persistent_tiles, persistent=True,
+               dynamic_smem=_ring_smem(staging_rows=64), static_smem=_mbarriers(2),
+               fingerprint=("tma", "gmma", "setmaxreg"),
+               change="Persistent CTAs, one per multiprocessor, walk the tiles in grouped "
+                      "L2-friendly order; the producer runs ahead into the next tile while the "
+                      "consumers store C through swizzled shared memory by TMA.",
+               seed="000 §4", **_HOPPER),
+    KernelSpec(name="hgemm_tma_wgmma_cluster", entry="hgemm_tma_wgmma_cluster",
+               parent="hgemm_tma_wgmma_persistent",
+               params=(("BM", 128), ("BN", 256), ("BK", 64), ("STAGES", 3), ("GROUP", 8)),
+               block=_threads(384), grid=_cluster_pairs, persistent=True, cluster=2,
+               dynamic_smem=_ring_smem(staging_rows=64), static_smem=_mbarriers(2),
+               fingerprint=("tma", "gmma", "setmaxreg"), variant=True,
+               change="2-CTA clusters on vertically adjacent tiles: each CTA loads its own A "
+                      "and half of the shared B tile, multicast to both (TMA .multicast::cluster), "
+                      "and a slot is freed only when both CTAs' consumers arrive on it.",
+               seed="000 §4",
+               notes="Issue 8's stretch stage, kept as a variant: on the H200 it measured 0.96 "
+                     "of cuBLAS at 4096^3 against the persistent stage's 0.99 (bf16 and fp16), "
+                     "0.99 against 1.02 at 8192^3. The persistent stage is not short of L2 "
+                     "bandwidth, so halving B's L2 reads buys nothing while the pair's shared "
+                     "slots make each CTA wait for the slower one.", **_HOPPER),
     # ------------------------------------------------------------------ cuBLAS references
     KernelSpec(name="cublas_sgemm", family="cublas", dtypes=("fp32",),
                change="cuBLAS FP32 GEMM through cupy.matmul (TF32 off).",
@@ -171,14 +271,15 @@ COMPILED_ONLY: tuple[KernelSpec, ...] = (
                # 2*STAGES+1 mbarriers (8 bytes) and the tensor-memory address slot (4).
                static_smem=lambda p: (2 * p["STAGES"] + 1) * 8 + 8,
                min_cc=100, only_cc=(100, 103), archs=("sm_100a", "sm_103a"), never_run=True,
+               abi="tensormap", tma_boxes=_hopper_boxes, absent=("hmma", "ldgsts"),
                constraints=(_K8_TMA, _N8_TMA),
                fingerprint=("tma", "utcmma", "tmem"),
                change="TMA brings 128B-swizzled A and B tiles into a 4-stage mbarrier ring; one "
                       "thread issues tcgen05.mma into a tensor-memory accumulator, releases each "
                       "stage with tcgen05.commit, and the epilogue reads C with tcgen05.ld.",
                seed="000 §4.1-4.2",
-               notes="Takes (CUtensorMap A, CUtensorMap B, T* C, M, N, K), not the ladder's "
-                     "pointer ABI; the root of the Blackwell family, after hgemm_bcf_dbf_rw."),
+               notes="Takes the tensor-map ABI of hopper.cu (CUtensorMap A, B, C, T* C, M, N, "
+                     "K); the root of the Blackwell family, after hgemm_bcf_dbf_rw."),
 )
 
 REFERENCE_FOR_DTYPE: Mapping[str, str] = {

@@ -4,10 +4,12 @@ A spec names the template in its .cu source and the template's integer parameter
 later ``perfscope tune`` can vary them; launch geometry (block, grid, dynamic shared
 memory) is computed from those parameters, never hard-wired beside them.
 
-Kernel ABI (both ladders): row-major C[M][N] = A[M][K] · B[K][N]; every kernel is
-``template <typename T, int ...> __global__ void name(const T* A, const T* B, T* C,
-int M, int N, int K)``, instantiated through an NVRTC name expression such as
-``hgemm_bcf<__half, 128, 128, 32>``.
+Kernel ABI: row-major C[M][N] = A[M][K] · B[K][N]. The mma.sync and FP32 stages take
+pointers, ``template <typename T, int ...> __global__ void name(const T* A, const T* B,
+T* C, int M, int N, int K)`` (``abi="pointers"``); the TMA stages (hopper.cu,
+blackwell.cu) take CUtensorMaps by value, ``name(TensorMap2D tmap_a, tmap_b, tmap_c, T* C,
+int M, int N, int K)`` (``abi="tensormap"``, boxes from ``tma_boxes``). Both are
+instantiated through an NVRTC name expression such as ``hgemm_bcf<__half, 128, 128, 32>``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from perfscope.errors import PerfscopeError
 KERNEL_DIR = Path(__file__).resolve().parent
 
 FAMILIES = ("sgemm", "hgemm", "blackwell", "cublas")
+ABIS = ("pointers", "tensormap")
 
 # How a stage that perfscope compiles and audits but has never executed is labelled,
 # wherever it appears (registry, `perfscope sass`, README).
@@ -116,6 +119,23 @@ def no_smem(_params: Params) -> int:
 
 
 @dataclass(frozen=True)
+class TmaBox:
+    """The box one TMA copy moves for an operand: rows x cols elements (cols innermost)."""
+
+    rows: int
+    cols: int
+
+
+@dataclass(frozen=True)
+class TmaBoxes:
+    """The boxes of A, B and C a tensor-map stage's maps are encoded with."""
+
+    a: TmaBox
+    b: TmaBox
+    c: TmaBox
+
+
+@dataclass(frozen=True)
 class KernelSpec:
     """One stage: where its code is, how to launch it, and where it sits in its ladder."""
 
@@ -149,6 +169,16 @@ class KernelSpec:
     # Compiled and audited, never executed (no such GPU has run it): kept out of bench,
     # profile "all" and the rule validation matrix, refused when named.
     never_run: bool = False
+    # SASS opcode families the compiled kernel must NOT use (the path it replaces).
+    absent: tuple[str, ...] = ()
+    # How arguments are passed (ABIS); "tensormap" stages also declare their TMA boxes.
+    abi: str = "pointers"
+    tma_boxes: Callable[[Params], TmaBoxes] | None = None
+    # Persistent kernel: the launch caps grid x (the tile count) at the multiprocessors
+    # (for a cluster launch, at the co-resident clusters times the cluster size).
+    persistent: bool = False
+    # CTAs per thread-block cluster, along x (a cuLaunchKernelEx launch attribute).
+    cluster: int = 1
     notes: str = field(default="", compare=False)
 
     @property
@@ -205,6 +235,11 @@ class KernelSpec:
         if self.grid is None:
             raise PerfscopeError(f"{self.name} is a library call and has no launch geometry")
         return self.grid(self.param_dict, shape)
+
+    def boxes(self) -> TmaBoxes:
+        if self.tma_boxes is None:
+            raise PerfscopeError(f"{self.name} takes pointers, not tensor maps")
+        return self.tma_boxes(self.param_dict)
 
     def dynamic_smem_bytes(self) -> int:
         return self.dynamic_smem(self.param_dict)

@@ -130,6 +130,11 @@ def has_tensor_cores(p: KernelProfile) -> bool:
     return any(p.opcodes.has(k) for k in TENSOR_FAMILIES)
 
 
+def is_async_mma(p: KernelProfile) -> bool:
+    """The math runs on wgmma (HGMMA) or tcgen05 (UTC*MMA): asynchronous warpgroup MMA."""
+    return p.opcodes.has("gmma") or p.opcodes.has("utcmma")
+
+
 def is_warp_specialised(p: KernelProfile) -> bool:
     """A TMA-fed wgmma/tcgen05 kernel with mbarriers and either register reallocation
     (setmaxnreg) or clusters: one CTA per SM is its design, not a defect. Judged by

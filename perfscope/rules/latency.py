@@ -8,6 +8,7 @@ from perfscope.rules.facts import (
     MEMORY_FIELDS,
     MEMORY_PCT_METRICS,
     STALL_METRICS,
+    is_async_mma,
     is_gemm_like,
     is_warp_specialised,
     need_opcodes,
@@ -26,6 +27,11 @@ ISSUE_ACTIVE_MAX = 60.0
 # Spill instructions above this share of all instructions explain the load waits
 # (PS130 owns them).
 SPILL_SHARE_MAX = 0.01
+# An asynchronous-MMA kernel (wgmma/tcgen05) issues one instruction per 64xNx16 block, so
+# its issue slots idle even at full speed (cuBLAS: 12% issue active at 90% SM). Its idle
+# measure is the SM throughput instead (the tensor pipe, for such a kernel), and it counts
+# as busy only from this SM % on.
+ASYNC_MMA_BUSY_SM_PCT = 80.0
 
 _COMMON = (*STALL_METRICS, SOL_METRICS["sm_pct"], *MEMORY_PCT_METRICS, M_ISSUE_ACTIVE)
 
@@ -86,11 +92,16 @@ def _check_barrier_bound(inputs: Inputs) -> Hit | None:
     schedulers idle and no unit is busy.
     Why: load -> __syncthreads -> compute -> __syncthreads serialises copy and math; with a
     double buffer one barrier per K tile suffices and the copy runs under the math
-    (seed 004 §3). Warp-specialised TMA kernels (recognised by USETMAXREG/clusters, TMA,
-    wgmma/tcgen05 and SYNCS) wait at barriers by design and are excluded.
-    Fix: double-buffer; with TMA use per-stage mbarriers instead of CTA barriers.
-    Estimate: barrier stall share x idle issue fraction (1 - issue active).
-    Source: seed 004 §3 (hgemm_bcf_dbf); seed 000 §3.1."""
+    (seed 004 §3). A wgmma kernel that waits for its own MMAs (wait_group 0) and then a CTA
+    barrier before each slot is refilled drains the tensor pipe every K tile the same way;
+    for it the idle measure is the SM throughput (the tensor pipe), not issue slots, which
+    an asynchronous MMA leaves idle by design. Warp-specialised TMA kernels (recognised by
+    USETMAXREG/clusters, TMA, wgmma/tcgen05 and SYNCS) wait at barriers by design and are
+    excluded.
+    Fix: double-buffer; with TMA use per-stage mbarriers instead of CTA barriers, keep one
+    wgmma group in flight and give the copies to a producer warpgroup.
+    Estimate: barrier stall share x idle fraction (1 - issue active; 1 - SM % for wgmma).
+    Source: seed 004 §3 (hgemm_bcf_dbf); seed 000 §3.1, §4."""
     p = inputs.profile
     share = stall_share(p, ("barrier",))
     if share < BARRIER_MIN:
@@ -98,6 +109,15 @@ def _check_barrier_bound(inputs: Inputs) -> Hit | None:
     need_opcodes(p)
     if is_warp_specialised(p) or not is_gemm_like(p):
         return None
+    if is_async_mma(p):
+        sm = need(p.sol.sm_pct, SOL_METRICS["sm_pct"])
+        if sm >= ASYNC_MMA_BUSY_SM_PCT:
+            return None
+        return Hit((
+            Evidence("stall share of barrier", round(share, 3), f">= {BARRIER_MIN}"),
+            Evidence(SOL_METRICS["sm_pct"], round(sm, 1),
+                     f"< {ASYNC_MMA_BUSY_SM_PCT:.0f} (wgmma/tcgen05: the tensor pipe idles)"),
+        ), share * (1 - sm / 100))
     idle, busy = _idle_and_busy(p)
     if busy:
         return None
@@ -114,8 +134,10 @@ BARRIER_BOUND = Rule(
     check=_check_barrier_bound,
     fix="Double-buffer the shared tiles so tile k+1's cp.async (or TMA) is in flight during tile "
         "k's math and one __syncthreads() per K tile suffices; with TMA, wait on per-stage "
-        "mbarriers instead of CTA-wide barriers.",
-    reference="seed 004 §3; seed 000 §3.1",
+        "mbarriers instead of CTA-wide barriers; with wgmma, keep one group in flight "
+        "(wgmma.wait_group 1), free each slot with an mbarrier arrive and let a producer "
+        "warpgroup issue the copies (warp specialisation).",
+    reference="seed 004 §3; seed 000 §3.1, §4",
     ncu=("CPIStall/Barrier",),
 )
 

@@ -37,10 +37,16 @@ class FingerprintCheck:
     label: str
     count: int           # static instructions of the family in the kernel
     opcodes: tuple[str, ...]
+    # A family the stage must not use (the slower path it replaces): ok when absent.
+    forbidden: bool = False
 
     @property
     def ok(self) -> bool:
-        return self.count > 0
+        return self.count == 0 if self.forbidden else self.count > 0
+
+    @property
+    def name(self) -> str:
+        return f"no {self.family}" if self.forbidden else self.family
 
 
 @dataclass(frozen=True)
@@ -94,7 +100,7 @@ class SassAudit:
             "instructions": sum(self.sass.opcodes.values()),
             "families": {k: {"count": sum(v.values()), "opcodes": v}
                          for k, v in self.families.items()},
-            "fingerprint": [{"family": c.family, "count": c.count, "ok": c.ok,
+            "fingerprint": [{"family": c.family, "forbidden": c.forbidden, "count": c.count, "ok": c.ok,
                              "opcodes": list(c.opcodes)} for c in self.fingerprint],
             "fingerprint_ok": self.fingerprint_ok,
             "findings": [f.to_dict() for f in self.evaluation.findings],
@@ -150,13 +156,15 @@ def static_profile(sass: KernelSass, arch: str, resources: ResourceUsage | None)
     )
 
 
-def check_fingerprint(sass: KernelSass, declared: tuple[str, ...]) -> tuple[FingerprintCheck, ...]:
+def check_fingerprint(sass: KernelSass, declared: tuple[str, ...],
+                      absent: tuple[str, ...] = ()) -> tuple[FingerprintCheck, ...]:
+    """One check per declared family (must be there) and per absent one (must not be)."""
     ops = sass.opcodes
     out = []
-    for key in declared:
+    for key, forbidden in [(k, False) for k in declared] + [(k, True) for k in absent]:
         mine = {op: n for op, n in ops.items() if family_of(op) == key}
         out.append(FingerprintCheck(key, FAMILY_BY_KEY[key].label, sum(mine.values()),
-                                    tuple(sorted(mine, key=lambda o: -mine[o]))))
+                                    tuple(sorted(mine, key=lambda o: -mine[o])), forbidden))
     return tuple(out)
 
 
@@ -194,7 +202,8 @@ def audit_stage(name: str, arch: str | None = None, dtype: str | None = None,
         target=name, kind="stage", arch=arch, kernel=mangled, dtype=dtype, label=spec.label,
         tool=tool, compiler=f"NVRTC {module.nvrtc_version} " + " ".join(
             o for o in module.options if not o.startswith("-I")),
-        resources=resources, sass=sass, fingerprint=check_fingerprint(sass, spec.fingerprint),
+        resources=resources, sass=sass, fingerprint=check_fingerprint(sass, spec.fingerprint,
+                                                                         spec.absent),
         evaluation=_evaluate(sass, arch, resources, Context(spec=spec, dtype=dtype,
                                                             resources=resources)),
         dynamic_smem=spec.dynamic_smem_bytes())
@@ -331,10 +340,10 @@ def render_text(audits: list[SassAudit]) -> str:
         out.append("")
         if a.fingerprint:
             verdict = "PASS" if a.fingerprint_ok else "FAIL"
-            out.append(f"fingerprint {verdict} (declared: {', '.join(c.family for c in a.fingerprint)})")
+            out.append(f"fingerprint {verdict} (declared: {', '.join(c.name for c in a.fingerprint)})")
             for c in a.fingerprint:
                 ops = ", ".join(c.opcodes) if c.opcodes else "none in the SASS"
-                out.append(f"  {'pass' if c.ok else 'FAIL':<5} {c.family:<10} {c.count:>6}  {ops}")
+                out.append(f"  {'pass' if c.ok else 'FAIL':<5} {c.name:<10} {c.count:>6}  {ops}")
         else:
             out.append("fingerprint: none declared (not a registry stage)")
         out.append("")

@@ -1,0 +1,226 @@
+"""Host side of the tensor-map ABI: encode CUtensorMaps and launch with cuLaunchKernelEx.
+
+The TMA stages (hopper.cu, blackwell.cu) take ``(TensorMap2D tmap_a, tmap_b, tmap_c, T* C,
+int M, int N, int K)`` with the maps passed by value as ``__grid_constant__`` parameters.
+Their descriptions (dimensions, strides, boxes) are planned here by pure functions that
+the unit tests assert on; only :class:`Driver` touches the GPU, through the CUDA driver
+library (``libcuda.so.1``) with ctypes, so no extra package is needed beside CuPy, which
+allocates the matrices and loads the cubin.
+
+References: CUDA Driver API, ``cuTensorMapEncodeTiled`` (its constraints on addresses,
+strides, boxes and swizzle) and ``cuLaunchKernelEx`` / ``CUlaunchConfig``; enum values
+from ``cuda.h`` of CUDA 13.0.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from perfscope.errors import PerfscopeError
+from perfscope.kernels.spec import KernelSpec, Shape, TmaBox
+
+# CUtensorMapDataType, CUtensorMapSwizzle, CUtensorMapL2promotion, ... (cuda.h).
+DATA_TYPE = {"fp16": 6, "bf16": 9}
+INTERLEAVE_NONE = 0
+SWIZZLE_128B = 3
+L2_PROMOTION_256B = 3
+OOB_FILL_ZEROS = 0
+TENSOR_MAP_BYTES = 128
+TENSOR_MAP_ALIGN = 64
+# TMA limits (cuTensorMapEncodeTiled): box sides 1..256 elements; with 128B swizzle the
+# inner box side is at most 128 bytes; global strides are multiples of 16 bytes.
+MAX_BOX = 256
+SWIZZLE_SPAN_BYTES = 128
+STRIDE_ALIGN = 16
+ELEMENT_BYTES = 2
+
+
+@dataclass(frozen=True)
+class MapPlan:
+    """Everything cuTensorMapEncodeTiled is given for one row-major 2-D matrix but its address."""
+
+    operand: str           # "A", "B" or "C"
+    dims: tuple[int, int]  # innermost first: (columns, rows)
+    row_stride: int        # bytes
+    box: tuple[int, int]   # innermost first: (box columns, box rows)
+    data_type: int
+    swizzle: int = SWIZZLE_128B
+    l2_promotion: int = L2_PROMOTION_256B
+
+
+def plan_map(operand: str, rows: int, cols: int, box: TmaBox, dtype: str) -> MapPlan:
+    """The tensor map of a row-major rows x cols matrix of dtype, read in box tiles.
+
+    Refuses in one sentence what the TMA unit cannot describe.
+    """
+    if dtype not in DATA_TYPE:
+        raise PerfscopeError(f"tensor maps are built for fp16 and bf16 here, not {dtype}")
+    stride = cols * ELEMENT_BYTES
+    if stride % STRIDE_ALIGN:
+        raise PerfscopeError(
+            f"{operand}'s rows are {stride} bytes apart, but TMA needs a multiple of "
+            f"{STRIDE_ALIGN} bytes (a column count that is a multiple of 8)")
+    for side in (box.rows, box.cols):
+        if not 1 <= side <= MAX_BOX:
+            raise PerfscopeError(f"{operand}'s TMA box {box.rows}x{box.cols} has a side "
+                                 f"outside 1..{MAX_BOX}")
+    if box.cols * ELEMENT_BYTES > SWIZZLE_SPAN_BYTES:
+        raise PerfscopeError(f"{operand}'s TMA box is {box.cols * ELEMENT_BYTES} bytes wide, "
+                             f"more than the {SWIZZLE_SPAN_BYTES}-byte swizzle span")
+    return MapPlan(operand, (cols, rows), stride, (box.cols, box.rows), DATA_TYPE[dtype])
+
+
+def plan_maps(spec: KernelSpec, dtype: str, shape: Shape) -> tuple[MapPlan, MapPlan, MapPlan]:
+    """The maps of A (M x K), B (K x N) and C (M x N) for a tensor-map stage."""
+    boxes = spec.boxes()
+    return (plan_map("A", shape.m, shape.k, boxes.a, dtype),
+            plan_map("B", shape.k, shape.n, boxes.b, dtype),
+            plan_map("C", shape.m, shape.n, boxes.c, dtype))
+
+
+def persistent_grid(ctas: int, capacity: int, cluster: int = 1) -> int:
+    """As many CTAs as run at once (``capacity``: the multiprocessors, or the co-resident
+    clusters times their size), never more than the work asks for, in whole clusters."""
+    return max(cluster, min(ctas, capacity // cluster * cluster))
+
+
+# CUlaunchAttributeID of the cluster shape (cuda.h).
+LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4
+
+
+class _LaunchAttribute(ctypes.Structure):
+    # CUlaunchAttribute: the id, padding to 8 bytes, a 64-byte value union whose
+    # clusterDim member is three unsigned ints.
+    _fields_ = [("id", ctypes.c_uint), ("pad", ctypes.c_ubyte * 4),
+                ("value", ctypes.c_uint * 16)]
+
+
+def _cluster_attributes(cluster: int) -> tuple[ctypes.Array | None, int]:
+    if cluster == 1:
+        return None, 0
+    attrs = (_LaunchAttribute * 1)()
+    attrs[0].id = LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    attrs[0].value[0], attrs[0].value[1], attrs[0].value[2] = cluster, 1, 1
+    return attrs, 1
+
+
+class _LaunchConfig(ctypes.Structure):
+    # CUlaunchConfig (cuda.h); attrs is NULL unless the launch has a cluster shape.
+    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint),
+                ("gridDimZ", ctypes.c_uint), ("blockDimX", ctypes.c_uint),
+                ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
+                ("attrs", ctypes.c_void_p), ("numAttrs", ctypes.c_uint)]
+
+
+class TensorMap:
+    """128 bytes on a 64-byte boundary, filled by the driver (a CUtensorMap)."""
+
+    def __init__(self) -> None:
+        self._raw = (ctypes.c_ubyte * (TENSOR_MAP_BYTES + TENSOR_MAP_ALIGN))()
+        base = ctypes.addressof(self._raw)
+        self.address = base + (-base % TENSOR_MAP_ALIGN)
+
+    def bytes(self) -> bytes:
+        return ctypes.string_at(self.address, TENSOR_MAP_BYTES)
+
+
+class Driver:
+    """cuTensorMapEncodeTiled and cuLaunchKernelEx from libcuda.so.1."""
+
+    def __init__(self) -> None:
+        try:
+            self._lib = ctypes.CDLL("libcuda.so.1")
+        except OSError:
+            raise PerfscopeError("no GPU: the CUDA driver library libcuda.so.1 is not "
+                                 "installed") from None
+        self._lib.cuGetErrorString.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+        self._lib.cuTensorMapEncodeTiled.argtypes = [
+            ctypes.c_void_p, ctypes.c_int, ctypes.c_uint, ctypes.c_void_p,
+            ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64),
+            ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint32),
+            ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        self._lib.cuLaunchKernelEx.argtypes = [ctypes.POINTER(_LaunchConfig), ctypes.c_void_p,
+                                               ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
+        self._lib.cuOccupancyMaxActiveClusters.argtypes = [
+            ctypes.POINTER(ctypes.c_int), ctypes.c_void_p, ctypes.POINTER(_LaunchConfig)]
+
+    def _check(self, code: int, what: str) -> None:
+        if code != 0:
+            text = ctypes.c_char_p()
+            self._lib.cuGetErrorString(code, ctypes.byref(text))
+            reason = text.value.decode() if text.value else f"error {code}"
+            raise PerfscopeError(f"{what} failed: {reason}")
+
+    def encode(self, plan: MapPlan, address: int) -> TensorMap:
+        if address % STRIDE_ALIGN:
+            raise PerfscopeError(f"{plan.operand} starts at an address that is not 16-byte "
+                                 "aligned, which TMA needs")
+        tmap = TensorMap()
+        dims = (ctypes.c_uint64 * 2)(*plan.dims)
+        strides = (ctypes.c_uint64 * 1)(plan.row_stride)
+        box = (ctypes.c_uint32 * 2)(*plan.box)
+        elem_strides = (ctypes.c_uint32 * 2)(1, 1)
+        self._check(self._lib.cuTensorMapEncodeTiled(
+            tmap.address, plan.data_type, 2, address, dims, strides, box, elem_strides,
+            INTERLEAVE_NONE, plan.swizzle, plan.l2_promotion, OOB_FILL_ZEROS),
+            f"cuTensorMapEncodeTiled for {plan.operand}")
+        return tmap
+
+    @staticmethod
+    def _config(geometry: Sequence[tuple[int, int, int] | int], stream: int,
+                cluster: int) -> tuple[_LaunchConfig, Any]:
+        (gx, gy, gz), (bx, by, bz), smem = geometry
+        attrs, count = _cluster_attributes(cluster)
+        config = _LaunchConfig(gx, gy, gz, bx, by, bz, smem, stream,
+                               ctypes.cast(attrs, ctypes.c_void_p) if attrs else None, count)
+        return config, attrs   # attrs must outlive the call that reads config
+
+    def launch(self, function: int, geometry: Sequence[tuple[int, int, int] | int],
+               stream: int, args: Sequence[Any], cluster: int = 1) -> None:
+        """Launch ``function`` (a CUfunction handle) with grid, block, dynamic smem and,
+        for cluster > 1, cluster dimensions (cluster, 1, 1)."""
+        config, _attrs = self._config(geometry, stream, cluster)
+        params = (ctypes.c_void_p * len(args))(
+            *[a.address if isinstance(a, TensorMap) else ctypes.addressof(a) for a in args])
+        self._check(self._lib.cuLaunchKernelEx(ctypes.byref(config), function, params, None),
+                    "cuLaunchKernelEx")
+
+    def max_active_clusters(self, function: int, block: tuple[int, int, int], smem: int,
+                            cluster: int) -> int:
+        """How many clusters of `cluster` CTAs of this kernel the GPU runs at once."""
+        config, _attrs = self._config(((cluster, 1, 1), block, smem), 0, cluster)
+        count = ctypes.c_int(0)
+        self._check(self._lib.cuOccupancyMaxActiveClusters(ctypes.byref(count), function,
+                                                           ctypes.byref(config)),
+                    "cuOccupancyMaxActiveClusters")
+        return count.value
+
+
+@dataclass
+class TensorMapLauncher:
+    """Launches one prepared tensor-map stage; maps are cached per (A, B, C) addresses."""
+
+    plans: tuple[MapPlan, MapPlan, MapPlan]
+    function: int
+    geometry: tuple[tuple[int, int, int], tuple[int, int, int], int]
+    shape: Shape
+    driver: Driver
+    cluster: int = 1
+    _maps: dict[tuple[int, int, int], tuple[TensorMap, TensorMap, TensorMap]] | None = None
+
+    def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int, stream: int) -> None:
+        if self._maps is None:
+            self._maps = {}
+        key = (a_ptr, b_ptr, c_ptr)
+        maps = self._maps.get(key)
+        if maps is None:
+            maps = tuple(self.driver.encode(p, ptr) for p, ptr in zip(self.plans, key, strict=True))
+            self._maps[key] = maps
+        s = self.shape
+        args = [*maps, ctypes.c_void_p(c_ptr), ctypes.c_int(s.m), ctypes.c_int(s.n),
+                ctypes.c_int(s.k)]
+        self.driver.launch(self.function, self.geometry, stream, args, self.cluster)

@@ -1,0 +1,220 @@
+"""The Hopper TMA + wgmma stages on the CPU (as in CI): SASS, tensor-map plans, launches.
+
+Each stage is compiled for sm_90a through NVRTC and disassembled with the pinned tools;
+its SASS must hold HGMMA and UTMALDG and neither HMMA nor LDGSTS (issue 8). The tensor
+maps are planned by pure functions whose every field is asserted here; the launcher is
+driven through a fake driver, so the argument order reaching cuLaunchKernelEx is checked
+without a GPU. Correctness and speed are GPU tests (tests/test_gpu_bench.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+from conftest import disassembler_or_skip
+
+from perfscope.errors import PerfscopeError
+from perfscope.kernels import REGISTRY, Shape, get_spec
+from perfscope.kernels.launch import capability_refusal, compile_stage
+from perfscope.kernels.spec import TmaBox
+from perfscope.kernels.tensormap import (
+    DATA_TYPE,
+    L2_PROMOTION_256B,
+    SWIZZLE_128B,
+    MapPlan,
+    TensorMap,
+    TensorMapLauncher,
+    persistent_grid,
+    plan_map,
+    plan_maps,
+)
+from perfscope.sass.audit import audit_stage
+
+HOPPER = [s for s in REGISTRY if s.source == "hopper.cu"]
+NAMES = ("hgemm_tma_wgmma", "hgemm_tma_wgmma_ws", "hgemm_tma_wgmma_persistent",
+         "hgemm_tma_wgmma_cluster")
+
+
+pytestmark = pytest.mark.usefixtures("private_cubin_cache")
+
+
+def test_the_ladder_continues_past_mma_sync():
+    assert [s.name for s in HOPPER] == list(NAMES)
+    assert [s.parent for s in HOPPER] == ["hgemm_bcf_dbf_rw", *NAMES[:3]]
+    # The cluster stage measured slower than its parent: declared a variant, with why.
+    assert [s.variant for s in HOPPER] == [False, False, False, True]
+    assert "0.96" in HOPPER[3].notes and HOPPER[3].cluster == 2
+    for spec in HOPPER:
+        assert spec.family == "hgemm" and spec.dtypes == ("fp16", "bf16")
+        assert spec.archs == ("sm_90a",) and spec.only_cc == (90,) and spec.abi == "tensormap"
+        assert {"tma", "gmma"} <= set(spec.fingerprint)
+        assert set(spec.absent) == {"hmma", "ldgsts"}
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("name", NAMES)
+def test_sass_has_hgmma_and_utmaldg_and_no_hmma_or_ldgsts(name, dtype):
+    tool = disassembler_or_skip()
+    a = audit_stage(name, "sm_90a", dtype, tool=tool)
+    bases = a.sass.base_opcodes
+    assert bases["HGMMA"] > 0 and bases["UTMALDG"] > 0
+    assert not bases["HMMA"] and not bases["LDGSTS"]
+    assert a.fingerprint_ok, [(c.name, c.count) for c in a.fingerprint]
+    assert {c.name for c in a.fingerprint} >= {"tma", "gmma", "no hmma", "no ldgsts"}
+    assert a.resources is not None and not a.resources.spills
+    # The instruction shape follows BN: m64n128k16 for the first stage, n256 after it.
+    bn = get_spec(name).param_dict["BN"]
+    assert any(f"HGMMA.64x{bn}x16.F32" in op for op in a.sass.opcodes), sorted(a.sass.opcodes)
+
+
+@pytest.mark.parametrize("name", NAMES[1:])
+def test_specialised_stages_move_registers_and_the_last_stores_by_tma(name):
+    tool = disassembler_or_skip()
+    a = audit_stage(name, "sm_90a", "bf16", tool=tool)
+    bases = a.sass.base_opcodes
+    assert bases["USETMAXREG"] >= 2     # dec in the producer, inc in the consumers
+    assert (bases["UTMASTG"] > 0) == (name != "hgemm_tma_wgmma_ws")
+    multicast = sum(n for op, n in a.sass.opcodes.items() if op.startswith("UTMALDG.2D.MULTICAST"))
+    clustered = name == "hgemm_tma_wgmma_cluster"
+    assert (multicast > 0) == clustered
+    assert (bases["UCGABAR_ARV"] > 0) == clustered   # cluster barriers after init, before exit
+
+
+def test_setmaxnreg_is_not_ignored():
+    # ptxas warns (C7508) and drops setmaxnreg when the kernel has no register cap.
+    for spec in HOPPER[1:]:
+        for dtype in spec.dtypes:
+            log = compile_stage(spec, dtype, "sm_90a").log
+            assert "setmaxnreg" not in log.lower(), log
+
+
+def test_a_fingerprint_family_that_must_be_absent_fails_the_audit():
+    from types import SimpleNamespace
+
+    from perfscope.sass.audit import check_fingerprint
+
+    fake = SimpleNamespace(opcodes={"HMMA.16816.F32": 8, "UTMALDG.2D": 2})
+    checks = check_fingerprint(fake, ("tma",), ("hmma",))
+    assert [(c.name, c.ok) for c in checks] == [("tma", True), ("no hmma", False)]
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_100a"])
+def test_other_targets_are_refused_in_one_sentence(arch):
+    with pytest.raises(PerfscopeError, match=r"^hgemm_tma_wgmma (needs|is built only)") as e:
+        compile_stage(get_spec("hgemm_tma_wgmma"), "bf16", arch)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("cc, words", [(80, "needs compute capability 9.0"),
+                                       (100, "runs only on compute capability 9.0")])
+def test_other_gpus_are_refused_in_one_sentence(cc, words):
+    text = capability_refusal(get_spec("hgemm_tma_wgmma_ws"), cc)
+    assert text is not None and words in text and "\n" not in text
+    assert capability_refusal(get_spec("hgemm_tma_wgmma_ws"), 90) is None
+
+
+# ------------------------------------------------------------------ tensor-map plans
+def test_maps_of_the_first_stage_at_4096():
+    a, b, c = plan_maps(get_spec("hgemm_tma_wgmma"), "bf16", Shape(4096, 4096, 4096))
+    assert a == MapPlan("A", (4096, 4096), 8192, (64, 128), DATA_TYPE["bf16"])
+    assert b == MapPlan("B", (4096, 4096), 8192, (64, 64), DATA_TYPE["bf16"])
+    assert c == MapPlan("C", (4096, 4096), 8192, (64, 64), DATA_TYPE["bf16"])
+    assert a.swizzle == SWIZZLE_128B and a.l2_promotion == L2_PROMOTION_256B
+
+
+def test_maps_of_a_ragged_shape_are_innermost_first():
+    a, b, c = plan_maps(get_spec("hgemm_tma_wgmma_ws"), "fp16", Shape(1000, 2000, 504))
+    assert (a.dims, a.row_stride) == ((504, 1000), 1008)
+    assert (b.dims, b.row_stride) == ((2000, 504), 4000)
+    assert (c.dims, c.row_stride) == ((2000, 1000), 4000)
+    assert a.data_type == DATA_TYPE["fp16"] == 6 and DATA_TYPE["bf16"] == 9
+
+
+@pytest.mark.parametrize("rows, cols, box, dtype, words", [
+    (64, 100, TmaBox(64, 64), "bf16", "200 bytes apart"),
+    (64, 64, TmaBox(512, 64), "bf16", "outside 1..256"),
+    (64, 64, TmaBox(64, 128), "bf16", "256 bytes wide"),
+    (64, 64, TmaBox(64, 64), "fp32", "not fp32"),
+])
+def test_maps_tma_cannot_describe_are_refused_in_one_sentence(rows, cols, box, dtype, words):
+    with pytest.raises(PerfscopeError, match=words) as e:
+        plan_map("B", rows, cols, box, dtype)
+    assert "\n" not in str(e.value)
+
+
+def test_shapes_tma_forbids_are_refused_before_any_launch():
+    spec = get_spec("hgemm_tma_wgmma_persistent")
+    with pytest.raises(PerfscopeError, match="needs N to be a multiple of 8"):
+        spec.check_shape(Shape(128, 129, 64))
+    with pytest.raises(PerfscopeError, match="needs K to be a multiple of 8"):
+        spec.check_shape(Shape(128, 128, 65))
+
+
+def test_persistent_grid_caps_at_what_runs_at_once():
+    spec = get_spec("hgemm_tma_wgmma_persistent")
+    tiles = spec.grid_dims(Shape(4096, 4096, 4096))
+    assert tiles == (32 * 16, 1, 1)
+    assert persistent_grid(tiles[0], 132) == 132
+    assert persistent_grid(4, 132) == 4 and persistent_grid(0, 132) == 1
+    # Clusters: whole pairs only, never fewer than one pair.
+    pairs = get_spec("hgemm_tma_wgmma_cluster").grid_dims(Shape(2056, 4104, 520))
+    assert pairs == (2 * 9 * 17, 1, 1)   # 17 tile rows -> 9 pairs, the last half empty
+    assert persistent_grid(pairs[0], 66 * 2, cluster=2) == 132
+    assert persistent_grid(pairs[0], 131, cluster=2) == 130
+    assert persistent_grid(2, 132, cluster=2) == 2
+
+
+def test_dynamic_shared_memory_follows_the_header():
+    assert get_spec("hgemm_tma_wgmma").dynamic_smem_bytes() == 4 * 32768 + 1024
+    assert get_spec("hgemm_tma_wgmma_ws").dynamic_smem_bytes() == 4 * 49152 + 1024
+    assert get_spec("hgemm_tma_wgmma_persistent").dynamic_smem_bytes() == 3 * 49152 + 65536 + 1024
+    assert get_spec("hgemm_tma_wgmma_cluster").dynamic_smem_bytes() == 3 * 49152 + 65536 + 1024
+
+
+# ------------------------------------------------------------------ the launcher
+def test_cluster_launch_attribute_has_the_cuda_h_layout():
+    from perfscope.kernels.tensormap import _cluster_attributes, _LaunchAttribute, _LaunchConfig
+
+    # CUlaunchAttribute: id, 4 bytes of padding, a 64-byte union; CUlaunchConfig: seven
+    # unsigned ints, the stream, the attribute pointer and their count (x86-64).
+    assert ctypes.sizeof(_LaunchAttribute) == 72 and _LaunchAttribute.value.offset == 8
+    assert ctypes.sizeof(_LaunchConfig) == 56 and _LaunchConfig.hStream.offset == 32
+    assert _cluster_attributes(1) == (None, 0)
+    attrs, count = _cluster_attributes(2)
+    assert count == 1 and attrs[0].id == 4 and list(attrs[0].value[:3]) == [2, 1, 1]
+
+
+class FakeDriver:
+    """Records what perfscope would hand cuTensorMapEncodeTiled and cuLaunchKernelEx."""
+
+    def __init__(self) -> None:
+        self.encoded: list[tuple[str, int]] = []
+        self.launches: list[tuple] = []
+
+    def encode(self, plan: MapPlan, address: int) -> TensorMap:
+        self.encoded.append((plan.operand, address))
+        return TensorMap()
+
+    def launch(self, function, geometry, stream, args, cluster=1) -> None:
+        self.launches.append((function, geometry, stream, args, cluster))
+
+
+def test_launcher_passes_three_maps_then_c_m_n_k_and_caches_the_maps():
+    shape = Shape(1000, 2000, 504)
+    spec = get_spec("hgemm_tma_wgmma_ws")
+    fake = FakeDriver()
+    geometry = (spec.grid_dims(shape), spec.block_dims(), spec.dynamic_smem_bytes())
+    launch = TensorMapLauncher(plan_maps(spec, "bf16", shape), 0xF00, geometry, shape, fake)
+    launch(0x1000, 0x2000, 0x3000, 7)
+    launch(0x1000, 0x2000, 0x3000, 7)
+    assert fake.encoded == [("A", 0x1000), ("B", 0x2000), ("C", 0x3000)]   # once
+    (fn, geo, stream, args, cluster), _ = fake.launches
+    assert (fn, stream, cluster) == (0xF00, 7, 1) and geo == ((8, 8, 1), (384, 1, 1), 197632)
+    assert all(isinstance(x, TensorMap) for x in args[:3])
+    assert args[0].address % 64 == 0
+    assert args[3].value == 0x3000
+    assert [x.value for x in args[4:]] == [1000, 2000, 504]
+    assert all(isinstance(x, ctypes.c_int) for x in args[4:])
+    launch(0x1000, 0x2000, 0x4000, 7)   # a new C: its maps are encoded afresh
+    assert fake.encoded[-3:] == [("A", 0x1000), ("B", 0x2000), ("C", 0x4000)]
