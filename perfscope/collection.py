@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from perfscope.profile import VIEW_METRICS
 
-COLLECTION_VERSION = 1
+COLLECTION_VERSION = 2
 
 SECTIONS: tuple[str, ...] = (
     "SpeedOfLight",                 # sol
@@ -35,6 +35,8 @@ RULE_METRICS: tuple[str, ...] = (
     "launch__shared_mem_per_block_static", "launch__shared_mem_per_block_dynamic",
     "launch__waves_per_multiprocessor", "launch__persisting_l2_cache_size",
     "sm__maximum_warps_per_active_cycle_pct",
+    # PS105: L2 sectors the SMs requested, TMA copies included (version 2).
+    "lts__t_sectors_srcunit_tex.sum",
     *(f"smsp__average_warps_issue_stalled_{reason}_per_issue_active.ratio" for reason in (
         "barrier", "branch_resolving", "dispatch_stall", "drain", "gmma", "imc_miss",
         "lg_throttle", "long_scoreboard", "math_pipe_throttle", "membar", "mio_throttle",

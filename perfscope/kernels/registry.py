@@ -243,8 +243,8 @@ REGISTRY: tuple[KernelSpec, ...] = (
                       "and a slot is freed only when both CTAs' consumers arrive on it.",
                seed="000 §4",
                notes="Issue 8's stretch stage, kept as a variant: on the H200 it measured 0.96 "
-                     "of cuBLAS at 4096^3 against the persistent stage's 0.99 (bf16 and fp16), "
-                     "0.99 against 1.02 at 8192^3. The persistent stage is not short of L2 "
+                     "of cuBLAS at 4096^3 against the persistent stage's 1.00 (bf16 and fp16), "
+                     "0.98 against 1.02 at 8192^3. The persistent stage is not short of L2 "
                      "bandwidth, so halving B's L2 reads buys nothing while the pair's shared "
                      "slots make each CTA wait for the slower one.", **_HOPPER),
     # ------------------------------------------------------------------ cuBLAS references

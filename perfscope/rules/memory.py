@@ -12,6 +12,7 @@ from __future__ import annotations
 from perfscope.profile import (
     M_GLOBAL_IDEAL,
     M_GLOBAL_SECTORS,
+    M_OPCODES,
     M_SHARED_IDEAL,
     M_SHARED_WAVEFRONTS,
     SOL_METRICS,
@@ -41,6 +42,10 @@ from perfscope.rules.facts import (
 )
 from perfscope.rules.model import Evidence, Hit, Inputs, Rule, need
 from perfscope.sass.families import base_opcode
+
+# Every L2 sector the SMs asked for, TMA copies included (MemoryWorkloadAnalysis_Tables);
+# the plain lts__t_sectors.sum also counts traffic between the two L2 partitions.
+M_L2_SECTORS = "lts__t_sectors_srcunit_tex.sum"
 
 # -- thresholds --
 # Scalar (<= 4-byte) global loads above this share of all LDGs: vectorising is the fix.
@@ -217,8 +222,13 @@ def _check_store_inefficiency(inputs: Inputs) -> Hit | None:
     Why: partial-sector writes cost L2 bandwidth and read-modify-write work; the mma
     fragment layout scatters a warp's C values over 8 rows (seed 004 §4).
     Fix: stage C through shared memory and write whole rows with 16-byte stores or TMA.
-    Estimate: excess store sectors / (all global + local sectors) x memory pressure (busiest
-    memory unit when >= 60%, else the LG throttle + drain stall share).
+    Estimate: excess store sectors / all sectors the kernel moves x memory pressure
+    (busiest memory unit when >= 60%, else the LG throttle + drain stall share). The
+    sectors moved are the per-instruction global + local sectors, or the L2's count of
+    sectors the SMs requested (lts__t_sectors_srcunit_tex.sum) when larger: TMA copies
+    are no SASS load instruction, so a TMA-fed kernel's operand traffic shows only
+    there. A TMA-fed kernel without that count gets no estimate rather than one inflated
+    by the missing loads.
     Source: seed 004 §4 (hgemm_bcf_dbf_rw); NCU Profiling Guide: Source Counters."""
     p = inputs.profile
     ops = by_opcode(p.memory.global_, "global sectors")
@@ -230,20 +240,28 @@ def _check_store_inefficiency(inputs: Inputs) -> Hit | None:
     pr = pressure(p, MEMORY_FIELDS, ("lg_throttle", "drain"))
     if not pr.significant:
         return None
-    total = (p.memory.global_.actual or 0.0) + local_sectors(p)
+    per_instruction = (p.memory.global_.actual or 0.0) + local_sectors(p)
+    l2 = p.metric(M_L2_SECTORS)
     w = worst(stores)
-    return Hit((
+    evidence = [
         Evidence(f"{M_GLOBAL_SECTORS} excess / ideal (stores)", round(excess / ideal, 3),
                  f">= {MIN_EXCESS}"),
         Evidence(f"{w.opcode} sectors actual / ideal", round(w.ratio or 0.0, 2), "> 1"),
         pr.evidence,
-    ), excess / total * pr.value)
+    ]
+    if l2 is None and p.opcodes.has("tma"):
+        return Hit(tuple(evidence), None)
+    total = max(per_instruction, l2 or 0.0)
+    if l2 is not None and l2 > per_instruction:
+        evidence.append(Evidence(f"{M_L2_SECTORS} (SM traffic to L2, TMA included)", l2,
+                                 f"> {per_instruction:.0f} per-instruction sectors"))
+    return Hit(tuple(evidence), excess / total * pr.value)
 
 
 STORE_INEFFICIENCY = Rule(
     code="PS105", tag="store-inefficiency", title="C is written with narrow, scattered stores",
     severity="optimization",
-    metrics=(*TRAFFIC_METRICS_GLOBAL, *_GLOBAL_PRESSURE),
+    metrics=(*TRAFFIC_METRICS_GLOBAL, *_GLOBAL_PRESSURE, M_L2_SECTORS, M_OPCODES),
     check=_check_store_inefficiency,
     fix="Write C through shared memory: stage each warp's accumulator fragments in a swizzled "
         "shared tile (stmatrix where available), then store whole rows with 16-byte "
