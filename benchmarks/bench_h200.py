@@ -36,10 +36,10 @@ HOPPER = ("hgemm_bcf_dbf_rw", "hgemm_tma_wgmma", "hgemm_tma_wgmma_ws",
 LARGE_SHAPE = "8192x8192x8192"
 
 
-def jobs_for(shape: bench.Shape, stages: tuple[str, ...] = ("all",)) -> list[bench.Job]:
+def jobs_for(shape: bench.Shape, stages: tuple[str, ...] = ("all",),
+             dtypes: tuple[str, ...] = DTYPES) -> list[bench.Job]:
     jobs = []
-    for job in bench.plan(list(stages), list(DTYPES) if stages == ("all",) else ["fp16", "bf16"],
-                          shape):
+    for job in bench.plan(list(stages), list(dtypes), shape):
         depths = DEPTHS.get(job.spec.name)
         if depths:
             for n in depths:
@@ -92,7 +92,8 @@ def main() -> int:
     large: list = []
     if done and not args.no_large:
         # The Hopper stages at the second size, with the stage they replace.
-        for m in bench.run_jobs(jobs_for(parse_shape(LARGE_SHAPE), HOPPER), opts, env):
+        for m in bench.run_jobs(jobs_for(parse_shape(LARGE_SHAPE), HOPPER, ("fp16", "bf16")),
+                                opts, env):
             large.append(m)
         if large:
             bench.write_bench_json(args.out.with_name("bench-8192.json"), large, command)

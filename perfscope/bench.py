@@ -34,10 +34,11 @@ from typing import Any
 
 from perfscope.build import nvrtc_version
 from perfscope.errors import PerfscopeError
-from perfscope.kernels import REFERENCE_FOR_DTYPE, all_specs, get_spec
+from perfscope.kernels import REFERENCE_FOR_DTYPE, all_specs, get_spec, launch
 from perfscope.kernels.launch import (
     Prepared,
     capability_refusal,
+    never_run_refusal,
     numpy_dtype,
     prepare,
     require_gpu,
@@ -97,12 +98,6 @@ class Job:
     refusal: str | None = None
 
 
-def _local_capability() -> int | None:
-    from perfscope.kernels.launch import driver_compute_capability
-
-    return driver_compute_capability()
-
-
 def plan(stages: Sequence[str], dtypes: Sequence[str], shape: Shape,
          params: dict[str, int] | None = None) -> list[Job]:
     """Resolve names ("all" or stage names) and dtypes into jobs, refusing bad input.
@@ -119,13 +114,11 @@ def plan(stages: Sequence[str], dtypes: Sequence[str], shape: Shape,
     for spec in specs:
         # "all" never holds such a stage (all_specs); named, it is refused before any job.
         if spec.never_run:
-            from perfscope.kernels.launch import driver_compute_capability, never_run_refusal
-
-            raise PerfscopeError(never_run_refusal(spec, driver_compute_capability()))
+            raise PerfscopeError(never_run_refusal(spec, launch.driver_compute_capability()))
     if params:
         specs = _apply_params(specs, params, strict=not everything)
     jobs: list[Job] = []
-    cc = _local_capability() if everything else None
+    cc = launch.driver_compute_capability() if everything else None
     for spec in specs:
         wanted = dts or (list(DTYPES) if everything else [spec.dtypes[0]])
         for dtype in wanted:

@@ -28,10 +28,6 @@ from perfscope.sass.audit import audit, audit_stage
 STAGE = "hgemm_tcgen05"
 
 
-def _tool_or_skip() -> disasm.Tool:
-    return disassembler_or_skip()
-
-
 pytestmark = pytest.mark.usefixtures("private_cubin_cache")
 
 
@@ -178,7 +174,7 @@ def _audit_cases():
 def test_every_stage_shows_its_fingerprint(spec, arch):
     """Every stage with source, for every arch it declares: each fingerprint family is in
     its SASS, in every dtype it takes."""
-    tool = _tool_or_skip()
+    tool = disassembler_or_skip()
     for dtype in spec.dtypes:
         a = audit_stage(spec.name, arch, dtype, tool=tool)
         missing = [c.family for c in a.fingerprint if not c.ok]
@@ -189,7 +185,7 @@ def test_every_stage_shows_its_fingerprint(spec, arch):
 @pytest.mark.parametrize("arch", ["sm_100a", "sm_103a"])
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 def test_tcgen05_sass_shows_the_blackwell_instructions(arch, dtype):
-    tool = _tool_or_skip()
+    tool = disassembler_or_skip()
     a = audit_stage(STAGE, arch, dtype, tool=tool)
     bases = a.sass.base_opcodes
     for op in ("UTCHMMA", "UTCBAR", "LDTM", "UTMALDG"):
@@ -205,7 +201,7 @@ def test_tcgen05_sass_shows_the_blackwell_instructions(arch, dtype):
 
 
 def test_static_rules_reuse_the_counter_rules():
-    tool = _tool_or_skip()
+    tool = disassembler_or_skip()
     capped = audit_stage("sgemm_reg8x8_capped", "sm_90a", tool=tool)
     assert [f.code for f in capped.evaluation.findings] == ["PS130"]
     free = audit_stage("sgemm_reg8x8", "sm_90a", tool=tool)
@@ -217,7 +213,7 @@ def test_static_rules_reuse_the_counter_rules():
 
 
 def test_cli_prints_the_audit_and_json():
-    _tool_or_skip()
+    disassembler_or_skip()
     res = CliRunner().invoke(app, ["sass", STAGE, "--arch", "sm_100a"])
     assert res.exit_code == 0, res.output
     for word in ("compiled, never run", "UTCHMMA", "UTCBAR", "LDTM", "UTMALDG", "fingerprint PASS",
@@ -231,7 +227,7 @@ def test_cli_prints_the_audit_and_json():
 
 
 def test_a_cubin_is_audited_as_given():
-    tool = _tool_or_skip()
+    tool = disassembler_or_skip()
     from perfscope.kernels.launch import compile_stage
 
     mod = compile_stage(get_spec(STAGE), "fp16", "sm_103a")
@@ -273,7 +269,7 @@ def test_source_that_does_not_compile_shows_the_log():
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (a CUDA toolkit)")
 def test_cu_path_compiles_with_nvcc_and_shows_the_log(tmp_path):
-    _tool_or_skip()
+    disassembler_or_skip()
     good = tmp_path / "good.cu"
     good.write_text("__global__ void twice(float* p) { p[threadIdx.x] *= 2.0f; }\n")
     [a] = audit(str(good), arch="sm_100a")
@@ -287,7 +283,7 @@ def test_cu_path_compiles_with_nvcc_and_shows_the_log(tmp_path):
 
 
 def test_cu_path_without_nvcc_says_what_to_do(tmp_path, monkeypatch):
-    _tool_or_skip()
+    disassembler_or_skip()
     src = tmp_path / "k.cu"
     src.write_text("__global__ void k() {}\n")
     monkeypatch.setattr(shutil, "which", lambda name: None if name == "nvcc" else "/bin/true")
@@ -358,7 +354,7 @@ def test_sass_parser_reads_both_tools():
 
 def test_a_missing_fingerprint_family_fails_with_exit_1(monkeypatch):
     """A stage whose SASS lacks a declared family is reported FAIL, and the command exits 1."""
-    _tool_or_skip()
+    disassembler_or_skip()
     import dataclasses
 
     import perfscope.kernels as kernels

@@ -200,25 +200,24 @@ def prepare(spec: KernelSpec, dtype: str, shape: Shape) -> Prepared:
     if smem > 48 * 1024:
         # Above 48 KiB the driver needs the kernel's explicit opt-in.
         fn.max_dynamic_shared_size_bytes = smem
-    grid = spec.grid_dims(shape)
-    if spec.persistent:
-        grid = (persistent_grid(grid[0] * grid[1] * grid[2],
-                                _capacity(cupy, spec, fn.kernel.ptr, smem), spec.cluster), 1, 1)
+    grid, block = spec.grid_dims(shape), spec.block_dims()
     launcher = None
     if spec.abi == "tensormap":
+        driver = Driver()
+        if spec.persistent:
+            capacity = _capacity(cupy, spec, driver, fn.kernel.ptr, smem)
+            grid = (persistent_grid(grid[0] * grid[1] * grid[2], capacity, spec.cluster), 1, 1)
         launcher = TensorMapLauncher(plan_maps(spec, dtype, shape), fn.kernel.ptr,
-                                     (grid, spec.block_dims(), smem), shape, Driver(),
-                                     spec.cluster)
-    return Prepared(spec, dtype, shape, module, fn, grid, spec.block_dims(), smem, raw,
-                    launcher)
+                                     (grid, block, smem), shape, driver, spec.cluster)
+    return Prepared(spec, dtype, shape, module, fn, grid, block, smem, raw, launcher)
 
 
-def _capacity(cupy: Any, spec: KernelSpec, function: int, smem: int) -> int:
+def _capacity(cupy: Any, spec: KernelSpec, driver: Driver, function: int, smem: int) -> int:
     """CTAs of a persistent stage that run at once: one per multiprocessor, or for a
     cluster launch the co-resident clusters the driver reports times their size."""
     if spec.cluster == 1:
         return int(cupy.cuda.Device().attributes["MultiProcessorCount"])
-    clusters = Driver().max_active_clusters(function, spec.block_dims(), smem, spec.cluster)
+    clusters = driver.max_active_clusters(function, spec.block_dims(), smem, spec.cluster)
     if clusters < 1:
         raise PerfscopeError(f"{spec.name} cannot run on this GPU: not one cluster of "
                              f"{spec.cluster} CTAs with {smem} bytes of shared memory fits")

@@ -101,7 +101,7 @@ def _mbarriers(per_stage: int):
     return smem
 
 
-def _hopper_boxes(p: Params) -> TmaBoxes:
+def _tma_boxes(p: Params) -> TmaBoxes:
     # A in BK x BM boxes, B in 64-column atoms of BK rows, C (TMA store) in 64 x 64 boxes.
     return TmaBoxes(a=TmaBox(p["BM"], p["BK"]), b=TmaBox(p["BK"], 64), c=TmaBox(64, 64))
 
@@ -125,7 +125,7 @@ _cluster_pairs.__doc__ = ("(2 * ceil(M/(2*BM)) * ceil(N/BN), 1, 1), capped at th
 
 _HOPPER = {"family": "hgemm", "dtypes": HALF, "source": "hopper.cu", "min_cc": 90,
            "only_cc": (90,), "archs": ("sm_90a",), "abi": "tensormap",
-           "tma_boxes": _hopper_boxes, "constraints": (_K8_TMA, _N8_TMA),
+           "tma_boxes": _tma_boxes, "constraints": (_K8_TMA, _N8_TMA),
            "absent": ("hmma", "ldgsts")}
 
 REGISTRY: tuple[KernelSpec, ...] = (
@@ -271,7 +271,7 @@ COMPILED_ONLY: tuple[KernelSpec, ...] = (
                # 2*STAGES+1 mbarriers (8 bytes) and the tensor-memory address slot (4).
                static_smem=lambda p: (2 * p["STAGES"] + 1) * 8 + 8,
                min_cc=100, only_cc=(100, 103), archs=("sm_100a", "sm_103a"), never_run=True,
-               abi="tensormap", tma_boxes=_hopper_boxes, absent=("hmma", "ldgsts"),
+               abi="tensormap", tma_boxes=_tma_boxes, absent=("hmma", "ldgsts"),
                constraints=(_K8_TMA, _N8_TMA),
                fingerprint=("tma", "utcmma", "tmem"),
                change="TMA brings 128B-swizzled A and B tiles into a 4-stage mbarrier ring; one "

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from perfscope.errors import PerfscopeError
@@ -210,11 +210,9 @@ class TensorMapLauncher:
     shape: Shape
     driver: Driver
     cluster: int = 1
-    _maps: dict[tuple[int, int, int], tuple[TensorMap, TensorMap, TensorMap]] | None = None
+    _maps: dict[tuple[int, int, int], tuple[TensorMap, ...]] = field(default_factory=dict)
 
     def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int, stream: int) -> None:
-        if self._maps is None:
-            self._maps = {}
         key = (a_ptr, b_ptr, c_ptr)
         maps = self._maps.get(key)
         if maps is None:

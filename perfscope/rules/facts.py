@@ -140,7 +140,7 @@ def is_warp_specialised(p: KernelProfile) -> bool:
     (setmaxnreg) or clusters: one CTA per SM is its design, not a defect. Judged by
     instructions and cluster size, never by the kernel's name."""
     ops = p.opcodes
-    tma_mma = ops.has("tma") and (ops.has("gmma") or ops.has("utcmma"))
+    tma_mma = ops.has("tma") and is_async_mma(p)
     mbarriers = ops.executed.get("SYNCS", 0.0) > 0
     return tma_mma and mbarriers and (ops.has("setmaxreg") or (p.launch.cluster_size or 1) > 1)
 
