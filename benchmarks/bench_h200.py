@@ -25,6 +25,8 @@ from rich.table import Table
 
 from perfscope import bench
 from perfscope.kernels import get_spec, parse_shape
+from perfscope.render.console import BENCH_COLUMNS, bench_rows
+from perfscope.verify import CHECK_SHAPES
 
 log = logging.getLogger("bench_h200")
 DTYPES = ("fp32", "fp16", "bf16")
@@ -51,8 +53,8 @@ def jobs_for(shape: bench.Shape, stages: tuple[str, ...] = ("all",),
 
 
 def show(title: str, manifests: list) -> None:
-    table = Table(*bench.SUMMARY_COLUMNS, title=title)
-    for row in bench.summary_rows(manifests):
+    table = Table(*BENCH_COLUMNS, title=title)
+    for row in bench_rows(bench.summary(manifests)):
         table.add_row(*row)
     Console(width=200).print(table)
 
@@ -74,7 +76,7 @@ def main() -> int:
     if args.sweep:
         checks: list = []
         opts = bench.BenchOptions(time=False, seed=7)
-        for shape in bench.CHECK_SHAPES:
+        for shape in CHECK_SHAPES:
             checks.extend(bench.run_jobs(jobs_for(shape), opts, env))
         bench.write_bench_json(args.sweep, checks, command)
         show("correctness sweep", checks)

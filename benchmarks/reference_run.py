@@ -55,10 +55,10 @@ class PassCounter:
 
 def profile(out: Path, full: bool) -> dict:
     counter = PassCounter()
-    opts = ncu_mod.NcuOptions(output=Path("unused"), full_set=full)
+    opts = ncu_mod.NcuOptions(full_set=full)
     req = profiling.ProfileRequest(stages=("all",), shape=SHAPE, out=out, ncu=opts)
     t0 = time.monotonic()
-    _, results = profiling.profile_stages(req, counter)
+    results = profiling.profile_stages(req, counter).results
     wall = time.monotonic() - t0
     for r in results:
         print(f"  {r.stem:48s} {r.verdict:8s} {r.detail}")

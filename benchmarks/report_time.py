@@ -31,15 +31,15 @@ log = logging.getLogger("report_time")
 
 def once(paths: list[Path], bench: Path | None) -> tuple[float, float, int, int]:
     """(collect seconds, render seconds, kernels, HTML bytes) of one full generation."""
-    from perfscope.render import report_markdown
+    from perfscope.render import render
     from perfscope.render.html import render_html
-    from perfscope.render.report import collect
+    from perfscope.review import collect
 
     t0 = time.perf_counter()
     rep = collect(paths, bench=bench)
     t1 = time.perf_counter()
     page = render_html(rep)
-    report_markdown.render(rep)
+    render(rep, "markdown")
     t2 = time.perf_counter()
     return t1 - t0, t2 - t1, len(rep.entries), len(page.encode())
 

@@ -13,8 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from perfscope.errors import PerfscopeError
-
-__version__ = "0.1.0"
+from perfscope.version import __version__
 
 _LAZY = {"KernelProfile": "perfscope.profile", "load": "perfscope.profile",
          "load_many": "perfscope.profile", "to_dataframe": "perfscope.export",

@@ -21,12 +21,13 @@ import os
 import re
 import tempfile
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
 from perfscope.cache import CACHE_ENV, cache_root
 from perfscope.errors import PerfscopeError
+from perfscope.stage import ResourceUsage
 
 log = logging.getLogger(__name__)
 
@@ -35,26 +36,6 @@ CACHE_FORMAT = 1
 ARCH_RE = re.compile(r"^sm_(\d+)([af]?)$")
 BASE_FLAGS: tuple[str, ...] = ("-lineinfo", "--ptxas-options=-v", "-std=c++17")
 _LOCAL_INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
-
-
-@dataclass(frozen=True)
-class ResourceUsage:
-    """What ptxas reports for one entry function (bytes unless named otherwise)."""
-
-    registers: int
-    static_smem: int
-    stack_frame: int
-    spill_stores: int
-    spill_loads: int
-    barriers: int = 0
-    cmem0: int = 0
-
-    @property
-    def spills(self) -> bool:
-        return self.spill_stores > 0 or self.spill_loads > 0
-
-    def to_dict(self) -> dict[str, int]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ so a capture made with it loads with no "not collected" in any view. It is versi
 
 from __future__ import annotations
 
-from perfscope.profile import VIEW_METRICS
+from perfscope.metrics import CLUSTER_DIMS, M_CLUSTER_SIZE, M_OPCODES_MOD, VIEW_METRICS
+from perfscope.rules import rule_metrics
 
 COLLECTION_VERSION = 2
 
@@ -26,29 +27,12 @@ SECTIONS: tuple[str, ...] = (
     "InstructionStats",             # executed opcode histogram
 )
 
-# What the rules (perfscope/rules) read by name beyond the views. Sections bring most of
-# them already; naming them keeps a rule's inputs in the set whatever a section holds
-# in another ncu version. tests/test_rules.py checks every rule's metrics against this.
-RULE_METRICS: tuple[str, ...] = (
-    "device__attribute_compute_capability_major", "device__attribute_compute_capability_minor",
-    "launch__block_size", "launch__grid_size", "launch__registers_per_thread",
-    "launch__shared_mem_per_block_static", "launch__shared_mem_per_block_dynamic",
-    "launch__waves_per_multiprocessor", "launch__persisting_l2_cache_size",
-    "sm__maximum_warps_per_active_cycle_pct",
-    # PS105: L2 sectors the SMs requested, TMA copies included (version 2).
-    "lts__t_sectors_srcunit_tex.sum",
-    *(f"smsp__average_warps_issue_stalled_{reason}_per_issue_active.ratio" for reason in (
-        "barrier", "branch_resolving", "dispatch_stall", "drain", "gmma", "imc_miss",
-        "lg_throttle", "long_scoreboard", "math_pipe_throttle", "membar", "mio_throttle",
-        "misc", "no_instruction", "not_selected", "short_scoreboard", "sleeping",
-        "tex_throttle", "wait")),
-)
-
-EXTRA_METRICS: tuple[str, ...] = tuple(sorted(set(VIEW_METRICS) | set(RULE_METRICS) | {
-    "sass__inst_executed_per_opcode_with_modifier_all",
-    "launch__cluster_dim_x", "launch__cluster_dim_y", "launch__cluster_dim_z",
-    "launch__cluster_size",
-}))
+# Every metric the views and the rules read by name (the rules declare theirs, Rule.metrics),
+# named explicitly so a section that holds other metrics in another ncu version cannot drop
+# one of them. Static-audit rules read the compiler, not ncu, and are not asked for here.
+EXTRA_METRICS: tuple[str, ...] = tuple(sorted(
+    {m for m in (*VIEW_METRICS, *rule_metrics(), M_OPCODES_MOD, M_CLUSTER_SIZE, *CLUSTER_DIMS)
+     if " " not in m}))
 
 
 def ncu_collection_args() -> list[str]:

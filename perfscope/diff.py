@@ -1,7 +1,7 @@
 """ProfileDiff: why kernel A is slower than kernel B, with the evidence.
 
-Two KernelProfiles (each with its run manifest and rule evaluation when there is one)
-become one value: time and cycle ratios (clocks differ from kernel to kernel when left as
+Two Diagnosed records (each a profile with its run manifest and rule evaluation) become
+one value: time and cycle ratios (clocks differ from kernel to kernel when left as
 found, so cycles are the fairer gate), speed of light side by side, the shift in the stall
 mix, excess shared wavefronts and global sectors, launch resources, opcode families per
 unit of work with the instruction families one kernel uses and the other lacks, hotspots,
@@ -12,24 +12,21 @@ estimated cost, each one sentence with its numbers and the fix.
 from __future__ import annotations
 
 import dataclasses
-import glob
 import logging
 import operator
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from perfscope.errors import PerfscopeError
-from perfscope.profile import REPORT_SUFFIXES, KernelProfile, load
-from perfscope.rules import Evaluation, Finding, evaluate, manifest_beside
-from perfscope.sass.families import FAMILY_BY_KEY, family_of
+from perfscope.families import FAMILY_BY_KEY, family_of
+from perfscope.profile import KernelProfile
+from perfscope.record import Diagnosed
+from perfscope.rules import Finding
 
 log = logging.getLogger(__name__)
 
-LOCAL_ROOT = Path("reports") / "local"
-REFERENCE_ROOT = Path("reports") / "reference"
 VERDICT_REASONS = 3
 # Families that mark the Hopper/Blackwell fast path, called out when only one side has them.
 FAST_PATH = ("gmma", "tma", "utcmma", "tmem", "setmaxreg")
@@ -38,27 +35,6 @@ PATH_TAGS = ("legacy-mma", "no-tma", "no-tensor-cores")
 OPCODE_ROLE = {"HGMMA": "wgmma", "UTMALDG": "TMA", "UTMASTG": "TMA store", "HMMA": "mma.sync",
                "LDGSTS": "cp.async", "LDSM": "ldmatrix", "UTCHMMA": "tcgen05.mma",
                "USETMAXREG": "setmaxnreg", "FFMA": "fp32 FMA"}
-
-
-@dataclass(frozen=True)
-class Side:
-    """One kernel of the comparison, with what perfscope knows about it."""
-
-    label: str
-    path: Path
-    profile: KernelProfile
-    manifest: Any | None          # RunManifest, when one lies beside the report
-    evaluation: Evaluation
-
-    @property
-    def flops(self) -> int | None:
-        m = self.manifest
-        return 2 * m.m * m.n * m.k if m is not None else None
-
-    @property
-    def shape(self) -> tuple[int, int, int] | None:
-        m = self.manifest
-        return (m.m, m.n, m.k) if m is not None else None
 
 
 @dataclass(frozen=True)
@@ -106,8 +82,8 @@ class Reason:
 
 @dataclass(frozen=True)
 class ProfileDiff:
-    a: Side
-    b: Side
+    a: Diagnosed
+    b: Diagnosed
     time: tuple[Row, ...]
     sol: tuple[Row, ...]
     stalls: tuple[StallShift, ...]
@@ -135,85 +111,6 @@ class ProfileDiff:
         out["new_findings"] = float(len(self.new_findings))
         out["new_warnings"] = float(sum(f.severity in ("warning", "error") for f in self.new_findings))
         return out
-
-
-# ------------------------------------------------------------------------ resolving
-
-
-def _stage_names() -> list[str]:
-    try:
-        from perfscope.kernels import names
-
-        return list(names())
-    except ImportError:
-        return []
-
-
-def _report_files(root: Path, stage: str) -> list[Path]:
-    found = []
-    for suffix in REPORT_SUFFIXES:
-        found += [Path(p) for p in glob.glob(str(root / "**" / f"{stage}-*{suffix}"), recursive=True)]
-    return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
-
-
-def _side_from_file(path: Path, regex: str | None, label: str) -> Side:
-    profiles = load(path, regex)
-    if not profiles:
-        raise PerfscopeError(f"no kernel matches {regex!r} in {path}.")
-    if len(profiles) > 1:
-        names = ", ".join(sorted({p.name for p in profiles}))
-        if regex is not None:
-            raise PerfscopeError(f"{regex!r} matches {len(profiles)} kernel launches in {path} "
-                                 f"({names}); make the regex narrower.")
-        raise PerfscopeError(f"{path} holds {len(profiles)} kernel launches ({names}); pick one with "
-                             f"{path}:REGEX.")
-    manifest = manifest_beside(path)
-    return Side(label, path, profiles[0], manifest, evaluate(profiles[0], manifest))
-
-
-def resolve(arg: str, *, reference: bool = False, like: Side | None = None,
-            dtype: str | None = None) -> Side:
-    """A report file, FILE:REGEX, a stage name (its latest report), or 'cublas' (as B)."""
-    path = Path(arg)
-    if path.is_file():
-        return _side_from_file(path, None, arg)
-    if ":" in arg:
-        head, _, regex = arg.rpartition(":")
-        if Path(head).is_file():
-            return _side_from_file(Path(head), regex, arg)
-    stage = arg
-    shape = None
-    if arg == "cublas":
-        if like is None or like.manifest is None:
-            raise PerfscopeError("'cublas' needs A's run manifest to know its dtype and shape; "
-                                 "name the reference (cublas_sgemm, cublas_hgemm, cublas_bgemm).")
-        from perfscope.kernels import REFERENCE_FOR_DTYPE
-
-        stage = REFERENCE_FOR_DTYPE[like.manifest.dtype]
-        dtype, shape = like.manifest.dtype, like.manifest.shape
-    known = _stage_names()
-    if stage not in known:
-        raise PerfscopeError(f"{arg!r} is neither a report file nor a stage; stages: {', '.join(known)}.")
-    root = REFERENCE_ROOT if reference else LOCAL_ROOT
-    files = _report_files(root, stage)
-    if not dtype and files:
-        # A stage reported in several dtypes means its first one unless --dtype says.
-        from perfscope.kernels import get_spec
-
-        first = get_spec(stage).dtypes[0]
-        if any(f"-{first}-" in f.name for f in files):
-            dtype = first
-    if dtype:
-        files = [f for f in files if f"-{dtype}-" in f.name]
-    if shape:
-        files = [f for f in files if f"-{shape}." in f.name]
-    if not files:
-        where = f"{root}" + ("" if reference else " (add --reference for the committed H200 run)")
-        have = sorted({Path(p).name.split("-")[0] for p in glob.glob(str(root / "**" / "*.ncu-rep*"),
-                                                                        recursive=True)})
-        raise PerfscopeError(f"no report of {stage}" + (f" in {dtype}" if dtype else "")
-                             + f" under {where}; stages with reports there: {', '.join(have) or 'none'}.")
-    return _side_from_file(files[0], None, f"{stage} ({files[0].name})")
 
 
 # ------------------------------------------------------------------------ comparing
@@ -256,7 +153,7 @@ def _evidence_text(f: Finding, limit: int = 2) -> str:
     return "; ".join(parts)
 
 
-def _verdict(a: Side, b: Side, new: Sequence[Finding], only_b: Sequence[str],
+def _verdict(a: Diagnosed, b: Diagnosed, new: Sequence[Finding], only_b: Sequence[str],
              stalls: Sequence[StallShift], cycles_ratio: float | None) -> tuple[Reason, ...]:
     reasons: list[Reason] = []
     path_sentence = _instruction_sentence(a.profile, b.profile, only_b)
@@ -293,7 +190,7 @@ def _verdict(a: Side, b: Side, new: Sequence[Finding], only_b: Sequence[str],
     return tuple(reasons[:VERDICT_REASONS])
 
 
-def compare(a: Side, b: Side, flops: int | None = None) -> ProfileDiff:
+def compare(a: Diagnosed, b: Diagnosed, flops: int | None = None) -> ProfileDiff:
     """The ProfileDiff of A against B. flops overrides the manifests' shape (--shape)."""
     pa, pb = a.profile, b.profile
     warnings = []
@@ -357,6 +254,15 @@ def compare(a: Side, b: Side, flops: int | None = None) -> ProfileDiff:
                        only_b, new, gone, verdict, tuple(warnings))
 
 
+@dataclass(frozen=True)
+class DiffDocument:
+    """What `perfscope diff` shows: the diff and the CI gates it violates."""
+
+    diff: ProfileDiff
+    gate_failures: tuple[str, ...] = ()
+    kind: str = "diff"
+
+
 # ----------------------------------------------------------------------------- gates
 
 
@@ -365,8 +271,12 @@ _OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le
         "==": operator.eq, "!=": operator.ne}
 
 
-def check_gates(diff: ProfileDiff, expressions: Sequence[str]) -> list[str]:
-    """The gates that the diff violates, each as one sentence; bad expressions raise."""
+def check_gates(diff: ProfileDiff, expressions: Sequence[str],
+                fail_on_new_findings: bool = False) -> list[str]:
+    """The gates that the diff violates, each as one sentence; bad expressions raise.
+
+    fail_on_new_findings is the gate ``new_findings > 0``, worded with the findings.
+    """
     values: Mapping[str, float | None] = diff.fields()
     violated = []
     for expr in expressions:
@@ -383,12 +293,15 @@ def check_gates(diff: ProfileDiff, expressions: Sequence[str]) -> list[str]:
             violated.append(f"{name} is not collected in both reports, so '{expr}' cannot pass")
         elif _OPS[op](value, number):
             violated.append(f"{name} = {value:.4g} violates '{expr}'")
+    if fail_on_new_findings and values["new_findings"]:
+        violated.append("A has findings B has not: "
+                        + ", ".join(f"{f.code} {f.title}" for f in diff.new_findings))
     return violated
 
 
 def to_dict(diff: ProfileDiff) -> dict[str, Any]:
     """The diff as JSON-ready data (schema perfscope.diff/1)."""
-    def side(s: Side) -> dict[str, Any]:
+    def side(s: Diagnosed) -> dict[str, Any]:
         return {"label": s.label, "report": str(s.path), "name": s.profile.name,
                 "demangled": s.profile.identity.demangled,
                 "manifest": None if s.manifest is None else {"stage": s.manifest.stage,

@@ -6,16 +6,26 @@ the SM clock while timing; how the kernel was compiled and what the compiler sai
 it; and the versions of everything that could change the numbers. ``bench`` writes it;
 ``profile`` writes the same record beside each report. The JSON is versioned: a reader
 refuses a version it does not know rather than misreading it.
+
+Where it lives: ``<stem>.json`` beside ``<stem>.ncu-rep[.xz]`` (``manifest_path``);
+``manifest_beside(report)`` reads it and, since a profiled run is not timed, takes the
+stage's event timing from a ``bench.json`` in the same folder.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
+import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from perfscope.errors import PerfscopeError
+from perfscope.reader import report_stem
+
+log = logging.getLogger(__name__)
 
 MANIFEST_VERSION = 1
 LAYOUT = "row-major: C[M][N] = A[M][K] * B[K][N]"
@@ -199,3 +209,74 @@ class BenchFile:
         return cls(manifests=tuple(RunManifest.from_dict(m) for m in data["manifests"]),
                    environment=Environment(**env) if env else None,
                    command=data.get("command", ""), created=data.get("created", ""))
+
+
+# ------------------------------------------------------------------ beside a report
+
+BENCH_NAME = "bench.json"
+
+
+def manifest_path(report: str | Path) -> Path:
+    """Where a report's run manifest lives: ``<stem>.json`` beside ``<stem>.ncu-rep[.xz]``."""
+    p = Path(report)
+    return p.with_name(report_stem(p) + ".json")
+
+
+def read_manifest(path: str | Path) -> RunManifest:
+    """A RunManifest from JSON: one manifest, or a bench file holding exactly one."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise PerfscopeError(f"cannot read run manifest {path}: {exc}") from None
+    if isinstance(data, dict) and isinstance(data.get("manifests"), list) and len(data["manifests"]) == 1:
+        data = data["manifests"][0]
+    try:
+        return RunManifest.from_dict(data)
+    except PerfscopeError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise PerfscopeError(f"{path} is not a perfscope run manifest ({exc}).") from None
+
+
+def manifest_beside(report: str | Path) -> RunManifest | None:
+    """The report's run manifest when one lies beside it; a broken one is logged, not fatal:
+    the report alone still answers most rules.
+
+    A profiled run is not timed (ncu's replays would distort it), so when a ``bench.json``
+    lies in the same folder, the event timing of the same stage, dtype, shape and
+    parameters is taken from it: the rules that estimate from the ratio to cuBLAS need it.
+    """
+    path = manifest_path(report)
+    if not path.is_file():
+        return None
+    try:
+        manifest = read_manifest(path)
+    except PerfscopeError as exc:
+        log.warning("%s; rules that need it are not evaluated", exc)
+        return None
+    if manifest.timing is None and manifest.verification.verdict == OK:
+        timing = _bench_timing(path.parent / BENCH_NAME, manifest)
+        if timing is not None:
+            manifest = dataclasses.replace(manifest, timing=timing)
+    return manifest
+
+
+def run_key(m: RunManifest) -> tuple:
+    """What identifies one run: stage, dtype, shape and parameters."""
+    return (m.stage, m.dtype, m.m, m.n, m.k, tuple(sorted(m.params.items())))
+
+
+def _bench_timing(bench: Path, manifest: RunManifest) -> Timing | None:
+    if not bench.is_file():
+        return None
+    try:
+        runs = _bench_runs(bench, bench.stat().st_mtime_ns)
+    except PerfscopeError as exc:
+        log.warning("%s; estimates that need timing are not made", exc)
+        return None
+    return runs.get(run_key(manifest))
+
+
+@functools.lru_cache(maxsize=8)
+def _bench_runs(bench: Path, _mtime: int) -> dict[tuple, Timing]:
+    return {run_key(m): m.timing for m in BenchFile.read(bench).manifests if m.timing is not None}

@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from perfscope.collection import EXTRA_METRICS, SECTIONS
@@ -35,7 +35,7 @@ CLOCK_CONTROLS = ("none", "base")
 class NcuOptions:
     """Everything that decides ncu's command line (the program to profile aside)."""
 
-    output: Path                                   # report path, with or without .ncu-rep
+    output: Path | None = None                     # report path, with or without .ncu-rep
     sections: tuple[str, ...] = SECTIONS
     metrics: tuple[str, ...] = EXTRA_METRICS
     full_set: bool = False                         # --set full instead of the sections
@@ -63,6 +63,8 @@ def build_argv(ncu: str, opts: NcuOptions, command: Sequence[str]) -> list[str]:
     """The exact ncu argv for opts, profiling command."""
     if not command:
         raise PerfscopeError("no program to profile was given.")
+    if opts.output is None:
+        raise PerfscopeError("ncu needs a report path to write (NcuOptions.output).")
     argv = [ncu, "--target-processes", "all", "--replay-mode", opts.replay_mode,
             "--cache-control", opts.cache_control, "--clock-control", opts.clock_control]
     if opts.full_set:
@@ -351,6 +353,4 @@ def raw_csv(ncu: str, report: Path, metrics: Sequence[str] = ("gpu__time_duratio
 
 
 def _with_output(opts: NcuOptions, path: Path) -> NcuOptions:
-    from dataclasses import replace
-
     return replace(opts, output=path)

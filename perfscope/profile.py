@@ -22,103 +22,74 @@ None in every view, never 0; renderers print "not collected".
 
 from __future__ import annotations
 
-import contextlib
-import glob
-import hashlib
-import importlib
 import logging
-import lzma
 import os
 import re
-import shutil
-import struct
-import sys
-import tempfile
-import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from perfscope.cache import cache_root
 from perfscope.errors import PerfscopeError
-from perfscope.sass.families import base_opcode, group_families
+from perfscope.families import GLOBAL_KIND, SHARED_KIND, base_opcode, group_families
+from perfscope.metrics import (
+    CC_METRICS,
+    CLUSTER_DIMS,
+    M_ACHIEVED_OCCUPANCY,
+    M_BANK_LD,
+    M_BANK_ST,
+    M_BLOCK_SIZE,
+    M_CLUSTER_SIZE,
+    M_CYCLES,
+    M_DEVICE_NAME,
+    M_DURATION,
+    M_ELIGIBLE,
+    M_GLOBAL_IDEAL,
+    M_GLOBAL_SECTORS,
+    M_GRID_SIZE,
+    M_ISSUE_ACTIVE,
+    M_L1_HIT,
+    M_L2_HIT,
+    M_LOCAL_LD_REQ,
+    M_LOCAL_LD_SECT,
+    M_LOCAL_ST_REQ,
+    M_LOCAL_ST_SECT,
+    M_MEM_CLOCK,
+    M_OPCODES,
+    M_OPCODES_MOD,
+    M_PC_SAMPLES,
+    M_REGISTERS,
+    M_SHARED_IDEAL,
+    M_SHARED_WAVEFRONTS,
+    M_SM_CLOCK,
+    M_SM_COUNT,
+    M_SMEM_DRIVER,
+    M_SMEM_DYNAMIC,
+    M_SMEM_STATIC,
+    M_SPILL_INST,
+    M_THEORETICAL_OCCUPANCY,
+    M_WAVES,
+    OCCUPANCY_LIMITS,
+    SECTOR_BYTES,
+    SOL_METRICS,
+    STALL_AVG_RE,
+    STALL_SAMPLE_RE,
+)
+from perfscope.reader import (
+    ReportHandle,
+    find_reports,
+    load_reader_first,
+    open_report,
+    reader_version,
+)
 
-# Seen with ncu-report 2025.3.1 on Python 3.11/3.12: once one of these C++ extensions is
-# loaded, the reader's first string call (a metric's unit) kills the process; loaded
-# after the reader they are harmless (CuPy aside on a GPU machine, where the two cannot
-# share a process at all: kernels run in processes that read no report). So the reader
-# is loaded here, when this module is imported, and perfscope.render imports this
-# module before matplotlib.
-READER_CONFLICTS = ("cupy._core.core", "matplotlib", "kiwisolver")
-if not any(m in sys.modules for m in READER_CONFLICTS):
-    with contextlib.suppress(ImportError):
-        import ncu_report  # noqa: F401
+# The reader must be loaded before matplotlib or CuPy (ncu-report 2025.3; see reader.py),
+# and every module that reads reports imports this one first.
+load_reader_first()
 
 log = logging.getLogger(__name__)
 
-REPORT_SUFFIXES = (".ncu-rep", ".ncu-rep.xz")
-# Every .ncu-rep starts with these bytes; anything else is not a report at all.
-REPORT_MAGIC = b"NVR\x00"
 HOTSPOT_COUNT = 10
-
-# -- metric names (the ones the views read; the collection set must contain them) --
-M_DURATION = "gpu__time_duration.sum"
-M_SM_CLOCK = "gpc__cycles_elapsed.avg.per_second"
-M_CYCLES = "gpc__cycles_elapsed.max"
-M_MEM_CLOCK = "dram__cycles_elapsed.avg.per_second"
-SOL_METRICS = {
-    "sm_pct": "sm__throughput.avg.pct_of_peak_sustained_elapsed",
-    "memory_pct": "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
-    "dram_pct": "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
-    "l1tex_pct": "l1tex__throughput.avg.pct_of_peak_sustained_active",
-    "l2_pct": "lts__throughput.avg.pct_of_peak_sustained_elapsed",
-}
-STALL_AVG_RE = re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
-STALL_SAMPLE_RE = re.compile(r"^smsp__pcsamp_warps_issue_stalled_(\w+)$")
-M_PC_SAMPLES = "smsp__pcsamp_sample_count"
-M_SHARED_WAVEFRONTS = "memory_l1_wavefronts_shared"
-M_SHARED_IDEAL = "memory_l1_wavefronts_shared_ideal"
-M_GLOBAL_SECTORS = "memory_l2_theoretical_sectors_global"
-M_GLOBAL_IDEAL = "memory_l2_theoretical_sectors_global_ideal"
-M_BANK_LD = "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum"
-M_BANK_ST = "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum"
-M_L1_HIT = "l1tex__t_sector_hit_rate.pct"
-M_L2_HIT = "lts__t_sector_hit_rate.pct"
-M_LOCAL_LD_REQ = "l1tex__t_requests_pipe_lsu_mem_local_op_ld.sum"
-M_LOCAL_ST_REQ = "l1tex__t_requests_pipe_lsu_mem_local_op_st.sum"
-M_LOCAL_LD_SECT = "l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum"
-M_LOCAL_ST_SECT = "l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum"
-M_SPILL_INST = "sass__inst_executed_register_spilling"
-M_OPCODES = "sass__inst_executed_per_opcode"
-M_OPCODES_MOD = "sass__inst_executed_per_opcode_with_modifier_all"
-M_INST_EXECUTED = "smsp__inst_executed.sum"
-M_ELIGIBLE = "smsp__warps_eligible.avg.per_cycle_active"
-M_ISSUE_ACTIVE = "smsp__issue_active.avg.pct_of_peak_sustained_active"
-OCCUPANCY_LIMITS = {
-    "registers": "launch__occupancy_limit_registers",
-    "shared memory": "launch__occupancy_limit_shared_mem",
-    "warps": "launch__occupancy_limit_warps",
-    "blocks": "launch__occupancy_limit_blocks",
-    "barriers": "launch__occupancy_limit_barriers",
-}
-SECTOR_BYTES = 32
-
-# Which kind of shared-memory traffic an opcode is: cp.async writes land in shared
-# memory too, and their excess means something else than a bank conflict on a load.
-SHARED_KIND = {"LDS": "load", "LDSM": "load", "LDSU": "load", "STS": "store", "STSM": "store",
-               "LDGSTS": "async-copy", "ATOMS": "atomic"}
-GLOBAL_KIND = {"LDG": "load", "STG": "store", "LDGSTS": "async-copy", "ATOMG": "atomic",
-               "RED": "atomic"}
-
-# The metrics the views read, for the collection set and its CPU test.
-VIEW_METRICS: tuple[str, ...] = (
-    M_DURATION, M_SM_CLOCK, M_CYCLES, M_MEM_CLOCK, *SOL_METRICS.values(), M_PC_SAMPLES,
-    M_SHARED_WAVEFRONTS, M_SHARED_IDEAL, M_GLOBAL_SECTORS, M_GLOBAL_IDEAL, M_BANK_LD, M_BANK_ST,
-    M_L1_HIT, M_L2_HIT, M_LOCAL_LD_REQ, M_LOCAL_ST_REQ, M_LOCAL_LD_SECT, M_LOCAL_ST_SECT,
-    M_SPILL_INST, M_OPCODES, M_OPCODES_MOD, M_INST_EXECUTED, M_ELIGIBLE, M_ISSUE_ACTIVE,
-    *OCCUPANCY_LIMITS.values(),
-)
 
 
 # ----------------------------------------------------------------------------- views
@@ -142,6 +113,20 @@ class Identity:
     source: str                    # the report file
     range_index: int
     action_index: int
+    # Position among all launches of the report file: the id `FILE#ID` names.
+    launch_index: int = 0
+    # Set when the report file is cut short (only the launches before the cut exist).
+    incomplete: str | None = None
+
+
+class Where(NamedTuple):
+    """Where a launch sits: its report file, range, action and flat launch index."""
+
+    source: str
+    range_index: int
+    action_index: int
+    launch_index: int = 0
+    incomplete: str | None = None
 
 
 @dataclass(frozen=True)
@@ -313,7 +298,7 @@ class RawMetrics(Mapping[str, tuple[Any, str]]):
     reading all ~2000 metrics of every kernel up front would triple the load time.
     """
 
-    def __init__(self, handle: _ReportHandle | None, action: Any) -> None:
+    def __init__(self, handle: ReportHandle | None, action: Any) -> None:
         self._handle = handle
         self._action = action
         self._data: dict[str, tuple[Any, str]] | None = None
@@ -480,22 +465,24 @@ class _Sass:
 # --------------------------------------------------------------------- view builders
 
 
-def _identity(r: _Reader, where: tuple[str, int, int], version: str | None) -> Identity:
+def _identity(r: _Reader, where: Where, version: str | None) -> Identity:
     a = r.action
-    major = r.int_("device__attribute_compute_capability_major")
-    minor = r.int_("device__attribute_compute_capability_minor")
-    cluster = r.dim3("launch__cluster_dim")
+    major = r.int_(CC_METRICS[0])
+    minor = r.int_(CC_METRICS[1])
+    cluster = r.dim3(CLUSTER_DIMS[0][:-2])
     if cluster is not None and cluster[0] * cluster[1] * cluster[2] <= 1:
         cluster = None
     return Identity(
         name=a.name(a.NameBase_FUNCTION), mangled=a.name(a.NameBase_MANGLED),
         demangled=a.name(a.NameBase_DEMANGLED),
         grid=r.dim3("launch__grid_dim"), block=r.dim3("launch__block_dim"), cluster=cluster,
-        device=r.text("device__attribute_display_name"),
+        device=r.text(M_DEVICE_NAME),
         compute_capability=f"{major}.{minor}" if major is not None and minor is not None else None,
-        sm_count=r.int_("device__attribute_multiprocessor_count"),
+        sm_count=r.int_(M_SM_COUNT),
         sm_clock_hz=r.num(M_SM_CLOCK), cycles=r.num(M_CYCLES), mem_clock_hz=r.num(M_MEM_CLOCK),
-        reader_version=version, source=where[0], range_index=where[1], action_index=where[2],
+        reader_version=version, source=where.source, range_index=where.range_index,
+        action_index=where.action_index, launch_index=where.launch_index,
+        incomplete=where.incomplete,
     )
 
 
@@ -571,18 +558,18 @@ def _memory(r: _Reader, sass: _Sass) -> Memory:
 def _launch(r: _Reader) -> Launch:
     limits = {k: v for k, name in OCCUPANCY_LIMITS.items() if (v := r.num(name)) is not None}
     limiter = min(limits, key=lambda k: limits[k]) if limits else None
-    cluster = r.int_("launch__cluster_size")
+    cluster = r.int_(M_CLUSTER_SIZE)
     return Launch(
-        registers_per_thread=r.int_("launch__registers_per_thread"),
-        shared_static_bytes=r.int_("launch__shared_mem_per_block_static"),
-        shared_dynamic_bytes=r.int_("launch__shared_mem_per_block_dynamic"),
-        shared_driver_bytes=r.int_("launch__shared_mem_per_block_driver"),
-        block_size=r.int_("launch__block_size"), grid_size=r.int_("launch__grid_size"),
+        registers_per_thread=r.int_(M_REGISTERS),
+        shared_static_bytes=r.int_(M_SMEM_STATIC),
+        shared_dynamic_bytes=r.int_(M_SMEM_DYNAMIC),
+        shared_driver_bytes=r.int_(M_SMEM_DRIVER),
+        block_size=r.int_(M_BLOCK_SIZE), grid_size=r.int_(M_GRID_SIZE),
         cluster_size=cluster if cluster and cluster > 1 else None,
-        theoretical_occupancy_pct=r.num("sm__maximum_warps_per_active_cycle_pct"),
-        achieved_occupancy_pct=r.num("sm__warps_active.avg.pct_of_peak_sustained_active"),
+        theoretical_occupancy_pct=r.num(M_THEORETICAL_OCCUPANCY),
+        achieved_occupancy_pct=r.num(M_ACHIEVED_OCCUPANCY),
         occupancy_limiter=limiter, occupancy_limits=limits,
-        waves_per_sm=r.num("launch__waves_per_multiprocessor"),
+        waves_per_sm=r.num(M_WAVES),
     )
 
 
@@ -639,8 +626,8 @@ def _ncu_rules(action: Any) -> tuple[NcuRule, ...]:
     return tuple(out)
 
 
-def profile_from_action(action: Any, where: tuple[str, int, int],
-                        version: str | None = None, handle: _ReportHandle | None = None
+def profile_from_action(action: Any, where: Where,
+                        version: str | None = None, handle: ReportHandle | None = None
                         ) -> KernelProfile:
     """Build the KernelProfile of one ncu_report action (a profiled launch)."""
     r = _Reader(action)
@@ -656,147 +643,6 @@ def profile_from_action(action: Any, where: tuple[str, int, int],
 # --------------------------------------------------------------------------- loading
 
 
-def _conflicting_modules() -> list[str]:
-    return [m for m in READER_CONFLICTS if m in sys.modules]
-
-
-def _ncu_report_module() -> Any:
-    """The ncu_report module: the PyPI wheel, else a local Nsight Compute install's copy."""
-    if "ncu_report" not in sys.modules and (early := _conflicting_modules()):
-        raise PerfscopeError(f"{', '.join(early)} was imported before Nsight Compute's report "
-                             "reader, and in that order the reader crashes the process: import "
-                             "perfscope.profile first.")
-    try:
-        return importlib.import_module("ncu_report")
-    except ImportError:
-        pass
-    candidates = [os.environ.get("PERFSCOPE_NCU_PYTHON", "")]
-    ncu = shutil.which("ncu")
-    if ncu:
-        candidates.append(str(Path(ncu).resolve().parent / "extras" / "python"))
-    for root in filter(None, (os.environ.get("CUDA_HOME"), "/usr/local/cuda")):
-        candidates += glob.glob(f"{root}/nsight-compute*/extras/python")
-    candidates += sorted(glob.glob("/opt/nvidia/nsight-compute/*/extras/python"), reverse=True)
-    for path in filter(None, candidates):
-        if (Path(path) / "ncu_report.py").exists() or (Path(path) / "ncu_report").exists():
-            sys.path.insert(0, path)
-            try:
-                return importlib.import_module("ncu_report")
-            except ImportError:
-                sys.path.remove(path)
-    raise PerfscopeError("Nsight Compute's report reader is missing: install it with "
-                         "'pip install ncu-report' (or set PERFSCOPE_NCU_PYTHON to the "
-                         "extras/python folder of an Nsight Compute install).")
-
-
-def _decompressed(path: Path) -> tuple[Path, bool]:
-    """A plain .ncu-rep for path: itself, or an xz-decompressed copy (cached by content).
-
-    Returns the path and whether it is a private temporary file the caller must delete
-    (when the cache cannot be written).
-    """
-    if not path.name.endswith(".xz"):
-        return path, False
-    st = path.stat()
-    key = hashlib.sha256(f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:24]
-    cached = cache_root() / "reports" / f"{key}.ncu-rep"
-    if cached.exists():
-        return cached, False
-    try:
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=cached.parent, suffix=".part")
-        private = False
-    except OSError:
-        fd, tmp = tempfile.mkstemp(suffix=".ncu-rep")
-        private = True
-    try:
-        with os.fdopen(fd, "wb") as out, lzma.open(path) as src:
-            shutil.copyfileobj(src, out, 1 << 22)
-    except (lzma.LZMAError, EOFError) as exc:
-        os.unlink(tmp)
-        raise PerfscopeError(f"{path} is not a valid xz file or is truncated ({exc}).") from None
-    if private:
-        return Path(tmp), True
-    os.replace(tmp, cached)
-    return cached, False
-
-
-def framing_problem(data: bytes) -> str | None:
-    """Why bytes that Nsight Compute's reader loaded as empty are broken, or None.
-
-    A .ncu-rep is a 4-byte signature, a 4-byte version, a 2-byte field and then records
-    each led by a 4-byte little-endian length, the last one ending at end of file.
-    """
-    if not data.startswith(REPORT_MAGIC):
-        return "not an Nsight Compute report (it does not start with the report signature)"
-    off = 10
-    while off + 4 <= len(data):
-        off += 4 + struct.unpack_from("<I", data, off)[0]
-    if off != len(data):
-        return f"truncated: its last record runs past the end of the file ({len(data)} bytes)"
-    return None
-
-
-class _ReportHandle:
-    """Keeps the report context and its decompressed file alive while metrics are read."""
-
-    def __init__(self, ctx: Any, tmp: Path | None) -> None:
-        self.ctx = ctx
-        # The reader's range proxies own their actions: drop a range and its actions
-        # dangle, so every range stays referenced for as long as the handle lives.
-        self.ranges = [ctx.range_by_idx(i) for i in range(ctx.num_ranges())]
-        if tmp is not None:
-            weakref.finalize(self, _unlink, tmp)
-
-
-def _unlink(p: Path) -> None:
-    with contextlib.suppress(OSError):
-        p.unlink()
-
-
-def _open(path: Path) -> _ReportHandle:
-    mod = _ncu_report_module()
-    plain, private = _decompressed(path)
-    try:
-        ctx = mod.load_report(str(plain))
-    except Exception as exc:
-        raise PerfscopeError(f"{path} could not be read as an Nsight Compute report: {exc}") from None
-    handle = _ReportHandle(ctx, plain if private else None)
-    if ctx.num_ranges() == 0 or all(ctx.range_by_idx(i).num_actions() == 0
-                                    for i in range(ctx.num_ranges())):
-        why = framing_problem(plain.read_bytes())
-        if why is not None:
-            raise PerfscopeError(f"{path} is {why}.")
-        raise PerfscopeError(f"{path} holds no profiled kernel launch.")
-    return handle
-
-
-def _reader_version() -> str | None:
-    # Not IContext.get_version(): it crashes the process when CuPy was imported first.
-    from importlib import metadata
-
-    try:
-        return metadata.version("ncu-report")
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def find_reports(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
-    """Expand files and directories into report files, in a stable order."""
-    out: list[Path] = []
-    for p in map(Path, paths):
-        if not p.exists():
-            raise PerfscopeError(f"{p} does not exist.")
-        if p.is_dir():
-            found = sorted(q for q in p.rglob("*") if q.is_file() and q.name.endswith(REPORT_SUFFIXES))
-            if not found:
-                raise PerfscopeError(f"{p} holds no .ncu-rep or .ncu-rep.xz report.")
-            out += found
-        else:
-            out.append(p)
-    return out
-
-
 def load(path: str | os.PathLike[str], kernel: str | None = None) -> list[KernelProfile]:
     """Every profiled launch in one report, optionally only those whose name matches kernel."""
     p = Path(path)
@@ -804,18 +650,17 @@ def load(path: str | os.PathLike[str], kernel: str | None = None) -> list[Kernel
         raise PerfscopeError(f"{p} does not exist.")
     if p.is_dir():
         raise PerfscopeError(f"{p} is a directory; use load_many for folders of reports.")
-    pattern = _compile(kernel)
-    handle = _open(p)
-    version = _reader_version()
+    pattern = compile_kernel_regex(kernel)
+    handle, warning = open_report(p)
+    version = reader_version()
     out = []
-    for ri, rng in enumerate(handle.ranges):
-        for ai in range(rng.num_actions()):
-            action = rng.action_by_idx(ai)
-            if pattern is not None and not (
-                    pattern.search(action.name(action.NameBase_FUNCTION))
-                    or pattern.search(action.name(action.NameBase_DEMANGLED))):
-                continue
-            out.append(profile_from_action(action, (str(p), ri, ai), version, handle))
+    for index, (ri, ai, action) in enumerate(handle.actions()):
+        if pattern is not None and not (
+                pattern.search(action.name(action.NameBase_FUNCTION))
+                or pattern.search(action.name(action.NameBase_DEMANGLED))):
+            continue
+        out.append(profile_from_action(action, Where(str(p), ri, ai, index, warning), version,
+                                       handle))
     return out
 
 
@@ -830,7 +675,8 @@ def load_many(paths: Iterable[str | os.PathLike[str]], kernel: str | None = None
     return profiles
 
 
-def _compile(kernel: str | None) -> re.Pattern[str] | None:
+def compile_kernel_regex(kernel: str | None) -> re.Pattern[str] | None:
+    """--kernel's pattern, or one sentence when it is not a regular expression."""
     if kernel is None:
         return None
     try:

@@ -29,13 +29,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from perfscope import bench
 from perfscope import ncu as ncu_mod
+from perfscope.documents import ProfileSummary, StageResult
 from perfscope.errors import PerfscopeError
+from perfscope.kernels import get_spec, parse_shape
+from perfscope.locations import LOCAL_ROOT
+from perfscope.profile import load
 from perfscope.runner import RunnerJob, stem_for, write_jobs
 
 log = logging.getLogger(__name__)
 
-LOCAL_ROOT = Path("reports") / "local"
 NVTX_COLUMN_PREFIX = "thread Domain:Push/Pop_Range"
 
 
@@ -52,16 +56,11 @@ class ProfileRequest:
 
 
 @dataclass(frozen=True)
-class StageResult:
-    stem: str
-    verdict: str                        # ok / WRONG / refused / error / skipped
-    report: Path | None = None
-    manifest: Path | None = None
-    detail: str = ""
+class ProfilePlan:
+    """The runner jobs of a request and the refusals known before any GPU work."""
 
-    @property
-    def failed(self) -> bool:
-        return self.verdict not in ("ok", "skipped") or (self.verdict == "ok" and self.report is None)
+    jobs: tuple[RunnerJob, ...]
+    refused: tuple[StageResult, ...]
 
 
 def gpu_slug(name: str | None) -> str:
@@ -82,11 +81,8 @@ def _gpu_name() -> str | None:
     return first[0].strip() if out.returncode == 0 and first else None
 
 
-def plan_jobs(req: ProfileRequest) -> tuple[list[RunnerJob], list[StageResult]]:
+def plan_jobs(req: ProfileRequest) -> ProfilePlan:
     """Runner jobs for the request, and the refusals that need no GPU to know."""
-    from perfscope import bench
-    from perfscope.kernels import get_spec, parse_shape
-
     shape = parse_shape(req.shape)
     jobs, refused = [], []
     for job in bench.plan(list(req.stages), list(req.dtypes), shape, dict(req.params)):
@@ -97,12 +93,10 @@ def plan_jobs(req: ProfileRequest) -> tuple[list[RunnerJob], list[StageResult]]:
             refused.append(StageResult(stem, "refused", detail=job.refusal))
         else:
             jobs.append(RunnerJob(stem, job.spec.name, job.dtype, str(shape), changed))
-    return jobs, refused
+    return ProfilePlan(tuple(jobs), tuple(refused))
 
 
 def _loads(path: Path) -> bool:
-    from perfscope.profile import load
-
     try:
         return bool(load(path))
     except PerfscopeError:
@@ -152,9 +146,10 @@ def _verdicts(output: str) -> dict[str, str]:
 
 def profile_stages(req: ProfileRequest,
                    on_progress: Callable[[ncu_mod.Progress], None] | None = None,
-                   ncu: str | None = None) -> tuple[Path, list[StageResult]]:
-    """Profile the requested stages; return the output folder and one result per stage."""
-    jobs, results = plan_jobs(req)
+                   ncu: str | None = None, plan: ProfilePlan | None = None) -> ProfileSummary:
+    """Profile the requested stages (plan: the request's plan, when already made)."""
+    plan = plan or plan_jobs(req)
+    jobs, results = list(plan.jobs), list(plan.refused)
     ncu = ncu or ncu_mod.find_ncu()
     ncu_mod.ncu_version(ncu)
     out_dir = req.out or (LOCAL_ROOT / gpu_slug(_gpu_name()))
@@ -165,15 +160,14 @@ def profile_stages(req: ProfileRequest,
         results += [StageResult(j.stem, "skipped", out_dir / f"{j.stem}.ncu-rep",
                                 detail="report exists (--resume)") for j in kept]
         jobs = [j for j in jobs if j not in kept]
-    if not jobs:
-        return out_dir, results
-    staging = out_dir / f".staging-{os.getpid()}"
-    staging.mkdir(exist_ok=True)
-    try:
-        results += _run_jobs(ncu, req, jobs, staging, out_dir, on_progress)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return out_dir, results
+    if jobs:
+        staging = out_dir / f".staging-{os.getpid()}"
+        staging.mkdir(exist_ok=True)
+        try:
+            results += _run_jobs(ncu, req, jobs, staging, out_dir, on_progress)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return ProfileSummary(out_dir, tuple(results))
 
 
 def _groups(jobs: list[RunnerJob]) -> list[tuple[str, list[RunnerJob]]]:
@@ -183,8 +177,6 @@ def _groups(jobs: list[RunnerJob]) -> list[tuple[str, list[RunnerJob]]]:
     module alone is 14 MB of SASS (about 1 MB compressed): profiled beside the ladder it
     would ride along in every stage's report.
     """
-    from perfscope.kernels import get_spec
-
     refs = [j for j in jobs if get_spec(j.stage).is_reference]
     ladder = [j for j in jobs if j not in refs]
     return [(name, group) for name, group in (("ladder", ladder), ("cublas", refs)) if group]
@@ -203,8 +195,7 @@ def _run_group(ncu: str, req: ProfileRequest, name: str, jobs: list[RunnerJob], 
                ) -> list[StageResult]:
     jobs_file = staging / f"{name}.jobs.json"
     write_jobs(jobs_file, jobs)
-    opts = replace(req.ncu or ncu_mod.NcuOptions(output=staging / name),
-                   output=staging / name, kernel_regex=None,
+    opts = replace(req.ncu or ncu_mod.NcuOptions(), output=staging / name, kernel_regex=None,
                    nvtx_include=tuple(f"{j.stem}/" for j in jobs))
     command = [sys.executable, "-m", "perfscope.runner", str(jobs_file), str(staging)]
     run = ncu_mod.execute(ncu, opts, command, timeout=req.timeout, on_progress=on_progress)
@@ -250,3 +241,21 @@ def profile_command(command: Sequence[str], output: Path, options: ncu_mod.NcuOp
     ncu_mod.ncu_version(ncu)
     opts = replace(options or ncu_mod.NcuOptions(output=output), output=output)
     return ncu_mod.run(ncu, opts, command, timeout=timeout, on_progress=on_progress)
+
+
+@dataclass(frozen=True)
+class ProgramCapture:
+    """What `perfscope profile -- COMMAND` wrote."""
+
+    report: Path
+    launches: int
+
+
+def profile_program(command: Sequence[str], output: Path, options: ncu_mod.NcuOptions | None = None,
+                    timeout: float | None = None,
+                    on_progress: Callable[[ncu_mod.Progress], None] | None = None,
+                    ncu: str | None = None) -> ProgramCapture:
+    """Profile a program and read the report back: an unreadable report is this command's
+    failure, not a later diagnose's."""
+    report = profile_command(command, output, options, timeout, on_progress, ncu)
+    return ProgramCapture(report, len(load(report)))

@@ -21,7 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from perfscope import bench
+from perfscope.environment import collect_environment
 from perfscope.errors import PerfscopeError
+from perfscope.kernels import get_spec, parse_shape
+from perfscope.kernels.launch import prepare, require_gpu
+from perfscope.manifest import ERROR, OK, Verification
+from perfscope.verify import make_inputs, verify
 
 log = logging.getLogger("perfscope.runner")
 
@@ -73,18 +79,13 @@ def _nvtx() -> Any:
 
 def run_job(job: RunnerJob, manifest_dir: Path, env: Any) -> str:
     """Verify, then launch once inside the job's NVTX range; return the verdict."""
-    from perfscope import bench
-    from perfscope.kernels import get_spec, parse_shape
-    from perfscope.kernels.launch import prepare
-    from perfscope.manifest import ERROR, OK, Verification
-
     spec = get_spec(job.stage)
     if job.params:
         spec = spec.with_params(**job.params)
     plan = bench.Job(spec, job.dtype, parse_shape(job.shape))
     try:
         prep = prepare(spec, job.dtype, plan.shape)
-        verdict = bench.verify(prep, SEED)
+        verdict = verify(prep, SEED)
     except Exception as exc:
         if not isinstance(exc, PerfscopeError) and not bench.is_cuda_error(exc):
             raise
@@ -98,8 +99,8 @@ def run_job(job: RunnerJob, manifest_dir: Path, env: Any) -> str:
     _write_manifest(manifest_dir, job.stem, manifest)
     if verdict.verdict != OK:
         return verdict.verdict
-    cp = bench.require_gpu()
-    a, b = bench.make_inputs(cp, plan.shape, job.dtype, SEED)
+    cp = require_gpu()
+    a, b = make_inputs(cp, plan.shape, job.dtype, SEED)
     c = cp.empty((plan.shape.m, plan.shape.n), dtype=a.dtype)
     for _ in range(WARMUP_LAUNCHES):
         prep.launch(a, b, c)
@@ -122,10 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     jobs, manifest_dir = read_jobs(Path(args[0])), Path(args[1])
     manifest_dir.mkdir(parents=True, exist_ok=True)
-    from perfscope import bench
-
     try:
-        env = bench.collect_environment(bench.require_gpu())
+        env = collect_environment(require_gpu())
         for job in jobs:
             verdict = run_job(job, manifest_dir, env)
             # The parent reads these lines to report progress and failures by stage.

@@ -118,7 +118,7 @@ def _record_ends(data: bytes) -> set[int]:
 @settings(max_examples=60)
 @given(st.integers(min_value=14, max_value=len(_NARROW) - 1))
 def test_any_cut_inside_a_record_is_called_truncated(cut):
-    from perfscope.profile import framing_problem
+    from perfscope.reader import framing_problem
 
     problem = framing_problem(_NARROW[:cut])
     if cut in _record_ends(_NARROW):
@@ -128,6 +128,6 @@ def test_any_cut_inside_a_record_is_called_truncated(cut):
 
 
 def test_complete_report_has_no_framing_problem():
-    from perfscope.profile import framing_problem
+    from perfscope.reader import framing_problem
 
     assert framing_problem(_NARROW) is None

@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from perfscope import bench
+from perfscope import bench, verify
 from perfscope.cli import app
 from perfscope.errors import PerfscopeError
-from perfscope.kernels import Shape
+from perfscope.kernels import Shape, get_spec
+from perfscope.kernels.spec import parse_params
 from perfscope.manifest import (
     OK,
     WRONG,
@@ -28,6 +29,7 @@ from perfscope.manifest import (
     Timing,
     Verification,
 )
+from perfscope.render.console import bench_rows
 
 runner = CliRunner()
 
@@ -44,14 +46,14 @@ def _gemm(shape: Shape, dtype=np.float32, seed=0):
                                    Shape(64, 256, 1024)])
 def test_fp32_product_passes(shape):
     a, b, c = _gemm(shape)
-    v = bench.check_result(np, a, b, c, "fp32")
+    v = verify.check_result(np, a, b, c, "fp32")
     assert v.verdict == OK, v.detail
     assert v.rel_fro_error < 1e-6
 
 
 def test_fp16_product_rounded_to_half_passes():
     a, b, c = _gemm(Shape(96, 80, 512), np.float16)
-    v = bench.check_result(np, a, b, c, "fp16")
+    v = verify.check_result(np, a, b, c, "fp16")
     assert v.verdict == OK, v.detail
 
 
@@ -59,7 +61,7 @@ def test_one_wrong_element_fails():
     a, b, c = _gemm(Shape(200, 300, 256))
     # A missed 16-wide slice of K for one output: the norm barely moves, the bound catches it.
     c[17, 42] -= a[17, :16] @ b[:16, 42]
-    v = bench.check_result(np, a, b, c, "fp32")
+    v = verify.check_result(np, a, b, c, "fp32")
     assert v.verdict == WRONG and v.bad_elements == 1
     assert "C[17][42]" in v.detail
 
@@ -67,14 +69,14 @@ def test_one_wrong_element_fails():
 def test_nan_never_passes():
     a, b, c = _gemm(Shape(8, 8, 8))
     c[3, 3] = np.nan
-    v = bench.check_result(np, a, b, c, "fp32")
+    v = verify.check_result(np, a, b, c, "fp32")
     assert v.verdict == WRONG and v.nan_elements == 1
 
 
 def test_poison_left_in_place_fails():
     a, b, _ = _gemm(Shape(4, 4, 4))
     c = np.full((4, 4), np.nan, dtype=np.float32)
-    assert bench.check_result(np, a, b, c, "fp32").verdict == WRONG
+    assert verify.check_result(np, a, b, c, "fp32").verdict == WRONG
 
 
 def test_tf32_like_error_fails_fp32():
@@ -84,12 +86,12 @@ def test_tf32_like_error_fails_fp32():
         return (x.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
 
     c = tf32(a) @ tf32(b)
-    assert bench.check_result(np, a, b, c, "fp32").verdict == WRONG
+    assert verify.check_result(np, a, b, c, "fp32").verdict == WRONG
 
 
 def test_zero_output_fails():
     a, b, _ = _gemm(Shape(16, 16, 16))
-    assert bench.check_result(np, a, b, np.zeros((16, 16), np.float32), "fp32").verdict == WRONG
+    assert verify.check_result(np, a, b, np.zeros((16, 16), np.float32), "fp32").verdict == WRONG
 
 
 def test_plan_named_stage_defaults_to_its_first_dtype():
@@ -114,7 +116,7 @@ def test_plan_params_reach_the_stage():
 @pytest.mark.parametrize("item", ["STAGES", "STAGES=x", "=4"])
 def test_bad_param(item):
     with pytest.raises(PerfscopeError, match="NAME=INTEGER"):
-        bench.parse_params([item])
+        parse_params([item])
 
 
 def _manifest(verdict=OK, timing=True) -> RunManifest:
@@ -154,7 +156,7 @@ def test_wrong_run_cannot_carry_a_speed():
 def test_summary_never_shows_speed_for_wrong():
     wrong = RunManifest(stage="x", family="sgemm", dtype="fp32", m=1, n=1, k=1, params={},
                         verification=Verification(WRONG, 0.5, 1e-5, 9.0, 1, 0, "bad"))
-    (row,) = bench.summary_rows([wrong])
+    (row,) = bench_rows(bench.summary([wrong]))
     assert row[3].startswith("WRONG") and row[5] == "-" and row[6] == "-"
 
 
@@ -208,9 +210,9 @@ def test_tf32_env_refused(monkeypatch):
 
 def test_summary_names_changed_parameters():
     m = RunManifest(stage="sgemm_pipe", family="sgemm", dtype="fp32", m=1, n=1, k=1,
-                    params={**bench.get_spec("sgemm_pipe").param_dict, "STAGES": 4},
+                    params={**get_spec("sgemm_pipe").param_dict, "STAGES": 4},
                     verification=Verification(OK, 0.0, 1e-5, 0.0, 0, 0))
-    assert bench.summary_rows([m])[0][0] == "sgemm_pipe [STAGES=4]"
+    assert bench_rows(bench.summary([m]))[0][0] == "sgemm_pipe [STAGES=4]"
 
 
 def test_committed_h200_reference_is_consistent():

@@ -43,6 +43,7 @@ def test_headers_come_from_the_runtime_wheel():
     assert (cuda_include_dir() / "cuda_bf16.h").is_file()
 
 
+@pytest.mark.slow
 def test_compile_reads_resources_per_instantiation():
     mod = compile_cubin(_req())
     assert mod.cubin[:4] == b"\x7fELF"
@@ -52,6 +53,7 @@ def test_compile_reads_resources_per_instantiation():
     assert mod.lowered["scale<__half, 64>"].startswith("_Z")
 
 
+@pytest.mark.slow
 def test_cache_hit_and_key(tmp_path):
     first = compile_cubin(_req())
     again = compile_cubin(_req())
@@ -67,6 +69,7 @@ def test_cache_hit_and_key(tmp_path):
     assert other_src.source_hash != first.source_hash
 
 
+@pytest.mark.slow
 def test_local_headers_are_part_of_the_hash(tmp_path):
     inc = tmp_path / "inc"
     inc.mkdir()
@@ -78,6 +81,7 @@ def test_local_headers_are_part_of_the_hash(tmp_path):
     assert one.source_hash != two.source_hash and not two.from_cache
 
 
+@pytest.mark.slow
 def test_compile_error_carries_the_log():
     with pytest.raises(CompileError) as exc:
         compile_cubin(_req(source=SRC.replace("__syncthreads();", "__syncthreads()")))
@@ -86,17 +90,20 @@ def test_compile_error_carries_the_log():
     assert isinstance(exc.value, PerfscopeError)
 
 
+@pytest.mark.slow
 def test_unknown_name_expression_is_an_error():
     with pytest.raises(PerfscopeError):
         compile_cubin(_req(name_expressions=("nothere<float, 4>",)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["compute_90", "sm90", "90", "sm_90x"])
 def test_bad_arch_refused(arch):
     with pytest.raises(PerfscopeError, match="architecture"):
         compile_cubin(_req(arch=arch))
 
 
+@pytest.mark.slow
 def test_spill_shows_in_resources():
     src = r"""
 template <typename T, int N>

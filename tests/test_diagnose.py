@@ -9,7 +9,8 @@ from typer.testing import CliRunner
 
 import perfscope
 from perfscope.cli import app
-from perfscope.export import SCHEMA, to_dataframe, to_json
+from perfscope.export import to_dataframe, to_json
+from perfscope.render.jsondoc import DIAGNOSE_SCHEMA as SCHEMA
 
 runner = CliRunner()
 
@@ -68,8 +69,12 @@ def test_dataframe_is_long_and_complete():
     assert regs["ps_regs_capped"] == 32
 
 
-def test_json_has_findings_slot_when_given():
-    profiles = perfscope.load(report("float4_copy"))
-    doc = to_json(profiles, findings=[[{"code": "PS000"}]])
-    assert doc["kernels"][0]["findings"] == [{"code": "PS000"}]
+def test_json_has_findings_only_when_rules_were_evaluated():
+    from perfscope.diagnosis import diagnose
+    from perfscope.render.jsondoc import diagnose_document
+
+    profiles = perfscope.load(report("strided_copy"))
     assert "findings" not in to_json(profiles)["kernels"][0]
+    doc = diagnose_document(diagnose([report("strided_copy")]))
+    assert doc["kernels"][0]["findings"][0]["code"] == "PS101"
+    assert doc["kernels"][0]["rules_not_evaluated"]

@@ -3,7 +3,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from perfscope.sass.families import FAMILIES, base_opcode, family_of, group_families
+from perfscope.families import FAMILIES, base_opcode, family_of, group_families
 
 
 def test_base_opcode_strips_modifiers_and_predicates():

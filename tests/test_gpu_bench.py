@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from perfscope import bench
+from perfscope import bench, verify
 from perfscope.errors import PerfscopeError
-from perfscope.kernels import REGISTRY, get_spec
+from perfscope.kernels import REGISTRY, Shape, get_spec
 from perfscope.kernels.launch import prepare
 from perfscope.manifest import OK
 
@@ -22,7 +22,7 @@ CASES += [(get_spec("sgemm_pipe").with_params(STAGES=n), "fp32") for n in (2, 4)
 
 # Ragged shapes that satisfy every declared constraint (K and N multiples of 8, M and
 # the tile edges not), and one with an odd K for the stages that take any K.
-RAGGED = (bench.Shape(129, 136, 72), bench.Shape(1000, 2000, 504), bench.Shape(130, 132, 67))
+RAGGED = (Shape(129, 136, 72), Shape(1000, 2000, 504), Shape(130, 132, 67))
 
 
 def _id(case) -> str:
@@ -31,7 +31,7 @@ def _id(case) -> str:
     return f"{spec.name}{'' if stages in (None, 3) else f'-S{stages}'}-{dtype}"
 
 
-@pytest.mark.parametrize("shape", bench.CHECK_SHAPES + RAGGED, ids=str)
+@pytest.mark.parametrize("shape", verify.CHECK_SHAPES + RAGGED, ids=str)
 @pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
 def test_stage_is_correct(case, shape):
     spec, dtype = case
@@ -43,7 +43,7 @@ def test_stage_is_correct(case, shape):
     prep = prepare(spec, dtype, shape)
     # Two draws: an error that moves between fresh inputs points at a race.
     for seed in (1, 2):
-        v = bench.verify(prep, seed)
+        v = verify.verify(prep, seed)
         assert v.verdict == OK, f"{spec.name} {dtype} {shape}: {v.detail}"
 
 
@@ -51,8 +51,8 @@ def test_stage_is_correct(case, shape):
 # their own: K = 8 (one partly filled k tile), ragged M and N with more tiles than
 # multiprocessors (the persistent stage wraps), a square one, and the 8192^3.
 TENSORMAP_CASES = [(s, d) for s in REGISTRY if s.abi == "tensormap" for d in s.dtypes]
-TENSORMAP_SHAPES = (bench.Shape(200, 264, 8), bench.Shape(2056, 4104, 520),
-                    bench.Shape(8, 8, 8), bench.Shape(8192, 8192, 8192))
+TENSORMAP_SHAPES = (Shape(200, 264, 8), Shape(2056, 4104, 520),
+                    Shape(8, 8, 8), Shape(8192, 8192, 8192))
 
 
 @pytest.mark.parametrize("shape", TENSORMAP_SHAPES, ids=str)
@@ -61,7 +61,7 @@ def test_tensormap_stage_is_correct(case, shape):
     spec, dtype = case
     prep = prepare(spec, dtype, shape)
     for seed in (1, 2):
-        v = bench.verify(prep, seed)
+        v = verify.verify(prep, seed)
         assert v.verdict == OK, f"{spec.name} {dtype} {shape}: {v.detail}"
 
 
@@ -69,16 +69,16 @@ def test_persistent_grid_is_one_cta_per_multiprocessor():
     import cupy
 
     sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
-    big = prepare(get_spec("hgemm_tma_wgmma_persistent"), "bf16", bench.Shape(4096, 4096, 4096))
+    big = prepare(get_spec("hgemm_tma_wgmma_persistent"), "bf16", Shape(4096, 4096, 4096))
     assert big.grid == (sms, 1, 1) and big.block == (384, 1, 1)
-    small = prepare(get_spec("hgemm_tma_wgmma_persistent"), "bf16", bench.Shape(256, 512, 64))
+    small = prepare(get_spec("hgemm_tma_wgmma_persistent"), "bf16", Shape(256, 512, 64))
     assert small.grid == (4, 1, 1)   # 2 x 2 tiles of 128 x 256: fewer tiles than SMs
-    pairs = prepare(get_spec("hgemm_tma_wgmma_cluster"), "bf16", bench.Shape(4096, 4096, 4096))
+    pairs = prepare(get_spec("hgemm_tma_wgmma_cluster"), "bf16", Shape(4096, 4096, 4096))
     assert pairs.grid[0] % 2 == 0 and sms - 2 <= pairs.grid[0] <= sms
 
 
 def test_timing_produces_a_ratio():
-    (job,) = bench.plan(["hgemm_naive"], ["fp16"], bench.Shape(512, 512, 512))
+    (job,) = bench.plan(["hgemm_naive"], ["fp16"], Shape(512, 512, 512))
     opts = bench.BenchOptions(runs=3, rounds=3, warmup=1, l2_flush_bytes=1 << 24)
     (m,) = list(bench.run_jobs([job], opts))
     assert m.verification.verdict == OK

@@ -26,7 +26,7 @@ def ncu_exe() -> str:
 def test_two_stages_one_ncu_process(ncu_exe, tmp_path):
     req = profiling.ProfileRequest(stages=("sgemm_smem", "hgemm_bcf"), shape="512x512x512",
                                    out=tmp_path)
-    _, results = profiling.profile_stages(req, ncu=ncu_exe)
+    results = profiling.profile_stages(req, ncu=ncu_exe).results
     assert [r.verdict for r in results] == ["ok", "ok"], results
     for r, stage in zip(results, ("sgemm_smem", "hgemm_bcf"), strict=True):
         (kp,) = perfscope.load(r.report)

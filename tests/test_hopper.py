@@ -14,6 +14,7 @@ import ctypes
 import pytest
 from conftest import disassembler_or_skip
 
+from perfscope.audit import audit_stage
 from perfscope.errors import PerfscopeError
 from perfscope.kernels import REGISTRY, Shape, get_spec
 from perfscope.kernels.launch import capability_refusal, compile_stage
@@ -29,7 +30,6 @@ from perfscope.kernels.tensormap import (
     plan_map,
     plan_maps,
 )
-from perfscope.sass.audit import audit_stage
 
 HOPPER = [s for s in REGISTRY if s.source == "hopper.cu"]
 NAMES = ("hgemm_tma_wgmma", "hgemm_tma_wgmma_ws", "hgemm_tma_wgmma_persistent",
@@ -52,6 +52,7 @@ def test_the_ladder_continues_past_mma_sync():
         assert set(spec.absent) == {"hmma", "ldgsts"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 @pytest.mark.parametrize("name", NAMES)
 def test_sass_has_hgmma_and_utmaldg_and_no_hmma_or_ldgsts(name, dtype):
@@ -68,6 +69,7 @@ def test_sass_has_hgmma_and_utmaldg_and_no_hmma_or_ldgsts(name, dtype):
     assert any(f"HGMMA.64x{bn}x16.F32" in op for op in a.sass.opcodes), sorted(a.sass.opcodes)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES[1:])
 def test_specialised_stages_move_registers_and_the_last_stores_by_tma(name):
     tool = disassembler_or_skip()
@@ -81,6 +83,7 @@ def test_specialised_stages_move_registers_and_the_last_stores_by_tma(name):
     assert (bases["UCGABAR_ARV"] > 0) == clustered   # cluster barriers after init, before exit
 
 
+@pytest.mark.slow
 def test_setmaxnreg_is_not_ignored():
     # ptxas warns (C7508) and drops setmaxnreg when the kernel has no register cap.
     for spec in HOPPER[1:]:
@@ -92,13 +95,14 @@ def test_setmaxnreg_is_not_ignored():
 def test_a_fingerprint_family_that_must_be_absent_fails_the_audit():
     from types import SimpleNamespace
 
-    from perfscope.sass.audit import check_fingerprint
+    from perfscope.audit import check_fingerprint
 
     fake = SimpleNamespace(opcodes={"HMMA.16816.F32": 8, "UTMALDG.2D": 2})
     checks = check_fingerprint(fake, ("tma",), ("hmma",))
     assert [(c.name, c.ok) for c in checks] == [("tma", True), ("no hmma", False)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["sm_80", "sm_100a"])
 def test_other_targets_are_refused_in_one_sentence(arch):
     with pytest.raises(PerfscopeError, match=r"^hgemm_tma_wgmma (needs|is built only)") as e:

@@ -8,6 +8,7 @@ import pytest
 
 from perfscope.build import CompileRequest, compile_cubin
 from perfscope.errors import PerfscopeError
+from perfscope.families import FAMILY_BY_KEY
 from perfscope.kernels import (
     DTYPES,
     KERNEL_DIR,
@@ -19,7 +20,6 @@ from perfscope.kernels import (
     parse_shape,
 )
 from perfscope.kernels.launch import compile_stage
-from perfscope.sass.families import FAMILY_BY_KEY
 
 LADDER = [s for s in REGISTRY if not s.is_reference]
 ARCHS = ("sm_80", "sm_90a")
@@ -145,6 +145,7 @@ def _compile_cases():
     return [(s, a) for s in LADDER for a in ARCHS if a in s.archs]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec, arch", _compile_cases(), ids=lambda x: getattr(x, "name", x))
 def test_every_stage_compiles(spec, arch):
     for dtype in spec.dtypes:
@@ -160,6 +161,7 @@ def test_every_stage_compiles(spec, arch):
             assert use.registers * spec.block_threads() <= 65536, spec.name
 
 
+@pytest.mark.slow
 def test_capped_stage_spills_and_uncapped_does_not():
     for arch in ARCHS:
         capped_spec, free_spec = get_spec("sgemm_reg8x8_capped"), get_spec("sgemm_reg8x8")
@@ -177,6 +179,7 @@ def test_sources_are_free_of_forbidden_headers():
         assert not include.search(path.read_text()), path.name
 
 
+@pytest.mark.slow
 def test_same_path_as_a_plain_request():
     """compile_stage is compile_cubin with the spec's own flags: nothing special in CI."""
     spec = get_spec("hgemm_bcf")

@@ -12,7 +12,7 @@ import pytest
 from perfscope import ncu
 from perfscope.collection import EXTRA_METRICS, SECTIONS
 from perfscope.errors import PerfscopeError
-from perfscope.profile import VIEW_METRICS
+from perfscope.metrics import VIEW_METRICS
 
 FAKE = Path(__file__).parent / "fakes" / "fake_ncu.py"
 

@@ -14,7 +14,8 @@ import pytest
 from conftest import csv_number, raw_csv, report
 
 import perfscope
-from perfscope.profile import OCCUPANCY_LIMITS, SOL_METRICS, KernelProfile
+from perfscope.metrics import OCCUPANCY_LIMITS, SOL_METRICS
+from perfscope.profile import KernelProfile
 
 ALL = ["strided_copy", "float4_copy", "smem_transpose", "spill", "cublas_sgemm_4096",
        "cublas_hgemm_4096", "cublas_bgemm_4096", "many_launches", "narrow_sol_only"]

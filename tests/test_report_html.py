@@ -15,9 +15,10 @@ from typer.testing import CliRunner
 
 from perfscope.cli import app
 from perfscope.manifest import BenchFile
-from perfscope.render import report_markdown
+from perfscope.render import render
 from perfscope.render.html import build_report, generator, render_html
-from perfscope.render.report import collect
+from perfscope.render.markdown import LIMIT
+from perfscope.review import collect
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "reports" / "reference" / "h200"
@@ -37,7 +38,9 @@ def _renamed(rep, name: str):
     e = rep.entries[0]
     kp = e.profile
     ident = dataclasses.replace(kp.identity, name=name, demangled=name, mangled=name)
-    entry = dataclasses.replace(e, label=name, profile=dataclasses.replace(kp, identity=ident))
+    record = dataclasses.replace(e.record, label=name,
+                                 profile=dataclasses.replace(kp, identity=ident))
+    entry = dataclasses.replace(e, record=record)
     return dataclasses.replace(rep, entries=(entry, *rep.entries[1:]))
 
 
@@ -47,10 +50,11 @@ def test_kernel_names_are_escaped():
     # The template has no script element at all, so any '<script' is an injection.
     assert "<script" not in page
     assert "gemm&lt;128, 64, &#34;x&#34;&gt;&lt;script&gt;" in page
-    md = report_markdown.render(rep)
+    md = render(rep, "markdown")
     assert "<script" not in md and "&lt;script&gt;" in md
 
 
+@pytest.mark.slow
 def test_page_is_self_contained():
     page = build_report([report("cublas_hgemm_4096")])
     assert page.count("<svg") >= 2        # duration overview and the kernel's panels
@@ -62,6 +66,7 @@ def test_page_is_self_contained():
         assert tag not in page
 
 
+@pytest.mark.slow
 def test_card_shows_every_part():
     page = build_report([report("smem_transpose")])
     for text in ("Speed of light (% of peak)", "Warp stalls", "Executed opcode families",
@@ -71,6 +76,7 @@ def test_card_shows_every_part():
         assert text in page, text
 
 
+@pytest.mark.slow
 def test_ids_are_unique_across_inline_svgs():
     page = build_report([report("cublas_sgemm_4096"), report("spill")],
                         bench=REFERENCE / "bench.json")
@@ -118,13 +124,13 @@ def test_stage_is_diffed_against_parent_and_cublas(tmp_path):
     page = render_html(rep)
     assert "Against its parent stage" in page and "Against its cuBLAS" in page
     assert "Side by side" in page and "Run manifest" in page
-    md = report_markdown.render(rep)
+    md = render(rep, "markdown")
     assert "Against its parent stage **sgemm_warptile · fp32**" in md
 
 
 def test_markdown_fits_a_pr_comment():
-    md = report_markdown.render(collect([FIXTURES], bench=REFERENCE / "bench.json"))
-    assert len(md) <= report_markdown.LIMIT
+    md = render(collect([FIXTURES], bench=REFERENCE / "bench.json"), "markdown")
+    assert len(md) <= LIMIT
     assert md.startswith("### perfscope diagnosis report")
     assert "| fp16 | hgemm_bcf_dbf_rw |" in md
 
@@ -185,11 +191,13 @@ def test_same_input_gives_the_same_bytes():
     assert example.build() == example.build()
 
 
+@pytest.mark.slow
 def test_committed_example_is_regenerated_unchanged():
     example = _example_module()
     _assert_unchanged(example.EXAMPLE, example.build(), "python docs/example_report.py")
 
 
+@pytest.mark.slow
 def test_committed_reference_page_is_regenerated_unchanged():
     index = REFERENCE / "index.html"
     if not index.exists() or not any(REFERENCE.glob("*.ncu-rep.xz")):

@@ -19,7 +19,8 @@ from typer.testing import CliRunner
 from perfscope.cli import app
 from perfscope.collection import EXTRA_METRICS
 from perfscope.manifest import RunManifest, Verification
-from perfscope.profile import VIEW_METRICS, KernelProfile, Stall, Traffic, load
+from perfscope.metrics import VIEW_METRICS
+from perfscope.profile import KernelProfile, Stall, Traffic, load
 from perfscope.rules import BY_CODE, REGISTRY, SEVERITIES, TAGS, Context, evaluate
 from perfscope.rules.model import DOC_SECTIONS
 

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from perfscope.profile import REPORT_SUFFIXES, load
-from perfscope.rules import evaluate, manifest_beside, manifest_path
+from perfscope.manifest import manifest_beside, manifest_path
+from perfscope.profile import load
+from perfscope.reader import REPORT_SUFFIXES
+from perfscope.rules import evaluate
 
 REFERENCE = Path(__file__).resolve().parent.parent / "reports" / "reference" / "h200"
 SHAPE = "4096x4096x4096"
@@ -116,7 +118,7 @@ def test_store_estimate_counts_the_operand_traffic_tma_moves():
     11% came with overlapping the epilogue, not from the stores' sectors)."""
     import dataclasses
 
-    from perfscope.rules.memory import M_L2_SECTORS
+    from perfscope.metrics import M_L2_SECTORS
 
     kp = load(REFERENCE / f"hgemm_tma_wgmma_ws-bf16-{SHAPE}.ncu-rep.xz")[0]
     (f,) = [f for f in evaluate(kp).findings if f.code == "PS105"]

@@ -16,6 +16,7 @@ from conftest import disassembler_or_skip
 from typer.testing import CliRunner
 
 from perfscope import bench, profiling
+from perfscope.audit import audit, audit_stage
 from perfscope.build import CompileError, CompileRequest, compile_cubin
 from perfscope.cli import app
 from perfscope.errors import PerfscopeError
@@ -23,7 +24,6 @@ from perfscope.kernels import COMPILED_ONLY, KERNEL_DIR, REGISTRY, audit_specs, 
 from perfscope.kernels import launch as launch_mod
 from perfscope.kernels import tcgen05 as tc
 from perfscope.sass import disasm
-from perfscope.sass.audit import audit, audit_stage
 
 STAGE = "hgemm_tcgen05"
 
@@ -84,6 +84,7 @@ def test_instruction_descriptor_matches_the_ptx_isa_layout():
         tc.instr_desc_f16("fp32", True, 128, 128, False, False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 def test_the_cu_encoders_equal_the_python_mirror(dtype):
     """blackwell.cu's constexpr encoders, static_assert-ed against this module's values at
@@ -109,6 +110,7 @@ extern "C" __global__ void perfscope_desc_probe() {{}}
                                  (), KERNEL_DIR), use_cache=False)
 
 
+@pytest.mark.slow
 def test_a_wrong_mirror_value_fails_the_compile():
     """The probe above is a real check: a wrong expected value stops NVRTC."""
     src = get_spec(STAGE).source_path().read_text() + (
@@ -137,8 +139,9 @@ def test_all_never_plans_the_stage(monkeypatch):
     jobs = bench.plan(["all"], [], parse_shape("4096x4096x4096"))
     assert STAGE not in {j.spec.name for j in jobs}
     req = profiling.ProfileRequest(stages=("all",), shape="4096x4096x4096")
-    jobs, refused = profiling.plan_jobs(req)
-    assert all(STAGE not in j.stem for j in jobs) and all(STAGE not in r.stem for r in refused)
+    plan = profiling.plan_jobs(req)
+    assert all(STAGE not in j.stem for j in plan.jobs)
+    assert all(STAGE not in r.stem for r in plan.refused)
     with pytest.raises(PerfscopeError, match="compiled, never run"):
         profiling.plan_jobs(profiling.ProfileRequest(stages=(STAGE,), shape="256x256x256"))
 
@@ -170,6 +173,7 @@ def _audit_cases():
     return [(s, a) for s in audit_specs() for a in s.archs]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec, arch", _audit_cases(), ids=lambda x: getattr(x, "name", x))
 def test_every_stage_shows_its_fingerprint(spec, arch):
     """Every stage with source, for every arch it declares: each fingerprint family is in
@@ -182,6 +186,7 @@ def test_every_stage_shows_its_fingerprint(spec, arch):
         assert a.resources is not None and a.resources.static_smem == spec.static_smem_bytes()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["sm_100a", "sm_103a"])
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 def test_tcgen05_sass_shows_the_blackwell_instructions(arch, dtype):
@@ -200,6 +205,7 @@ def test_tcgen05_sass_shows_the_blackwell_instructions(arch, dtype):
     assert set(a.evaluation.silent) == {"PS130", "PS140", "PS141", "PS142"}
 
 
+@pytest.mark.slow
 def test_static_rules_reuse_the_counter_rules():
     tool = disassembler_or_skip()
     capped = audit_stage("sgemm_reg8x8_capped", "sm_90a", tool=tool)
@@ -212,6 +218,7 @@ def test_static_rules_reuse_the_counter_rules():
     assert not ampere.evaluation.findings   # mma.sync is the right path on sm_80
 
 
+@pytest.mark.slow
 def test_cli_prints_the_audit_and_json():
     disassembler_or_skip()
     res = CliRunner().invoke(app, ["sass", STAGE, "--arch", "sm_100a"])
@@ -226,12 +233,13 @@ def test_cli_prints_the_audit_and_json():
     assert {f["code"] for f in doc[0]["findings"]} == {"PS141", "PS142"}
 
 
+@pytest.mark.slow
 def test_a_cubin_is_audited_as_given():
     tool = disassembler_or_skip()
     from perfscope.kernels.launch import compile_stage
 
     mod = compile_stage(get_spec(STAGE), "fp16", "sm_103a")
-    [a] = audit(str(mod.cubin_path))
+    [a] = audit(str(mod.cubin_path)).audits
     assert a.kind == "cubin" and a.arch == "sm_103a" and a.sass.base_opcodes["UTCHMMA"] > 0
     assert a.resources is None and a.sass.registers == mod.resources[a.kernel].registers
     assert {n.code for n in a.evaluation.not_evaluated} == {"PS130", "PS140"}
@@ -243,6 +251,7 @@ def test_a_cubin_is_audited_as_given():
 # ------------------------------------------------------------ bad input
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["sm_999", "sm_80a", "hopper", "sm_90x"])
 def test_unknown_arch_is_one_sentence(arch):
     res = CliRunner().invoke(app, ["sass", "hgemm_bcf", "--arch", arch])
@@ -251,6 +260,7 @@ def test_unknown_arch_is_one_sentence(arch):
     assert line.startswith("perfscope: ") and arch in line and "\n" not in line
 
 
+@pytest.mark.slow
 def test_stage_built_for_the_wrong_arch_is_refused():
     with pytest.raises(PerfscopeError, match=r"needs compute capability 10\.0"):
         audit_stage(STAGE, "sm_90a")
@@ -258,6 +268,7 @@ def test_stage_built_for_the_wrong_arch_is_refused():
         audit_stage(STAGE, "sm_120a")
 
 
+@pytest.mark.slow
 def test_source_that_does_not_compile_shows_the_log():
     """NVRTC, as in CI: the error names the file, the arch and the compiler's own line."""
     src = "__global__ void k(float* p) { p[0] = not_declared; }\n"
@@ -267,12 +278,13 @@ def test_source_that_does_not_compile_shows_the_log():
     assert "not_declared" in exc.value.log
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (a CUDA toolkit)")
 def test_cu_path_compiles_with_nvcc_and_shows_the_log(tmp_path):
     disassembler_or_skip()
     good = tmp_path / "good.cu"
     good.write_text("__global__ void twice(float* p) { p[threadIdx.x] *= 2.0f; }\n")
-    [a] = audit(str(good), arch="sm_100a")
+    [a] = audit(str(good), arch="sm_100a").audits
     assert a.kind == "cu" and a.resources is not None and a.sass.base_opcodes["LDG"] == 1
     bad = tmp_path / "bad.cu"
     bad.write_text("__global__ void k(float* p) { p[0] = not_declared; }\n")
@@ -282,6 +294,7 @@ def test_cu_path_compiles_with_nvcc_and_shows_the_log(tmp_path):
     assert "not_declared" in res.output
 
 
+@pytest.mark.slow
 def test_cu_path_without_nvcc_says_what_to_do(tmp_path, monkeypatch):
     disassembler_or_skip()
     src = tmp_path / "k.cu"
@@ -294,6 +307,7 @@ def test_cu_path_without_nvcc_says_what_to_do(tmp_path, monkeypatch):
         audit(str(src), arch="sm_90a")
 
 
+@pytest.mark.slow
 def test_missing_disassembler_says_how_to_install(monkeypatch):
     monkeypatch.setenv("PATH", "")
     monkeypatch.delenv("CUDA_HOME", raising=False)
@@ -317,6 +331,7 @@ def test_disassembler_is_found_in_cuda_home(tmp_path, monkeypatch):
     assert tool.name == "nvdisasm" and tool.origin == "CUDA_HOME"
 
 
+@pytest.mark.slow
 def test_not_a_stage_or_a_kernel_file():
     res = CliRunner().invoke(app, ["sass", "sgemm_fastest"])
     assert res.exit_code == 2 and "unknown stage" in res.output
@@ -352,16 +367,17 @@ def test_sass_parser_reads_both_tools():
     assert res == {"_Z1kPf": {"REG": 28, "STACK": 0, "SHARED": 1104, "LOCAL": 0}}
 
 
+@pytest.mark.slow
 def test_a_missing_fingerprint_family_fails_with_exit_1(monkeypatch):
     """A stage whose SASS lacks a declared family is reported FAIL, and the command exits 1."""
     disassembler_or_skip()
     import dataclasses
 
-    import perfscope.kernels as kernels
+    import perfscope.audit as audit_mod
 
-    real = kernels.get_spec
+    real = audit_mod.get_spec
     wrong = dataclasses.replace(real("hgemm_bcf"), fingerprint=("hmma", "gmma"))
-    monkeypatch.setattr(kernels, "get_spec", lambda name: wrong if name == "hgemm_bcf" else real(name))
+    monkeypatch.setattr(audit_mod, "get_spec", lambda name: wrong if name == "hgemm_bcf" else real(name))
     res = CliRunner().invoke(app, ["sass", "hgemm_bcf", "--arch", "sm_90a"])
     assert res.exit_code == 1
     assert "fingerprint FAIL" in res.output and "none in the SASS" in res.output

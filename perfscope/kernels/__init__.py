@@ -13,6 +13,8 @@ from perfscope.kernels.registry import (
     audit_specs,
     get_spec,
     names,
+    stage_catalogue,
+    stage_info,
 )
 from perfscope.kernels.spec import (
     DTYPES,
@@ -39,4 +41,6 @@ __all__ = [
     "names",
     "normalize_dtype",
     "parse_shape",
+    "stage_catalogue",
+    "stage_info",
 ]

@@ -25,6 +25,7 @@ from perfscope.kernels.spec import (
     TmaBoxes,
     tile_grid,
 )
+from perfscope.stage import StageInfo
 
 HALF = ("fp16", "bf16")
 
@@ -315,3 +316,21 @@ def get_spec(name: str) -> KernelSpec:
         raise PerfscopeError(f"unknown stage {name!r}; valid stages are {', '.join(names())}, "
                              f"and for `perfscope sass` only {never}")
     return spec
+
+
+def stage_info(spec: KernelSpec) -> StageInfo:
+    """What analysis needs of a stage, as a plain value (rules and pages never import this
+    registry; the loader attaches it to each report of a stage)."""
+    order = {s.name: i for i, s in enumerate(REGISTRY + COMPILED_ONLY)}
+    refs = {} if spec.is_reference else {d: REFERENCE_FOR_DTYPE[d] for d in spec.dtypes
+                                         if d in REFERENCE_FOR_DTYPE}
+    return StageInfo(name=spec.name, family=spec.family, dtypes=spec.dtypes, change=spec.change,
+                     seed=spec.seed, parent=spec.parent, references=refs,
+                     fingerprint=spec.fingerprint, absent=spec.absent, defaults=spec.param_dict,
+                     variant=spec.variant, archs=spec.archs, order=order.get(spec.name, len(order)),
+                     notes=spec.notes)
+
+
+def stage_catalogue() -> dict[str, StageInfo]:
+    """StageInfo of every runnable stage, by name, in registry order."""
+    return {s.name: stage_info(s) for s in REGISTRY}

@@ -15,7 +15,7 @@ instantiated through an NVRTC name expression such as ``hgemm_bcf<__half, 128, 1
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -77,6 +77,21 @@ class Shape:
 
 
 _SHAPE_RE = re.compile(r"^\s*(-?\d+)\s*[xX×]\s*(-?\d+)\s*[xX×]\s*(-?\d+)\s*$")
+
+
+def parse_params(items: Sequence[str]) -> dict[str, int]:
+    """``["STAGES=4"]`` -> ``{"STAGES": 4}``; anything else is refused in a sentence."""
+    out: dict[str, int] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        try:
+            if not sep or not key.strip():
+                raise ValueError
+            out[key.strip()] = int(value)
+        except ValueError:
+            raise PerfscopeError(
+                f"parameter {item!r} is not of the form NAME=INTEGER, e.g. STAGES=4") from None
+    return out
 
 
 def parse_shape(text: str) -> Shape:
@@ -158,7 +173,7 @@ class KernelSpec:
     variant: bool = False
     constraints: tuple[ShapeConstraint, ...] = ()
     flags: tuple[str, ...] = ()
-    # SASS opcode families (perfscope.sass.families keys) the compiled kernel must use.
+    # SASS opcode families (perfscope.families keys) the compiled kernel must use.
     fingerprint: tuple[str, ...] = ()
     # Compile targets the stage is built and statically audited for; the first is what
     # `perfscope sass STAGE` uses when no --arch is given.

@@ -1,24 +1,54 @@
-"""Rich console rendering of diagnose: one table per kernel, perfscope's findings, then
-Nsight Compute's own findings below them, marked as Nsight Compute's."""
+"""The terminal: rich tables and panels rendered to text (ANSI colour only on a terminal).
+
+diagnose prints one panel per kernel (perfscope's findings, then Nsight Compute's own
+below them, marked as Nsight Compute's); diff a side-by-side table and its verdict; the
+rule table, bench and profile results, and the static SASS audit each their table.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import io
+import shutil
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from perfscope.profile import KernelProfile
+from perfscope.families import FAMILY_BY_KEY
+from perfscope.render.diff import table_rows, verdict_heading, verdict_lines
 from perfscope.render.summary import finding_texts, not_evaluated_text, sections
+
+if TYPE_CHECKING:
+    from perfscope.diff import DiffDocument
+    from perfscope.documents import AuditDocument, BenchSummary, KernelsTable, ProfileSummary
+    from perfscope.manifest import Spread
+    from perfscope.profile import KernelProfile
+    from perfscope.record import DiagnoseDocument
+    from perfscope.rules import Evaluation, RuleTable
 
 _RULE_STYLE = {"warning": "yellow", "error": "red", "optimization": "cyan", "ok": "green",
                "info": "dim"}
 
 
-def _findings(evaluation) -> list:
-    parts: list = [Text("perfscope findings", style="bold magenta")]
+def _text(parts: Iterable[RenderableType], color: bool = False, width: int | None = None) -> str:
+    """What rich would print, as a string: colour only when asked (a terminal)."""
+    buf = io.StringIO()
+    console = Console(file=buf, width=width or shutil.get_terminal_size((120, 24)).columns,
+                      force_terminal=color, color_system="standard" if color else None,
+                      no_color=not color, highlight=False, soft_wrap=False)
+    for part in parts:
+        console.print(part)
+    return buf.getvalue()
+
+
+# ------------------------------------------------------------------------ diagnose
+
+
+def _findings(evaluation: Evaluation) -> list[RenderableType]:
+    parts: list[RenderableType] = [Text("perfscope findings", style="bold magenta")]
     texts = finding_texts(evaluation)
     if not texts:
         parts.append(Text("  none", style="green"))
@@ -37,7 +67,8 @@ def _findings(evaluation) -> list:
     return parts
 
 
-def kernel_panel(kp: KernelProfile, evaluation=None) -> Panel:
+def kernel_panel(kp: KernelProfile, evaluation: Evaluation | None = None) -> Panel:
+    """One kernel's panel: its summary sections, findings and Nsight Compute's findings."""
     table = Table(show_header=False, box=None, pad_edge=False, expand=True)
     table.add_column(style="bold", no_wrap=True, min_width=24)
     table.add_column(overflow="fold")
@@ -45,7 +76,7 @@ def kernel_panel(kp: KernelProfile, evaluation=None) -> Panel:
         table.add_row(Text(sec.title, style="bold magenta"), "")
         for label, value in sec.rows:
             table.add_row(f"  {label}", Text(value, style="dim" if value == "not collected" else ""))
-    parts: list = [table]
+    parts: list[RenderableType] = [table]
     if evaluation is not None:
         parts += _findings(evaluation)
     rules = [r for r in kp.ncu_rules if r.type != "ok"]
@@ -63,9 +94,152 @@ def kernel_panel(kp: KernelProfile, evaluation=None) -> Panel:
     return Panel(Group(*parts), title=Text(title, style="bold"), title_align="left")
 
 
-def render(profiles: Sequence[KernelProfile], console: Console | None = None,
-           evaluations: Sequence | None = None) -> None:
-    """evaluations (perfscope.rules Evaluations) align with profiles when given."""
-    console = console or Console()
-    for i, kp in enumerate(profiles):
-        console.print(kernel_panel(kp, evaluations[i] if evaluations is not None else None))
+def _diagnose(doc: DiagnoseDocument, color: bool = False, width: int | None = None) -> str:
+    return _text((kernel_panel(r.profile, r.evaluation) for r in doc.records), color, width)
+
+
+# ---------------------------------------------------------------------------- diff
+
+
+def _diff(doc: DiffDocument, color: bool = False, width: int | None = None) -> str:
+    diff = doc.diff
+    t = Table("", f"A: {diff.a.label}", f"B: {diff.b.label}", "A/B",
+              title="perfscope diff", title_justify="left")
+    for q, a, b, r in table_rows(diff):
+        # Text, not markup: "[time]" would read as a rich style tag.
+        t.add_row(Text(q), Text(a), Text(b), Text(r),
+                  style="bold magenta" if q.startswith("[") else None)
+    parts: list[RenderableType] = [t]
+    parts += [Text.assemble(("warning: ", "yellow"), w) for w in diff.warnings]
+    if diff.only_a or diff.only_b:
+        parts.append(Text("instruction families only in A: " + (", ".join(diff.only_a) or "none")
+                          + "; only in B: " + (", ".join(diff.only_b) or "none")))
+    parts.append(Text(verdict_heading(diff), style="bold"))
+    parts += [Text(f"  {line}") for line in verdict_lines(diff)]
+    return _text(parts, color, width)
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def _rules(doc: RuleTable, color: bool = False, width: int | None = None) -> str:
+    table = Table("code", "tag", "severity", "title", "source")
+    for r in doc.rules:
+        table.add_row(r.code, r.tag, r.severity, r.title, r.reference)
+    return _text([table], color, width)
+
+
+BENCH_COLUMNS = ("stage", "dtype", "MxNxK", "verdict", "rel err", "TFLOP/s median (min-max)",
+                 "vs cuBLAS median (min-max)", "SM MHz", "regs")
+
+
+def _spread_text(s: Spread | None, fmt: str = "{:.1f}") -> str:
+    if s is None:
+        return "-"
+    return f"{fmt.format(s.median)} ({fmt.format(s.min)}-{fmt.format(s.max)})"
+
+
+def bench_rows(doc: BenchSummary) -> list[tuple[str, ...]]:
+    """Plain-text cells for a results table: a WRONG or refused row never shows a speed."""
+    rows = []
+    for label, m in zip(doc.labels, doc.manifests, strict=True):
+        v, t = m.verification, m.timing
+        err = f"{v.rel_fro_error:.1e}" if v.rel_fro_error is not None else "-"
+        res = m.compile.resources if m.compile else {}
+        regs = (f"{res['registers']}r" + (f" spill {res['spill_stores']}B"
+                                          if res.get("spill_stores") else "")) if res else "-"
+        verdict = v.verdict if v.verdict == "ok" else f"{v.verdict}: {v.detail}"
+        clock = f"{t.sm_clock_mhz.median:.0f}" if t and t.sm_clock_mhz else "-"
+        rows.append((label, m.dtype, m.shape, verdict, err, _spread_text(t.tflops) if t else "-",
+                     _spread_text(t.ratio_to_reference, "{:.2f}") if t else "-", clock, regs))
+    return rows
+
+
+def _bench(doc: BenchSummary, color: bool = False, width: int | None = None) -> str:
+    table = Table(*BENCH_COLUMNS, title=doc.title)
+    for row in bench_rows(doc):
+        table.add_row(*row)
+    return _text([table], color, width)
+
+
+def _profile(doc: ProfileSummary, color: bool = False, width: int | None = None) -> str:
+    table = Table("stage", "verdict", "report", "detail", title=f"perfscope profile -> {doc.out_dir}")
+    for r in doc.results:
+        table.add_row(r.stem, r.verdict, r.report.name if r.report else "-", r.detail)
+    return _text([table], color, width)
+
+
+def _kernels(doc: KernelsTable, color: bool = False, width: int | None = None) -> str:
+    table = Table("stage", "parent", "arch", "best vs cuBLAS", "what it changes")
+    for row in doc.rows:
+        table.add_row(row.name + (" (variant)" if row.variant else ""), row.parent or "-",
+                      ", ".join(row.archs), row.ratio_text, row.change)
+    return _text([table], color, width)
+
+
+# ------------------------------------------------------------------------ sass audit
+
+
+def _resources_line(a: Any) -> str:
+    r = a.resources
+    if r is not None:
+        parts = [f"{r.registers} registers", f"{r.static_smem} B static shared"]
+        if a.dynamic_smem:
+            parts.append(f"{a.dynamic_smem} B dynamic shared (KernelSpec)")
+        parts += [f"{r.stack_frame} B stack", f"{r.spill_stores} B spill stores",
+                  f"{r.spill_loads} B spill loads"]
+        return "resources  " + ", ".join(parts) + " (ptxas -v)"
+    s = a.sass
+    return (f"resources  {s.registers} registers, {s.shared_bytes} B shared, {s.stack_bytes} B stack, "
+            f"{s.local_bytes} B local, spills unknown (cuobjdump -res-usage)")
+
+
+def _audit(doc: AuditDocument, color: bool = False, width: int | None = None) -> str:
+    """The static audit: one block per kernel (plain text; it reads well in CI logs)."""
+    out: list[str] = []
+    for a in doc.audits:
+        title = f"{a.target}" + (f" ({a.dtype}, {a.arch})" if a.dtype else f" ({a.arch})")
+        if a.label:
+            title += f" - {a.label}"
+        out += [title, f"kernel     {a.kernel}"]
+        if a.change:
+            out.append(f"change     {a.change}")
+        out += [f"compiler   {a.compiler}", f"disasm     {a.tool.name} ({a.tool.origin})",
+                _resources_line(a), ""]
+        total = sum(a.sass.opcodes.values())
+        out.append(f"opcode families (static instruction counts, {total} instructions)")
+        for key, ops in a.families.items():
+            label = FAMILY_BY_KEY[key].label if key in FAMILY_BY_KEY else "not in a family"
+            shown = ", ".join(f"{op} {n}" for op, n in list(ops.items())[:6])
+            more = f", +{len(ops) - 6} more" if len(ops) > 6 else ""
+            out.append(f"  {key:<10} {label:<30} {sum(ops.values()):>6}  {shown}{more}")
+        out.append("")
+        if a.fingerprint:
+            verdict = "PASS" if a.fingerprint_ok else "FAIL"
+            out.append(f"fingerprint {verdict} (declared: {', '.join(c.name for c in a.fingerprint)})")
+            for c in a.fingerprint:
+                ops = ", ".join(c.opcodes) if c.opcodes else "none in the SASS"
+                out.append(f"  {'pass' if c.ok else 'FAIL':<5} {c.name:<10} {c.count:>6}  {ops}")
+        else:
+            out.append("fingerprint: none declared (not a registry stage)")
+        out.append("")
+        out.append("rules without counters (static SASS + compiler resource usage)")
+        for f in a.evaluation.findings:
+            out.append(f"  {f.code} {f.severity}: {f.title}")
+            for e in f.evidence:
+                out.append(f"      {e.metric} = {e.value} ({e.threshold})")
+            out.append(f"      fix: {f.fix}")
+        for n in a.evaluation.not_evaluated:
+            out.append(f"  {n.code} not evaluated: {n.reason}")
+        if a.evaluation.silent:
+            out.append(f"  silent: {', '.join(a.evaluation.silent)}")
+        for note in a.notes:
+            out.append(f"note: {note}")
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+RENDERERS: dict[str, Callable[..., str]] = {
+    "diagnose": _diagnose, "diff": _diff, "rules": _rules, "bench": _bench,
+    "profile": _profile, "kernels": _kernels, "audit": _audit,
+}

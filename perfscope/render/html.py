@@ -3,6 +3,9 @@
     from perfscope.render.html import build_report
     Path("index.html").write_text(build_report(["reports/reference/h200"]))
 
+``render_html(review)`` is the renderer (a Review in, the page out); ``build_report`` is
+the convenience that collects the review first.
+
 Jinja2 with autoescaping on renders the template in ``templates/``; every name (C++
 kernel names carry ``<``, ``>`` and quotes) reaches the page escaped. Plots are inline
 SVG (``perfscope.render.plots``), styles are inline, and there is no script and no
@@ -24,8 +27,11 @@ from typing import Any
 
 import jinja2
 
+from perfscope.errors import PerfscopeError
+from perfscope.families import FAMILY_BY_KEY
+from perfscope.reader import REPORT_SUFFIXES
 from perfscope.render import plots
-from perfscope.render.report import Entry, Ladder, Report, collect
+from perfscope.render.diff import table_rows
 from perfscope.render.summary import (
     NOT_COLLECTED,
     clock,
@@ -35,7 +41,8 @@ from perfscope.render.summary import (
     num,
     sections,
 )
-from perfscope.sass.families import FAMILY_BY_KEY
+from perfscope.review import Entry, Ladder, Review, collect
+from perfscope.version import __version__
 
 log = logging.getLogger(__name__)
 
@@ -63,9 +70,7 @@ def _version(dist: str) -> str:
 
 def generator() -> str:
     """What made the page: the versions its bytes depend on (matplotlib draws the SVGs)."""
-    import perfscope
-
-    return f"perfscope {perfscope.__version__}; matplotlib {_version('matplotlib')}"
+    return f"perfscope {__version__}; matplotlib {_version('matplotlib')}"
 
 
 # --------------------------------------------------------------------------- views
@@ -183,8 +188,6 @@ def _hotspot_rows(kp) -> list[dict[str, str]]:
 
 
 def _comparison_view(c) -> dict[str, Any]:
-    from perfscope.render.diff import table_rows
-
     diff = c.diff
     cyc = next((r for r in diff.time if r.name == "cycles"), None)
     dur = next((r for r in diff.time if r.name == "duration ns"), None)
@@ -203,7 +206,7 @@ def _comparison_view(c) -> dict[str, Any]:
             "rows": table_rows(diff)}
 
 
-def _entry_view(report: Report, e: Entry) -> dict[str, Any]:
+def _entry_view(report: Review, e: Entry) -> dict[str, Any]:
     kp = e.profile
     sol = [("compute (SM)", kp.sol.sm_pct), ("memory", kp.sol.memory_pct), ("DRAM", kp.sol.dram_pct),
            ("L1/TEX", kp.sol.l1tex_pct), ("L2", kp.sol.l2_pct)]
@@ -239,7 +242,7 @@ def _metric(kp, name: str) -> float | None:
     return kp.metric(name)
 
 
-def _conditions(report: Report) -> dict[str, Any]:
+def _conditions(report: Review) -> dict[str, Any]:
     gpus: dict[tuple, dict[str, str]] = {}
     kernels = []
     for e in report.entries:
@@ -279,8 +282,8 @@ def _conditions(report: Report) -> dict[str, Any]:
             "timing": timing_rows, "command": report.command, "generator": generator()}
 
 
-def render_html(report: Report) -> str:
-    """The page for a collected Report."""
+def render_html(report: Review) -> str:
+    """The page for a Review."""
     ladders = [_ladder_view(ld, i) for i, ld in enumerate(report.ladders)]
     context = {
         "title": report.title,
@@ -303,8 +306,21 @@ def build_report(paths: Iterable[str | os.PathLike[str]], *, bench: str | os.Pat
 
 
 def write_atomic(path: str | os.PathLike[str], text: str) -> Path:
-    """Write text to path through a temporary file, so a failure leaves the old file intact."""
+    """Write text to path so that a failure leaves what was there intact.
+
+    A missing or regular file is replaced atomically (a temporary file renamed over it); a
+    symbolic link is followed and its target replaced the same way, so the link survives;
+    anything else (a terminal, /dev/stdout, a FIFO) is written through, never replaced.
+    """
     out = Path(path)
+    if out.is_symlink():
+        out = out.resolve()
+    if out.exists() and not out.is_file():
+        if out.is_dir():
+            raise PerfscopeError(f"{path} is a folder; name the HTML file to write.")
+        with open(out, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+        return out
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
     try:
@@ -319,6 +335,32 @@ def write_atomic(path: str | os.PathLike[str], text: str) -> Path:
     log.info("wrote %s (%d bytes)", out, len(text.encode()))
     return out
 
+
+def check_output(path: Path, inputs: Iterable[str | os.PathLike[str]]) -> None:
+    """Refuse to write the page over a report: a shell glob that put the page's name among
+    the inputs, or a report's own name, would overwrite a capture with HTML."""
+    if path.name.endswith(REPORT_SUFFIXES):
+        raise PerfscopeError(f"{path} is a report file name; the HTML page needs another name "
+                             "(e.g. --html index.html).")
+    target = path.resolve()
+    for given in map(Path, inputs):
+        if given.resolve() == target:
+            raise PerfscopeError(f"{path} is one of the inputs; the HTML page needs another name "
+                                 "(was a shell glob expanded after --html?).")
+
+
+def write_page(path: str | os.PathLike[str], review: Review,
+               inputs: Iterable[str | os.PathLike[str]] = ()) -> Path:
+    """Render review and write it to path (never over an input or a report)."""
+    out = Path(path)
+    check_output(out, inputs)
+    try:
+        return write_atomic(out, render_html(review))
+    except OSError as exc:
+        raise PerfscopeError(f"cannot write {path}: {exc.strerror or exc}.") from None
+
+
+RENDERERS = {"review": render_html}
 
 REFERENCE_TITLE = "perfscope reference run: the GEMM ladders on NVIDIA H200"
 # What regenerates the reference folder (and this page at its end).

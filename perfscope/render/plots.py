@@ -15,10 +15,17 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import matplotlib
 from markupsafe import Markup
-from matplotlib.backends.backend_svg import FigureCanvasSVG
-from matplotlib.figure import Figure
+
+from perfscope.reader import load_reader_first
+
+# Nsight Compute's report reader (ncu-report 2025.3) crashes the process when matplotlib
+# was loaded before it, and a page is made of reports: load the reader first.
+load_reader_first()
+
+import matplotlib  # noqa: E402
+from matplotlib.backends.backend_svg import FigureCanvasSVG  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 
 # Colours: one accent per meaning, the same in every figure of a report.
 INK = "#1f2933"

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from rich.progress import BarColumn, Progress, TaskID, TextColumn
 
-from perfscope.ncu import Progress as NcuEvent
+
+class NcuEvent(Protocol):
+    """One progress event of ncu's pass counter (perfscope.ncu.Progress has this shape)."""
+
+    kernel: str
+    percent: float
+    done: bool
+    passes: int | None
 
 
 class NcuProgress:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from perfscope.families import FAMILY_BY_KEY
 from perfscope.profile import KernelProfile, Traffic
-from perfscope.sass.families import FAMILY_BY_KEY
 
 NOT_COLLECTED = "not collected"
 

@@ -9,13 +9,7 @@ One module per concern (memory, latency, registers, instructions, launch, cache,
 correctness); ``registry.REGISTRY`` is the one tuple that lists them.
 """
 
-from perfscope.rules.engine import (
-    evaluate,
-    evaluate_all,
-    manifest_beside,
-    manifest_path,
-    read_manifest,
-)
+from perfscope.rules.engine import evaluate
 from perfscope.rules.model import (
     SEVERITIES,
     TAGS,
@@ -29,10 +23,11 @@ from perfscope.rules.model import (
     NotEvaluated,
     Rule,
 )
-from perfscope.rules.registry import BY_CODE, REGISTRY, STATIC_REGISTRY, rule_metrics
+from perfscope.rules.registry import BY_CODE, REGISTRY, STATIC_REGISTRY, RuleTable, rule_metrics
 
 __all__ = [
     "BY_CODE", "REGISTRY", "SEVERITIES", "STATIC_REGISTRY", "TAGS", "Context", "Evaluation",
-    "Evidence", "Finding", "Hit", "Inputs", "NotCollected", "NotEvaluated", "Rule", "evaluate",
-    "evaluate_all", "manifest_beside", "manifest_path", "read_manifest", "rule_metrics",
+    "Evidence", "Finding", "Hit", "Inputs", "NotCollected", "NotEvaluated", "Rule", "RuleTable",
+    "evaluate",
+    "rule_metrics",
 ]

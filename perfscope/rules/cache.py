@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
-from perfscope.profile import M_L2_HIT, SOL_METRICS
-from perfscope.rules.facts import OPCODE_METRICS, is_gemm_like, need_opcodes
+from perfscope.metrics import (
+    M_L2_HIT,
+    M_PERSISTING,
+    OPCODE_METRICS,
+    SOL_METRICS,
+)
+from perfscope.rules.facts import (
+    is_gemm_like,
+    need_opcodes,
+)
 from perfscope.rules.model import Evidence, Hit, Inputs, Rule, need
 
 # -- thresholds --
@@ -13,7 +21,6 @@ L2_HIT_MIN = 60.0
 DRAM_PCT_MIN = 40.0
 # The hit rate a rasterised GEMM grid reaches (cuBLAS's kernels: 75-91% on the H200).
 L2_HIT_TARGET = 80.0
-M_PERSISTING = "launch__persisting_l2_cache_size"
 _METRICS = (M_L2_HIT, SOL_METRICS["dram_pct"], M_PERSISTING, *OPCODE_METRICS)
 
 

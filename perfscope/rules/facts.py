@@ -10,20 +10,14 @@ import math
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from perfscope.profile import (
-    M_GLOBAL_IDEAL,
-    M_GLOBAL_SECTORS,
-    M_LOCAL_LD_SECT,
-    M_LOCAL_ST_SECT,
+from perfscope.families import base_opcode
+from perfscope.metrics import (
     M_OPCODES,
-    M_OPCODES_MOD,
+    SECTOR_BYTES,
     SOL_METRICS,
-    KernelProfile,
-    OpcodeTraffic,
-    Traffic,
 )
+from perfscope.profile import KernelProfile, OpcodeTraffic, Traffic
 from perfscope.rules.model import Evidence, NotCollected, need
-from perfscope.sass.families import base_opcode
 
 # A unit running at this share of its peak is what bounds the kernel: extra traffic
 # through it costs time in proportion. Below it, extra traffic only costs through the
@@ -39,14 +33,8 @@ MIN_GAIN = 0.01
 MINOR_GAIN = 0.03
 # Fewer issued instructions than this are noise for an instruction-mix judgement.
 MIN_SHARE_OF_INSTRUCTIONS = 0.01
-
-STALL_REASONS: tuple[str, ...] = (
-    "barrier", "branch_resolving", "dispatch_stall", "drain", "gmma", "imc_miss",
-    "lg_throttle", "long_scoreboard", "math_pipe_throttle", "membar", "mio_throttle", "misc",
-    "no_instruction", "not_selected", "short_scoreboard", "sleeping", "tex_throttle", "wait",
-)
-STALL_METRICS: tuple[str, ...] = tuple(
-    f"smsp__average_warps_issue_stalled_{r}_per_issue_active.ratio" for r in STALL_REASONS)
+# Issue slots busier than this: the schedulers have work, latency is already hidden.
+ISSUE_ACTIVE_MAX = 60.0
 
 # Stalls that go away with more warps to switch to (latency), as opposed to throughput
 # stalls (mio/lg/math throttles) that more warps would only deepen.
@@ -54,16 +42,8 @@ LATENCY_STALLS = ("long_scoreboard", "short_scoreboard", "wait", "barrier")
 GLOBAL_WAIT_STALLS = ("long_scoreboard", "lg_throttle")
 SHARED_WAIT_STALLS = ("mio_throttle", "short_scoreboard")
 
-MEMORY_FIELDS = ("l1tex_pct", "l2_pct", "dram_pct")
-MEMORY_PCT_METRICS = tuple(SOL_METRICS[f] for f in MEMORY_FIELDS)
-TRAFFIC_METRICS_GLOBAL = (M_GLOBAL_SECTORS, M_GLOBAL_IDEAL, M_LOCAL_LD_SECT, M_LOCAL_ST_SECT)
-OPCODE_METRICS = (M_OPCODES, M_OPCODES_MOD)
-CC_METRICS = ("device__attribute_compute_capability_major",
-              "device__attribute_compute_capability_minor")
-
 TENSOR_FAMILIES = ("hmma", "gmma", "utcmma")
 MATH_FAMILIES = ("ffma", *TENSOR_FAMILIES)
-SECTOR_BYTES = 32
 
 
 def pct(x: float) -> str:

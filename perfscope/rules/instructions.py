@@ -2,16 +2,18 @@
 
 Nsight Compute judges one kernel at a time and cannot know that a Hopper GEMM built on
 mma.sync and cp.async is on the wrong road while cuBLAS uses wgmma and TMA. These rules
-read the executed opcode families (perfscope.sass.families) and the chip, and name the
+read the executed opcode families (perfscope.families) and the chip, and name the
 instruction and the compile target the fix needs.
 """
 
 from __future__ import annotations
 
-from perfscope.profile import M_OPCODES
-from perfscope.rules.facts import (
+from perfscope.metrics import (
     CC_METRICS,
+    M_OPCODES,
     OPCODE_METRICS,
+)
+from perfscope.rules.facts import (
     TENSOR_FAMILIES,
     arch_target,
     compute_capability,
@@ -37,8 +39,8 @@ _FIX_PATH = {(9, 0): "wgmma.mma_async (HGMMA) fed by TMA", (10, 0): "tcgen05.mma
 
 
 def _tensor_intended(inputs: Inputs) -> bool:
-    spec = inputs.spec
-    if spec is not None and any(k in TENSOR_FAMILIES for k in spec.fingerprint):
+    stage = inputs.stage
+    if stage is not None and any(k in TENSOR_FAMILIES for k in stage.fingerprint):
         return True
     dtype = inputs.dtype
     if dtype is None:
@@ -65,7 +67,7 @@ def _check_no_tensor_cores(inputs: Inputs) -> Hit | None:
     return Hit((
         Evidence("FFMA instructions (sass__inst_executed_per_opcode)", family(p, "ffma"), "> 0"),
         Evidence("HMMA + HGMMA + UTC*MMA instructions", 0.0, "> 0 for FP16/BF16"),
-        Evidence("element type", inputs.dtype or "declared by KernelSpec", "fp16 or bf16"),
+        Evidence("element type", inputs.dtype or "declared by the stage", "fp16 or bf16"),
         *extra,
     ), gain, (("path", path), ("target", arch_target(cc))))
 
@@ -135,7 +137,7 @@ def _check_no_tma(inputs: Inputs) -> Hit | None:
     if cc[0] < TMA_MIN_MAJOR or not has_tensor_cores(p) or p.opcodes.has("tma"):
         return None
     copies = family(p, "ldgsts") + family(p, "ldg")
-    declared = inputs.spec is not None and "tma" in inputs.spec.fingerprint
+    declared = inputs.stage is not None and "tma" in inputs.stage.fingerprint
     if not copies and not declared:
         return None
     gain, extra = gap_to_reference(inputs)

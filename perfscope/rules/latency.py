@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from perfscope.profile import M_ISSUE_ACTIVE, M_OPCODES, M_SPILL_INST, SOL_METRICS
-from perfscope.rules.facts import (
-    BUSY_PCT,
+from perfscope.metrics import (
+    M_ISSUE_ACTIVE,
+    M_OPCODES,
+    M_SPILL_INST,
     MEMORY_FIELDS,
     MEMORY_PCT_METRICS,
+    SOL_METRICS,
     STALL_METRICS,
+)
+from perfscope.rules.facts import (
+    BUSY_PCT,
+    ISSUE_ACTIVE_MAX,
     is_async_mma,
     is_gemm_like,
     is_warp_specialised,
@@ -22,8 +28,6 @@ from perfscope.rules.model import Evidence, Hit, Inputs, Rule, need
 LONG_SCOREBOARD_MIN = 0.30
 # Barrier waits above this share of stall time: a synchronous load-sync-compute loop.
 BARRIER_MIN = 0.25
-# Issue slots busier than this: the schedulers have work, latency is already hidden.
-ISSUE_ACTIVE_MAX = 60.0
 # Spill instructions above this share of all instructions explain the load waits
 # (PS130 owns them).
 SPILL_SHARE_MAX = 0.01

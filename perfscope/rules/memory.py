@@ -9,25 +9,27 @@ cp.async writes and the ideal multi-wavefront accesses of wide stores as "confli
 
 from __future__ import annotations
 
-from perfscope.profile import (
+from perfscope.families import base_opcode
+from perfscope.metrics import (
     M_GLOBAL_IDEAL,
     M_GLOBAL_SECTORS,
+    M_L2_SECTORS,
     M_OPCODES,
     M_SHARED_IDEAL,
     M_SHARED_WAVEFRONTS,
+    MEMORY_FIELDS,
+    MEMORY_PCT_METRICS,
+    OPCODE_METRICS,
     SOL_METRICS,
+    STALL_METRICS,
+    TRAFFIC_METRICS_GLOBAL,
 )
 from perfscope.rules.facts import (
     GLOBAL_WAIT_STALLS,
-    MEMORY_FIELDS,
-    MEMORY_PCT_METRICS,
     MIN_EXCESS,
     MIN_SHARE_OF_INSTRUCTIONS,
     MIN_STALL_SHARE,
-    OPCODE_METRICS,
     SHARED_WAIT_STALLS,
-    STALL_METRICS,
-    TRAFFIC_METRICS_GLOBAL,
     by_opcode,
     family,
     is_gemm_like,
@@ -41,11 +43,6 @@ from perfscope.rules.facts import (
     worst,
 )
 from perfscope.rules.model import Evidence, Hit, Inputs, Rule, need
-from perfscope.sass.families import base_opcode
-
-# Every L2 sector the SMs asked for, TMA copies included (MemoryWorkloadAnalysis_Tables);
-# the plain lts__t_sectors.sum also counts traffic between the two L2 partitions.
-M_L2_SECTORS = "lts__t_sectors_srcunit_tex.sum"
 
 # -- thresholds --
 # Scalar (<= 4-byte) global loads above this share of all LDGs: vectorising is the fix.

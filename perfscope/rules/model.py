@@ -1,8 +1,8 @@
 """The rule table's data types: Rule, Finding, Evidence, and what a predicate returns.
 
 A rule is data plus one small pure predicate. The predicate reads a KernelProfile (and,
-when given, the run manifest and the stage's KernelSpec) and returns a ``Hit`` with its
-evidence, or None. An input it needs that the report or the caller lacks raises
+when given, the run manifest and what the registry says of the stage, a StageInfo) and
+returns a ``Hit`` with its evidence, or None. An input it needs that the report or the caller lacks raises
 ``NotCollected``: the rule is then "not evaluated", never silently passed and never fired.
 """
 
@@ -12,13 +12,11 @@ import inspect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
-if TYPE_CHECKING:
-    from perfscope.build import ResourceUsage
-    from perfscope.kernels.spec import KernelSpec
-    from perfscope.manifest import RunManifest
-    from perfscope.profile import KernelProfile
+from perfscope.manifest import RunManifest
+from perfscope.profile import KernelProfile
+from perfscope.stage import ResourceUsage, StageInfo
 
 # The fixed symptom vocabulary (issue 5). A rule carries exactly one.
 TAGS: tuple[str, ...] = (
@@ -41,7 +39,7 @@ def severity_rank(severity: str) -> int:
 
 
 class NotCollected(Exception):
-    """An input the rule needs is missing: a metric, the run manifest, the stage's spec."""
+    """An input the rule needs is missing: a metric, the run manifest, the stage."""
 
     def __init__(self, what: str) -> None:
         super().__init__(what)
@@ -75,10 +73,11 @@ class Hit:
 
 @dataclass(frozen=True)
 class Context:
-    """What a report cannot tell and the caller may: the stage's spec, the element type,
-    and (for the static audit) what the compiler said about registers and spills."""
+    """What a report cannot tell and the caller may: the stage (from the registry), the
+    element type, and (for the static audit) what the compiler said about registers and
+    spills."""
 
-    spec: KernelSpec | None = None
+    stage: StageInfo | None = None
     dtype: str | None = None
     resources: ResourceUsage | None = None
 
@@ -92,18 +91,18 @@ class Inputs:
     context: Context = field(default_factory=Context)
 
     @property
-    def spec(self) -> KernelSpec | None:
-        return self.context.spec
+    def stage(self) -> StageInfo | None:
+        return self.context.stage
 
     @property
     def dtype(self) -> str | None:
-        if self.manifest is not None and getattr(self.manifest, "dtype", None):
+        if self.manifest is not None and self.manifest.dtype:
             return self.manifest.dtype
         if self.context.dtype:
             return self.context.dtype
-        spec = self.context.spec
-        if spec is not None and len(spec.dtypes) == 1:
-            return spec.dtypes[0]
+        stage = self.context.stage
+        if stage is not None and len(stage.dtypes) == 1:
+            return stage.dtypes[0]
         return None
 
     def need_manifest(self) -> RunManifest:
@@ -159,25 +158,12 @@ class Finding:
     ncu_rule: str | None = None           # the matching Nsight Compute result, if any
     ncu_speedup_pct: float | None = None  # and its own estimate
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "code": self.code, "tag": self.tag, "title": self.title, "severity": self.severity,
-            "estimated_gain": self.estimated_gain,
-            "evidence": [{"metric": e.metric, "value": e.value, "threshold": e.threshold}
-                         for e in self.evidence],
-            "fix": self.fix, "reference": self.reference,
-            "ncu_rule": self.ncu_rule, "ncu_speedup_pct": self.ncu_speedup_pct,
-        }
-
 
 @dataclass(frozen=True)
 class NotEvaluated:
     code: str
     title: str
     reason: str
-
-    def to_dict(self) -> dict[str, str]:
-        return {"code": self.code, "title": self.title, "reason": self.reason}
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from perfscope.profile import (
+from perfscope.metrics import (
     M_ELIGIBLE,
     M_ISSUE_ACTIVE,
     M_LOCAL_LD_REQ,
@@ -19,18 +19,19 @@ from perfscope.profile import (
     M_LOCAL_ST_SECT,
     M_OPCODES,
     M_SPILL_INST,
+    MEMORY_FIELDS,
+    MEMORY_PCT_METRICS,
     OCCUPANCY_LIMITS,
     SOL_METRICS,
+    STALL_METRICS,
+    TRAFFIC_METRICS_GLOBAL,
 )
 from perfscope.rules.facts import (
     BUSY_PCT,
     GLOBAL_WAIT_STALLS,
+    ISSUE_ACTIVE_MAX,
     LATENCY_STALLS,
-    MEMORY_FIELDS,
-    MEMORY_PCT_METRICS,
     MIN_SHARE_OF_INSTRUCTIONS,
-    STALL_METRICS,
-    TRAFFIC_METRICS_GLOBAL,
     is_warp_specialised,
     local_sectors,
     need_opcodes,
@@ -47,7 +48,6 @@ SPILL_SHARE_MIN = MIN_SHARE_OF_INSTRUCTIONS
 OCCUPANCY_LOW_PCT = 50.0
 # Fewer eligible warps per scheduler per cycle than this: issue slots go empty.
 ELIGIBLE_MIN = 1.0
-ISSUE_ACTIVE_MAX = 60.0
 # Latency stalls (long/short scoreboard, wait, barrier) at least this share of stall time.
 LATENCY_SHARE_MIN = 0.40
 REGISTER_FILE = 65536      # 32-bit registers per SM, sm_70 through sm_120

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from perfscope.rules.cache import NO_GRID_SWIZZLE, PERSISTING_MISUSE
 from perfscope.rules.correctness import INCORRECT, UNVERIFIED
 from perfscope.rules.instructions import LEGACY_MMA, NO_TENSOR_CORES, NO_TMA
@@ -63,3 +65,11 @@ if len(BY_CODE) != len(REGISTRY):
 def rule_metrics() -> frozenset[str]:
     """Every metric any rule reads (the collection set must hold them all)."""
     return frozenset(m for r in REGISTRY for m in r.metrics)
+
+
+@dataclass(frozen=True)
+class RuleTable:
+    """What `perfscope rules` shows."""
+
+    rules: tuple[Rule, ...] = REGISTRY
+    kind: str = "rules"

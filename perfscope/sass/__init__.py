@@ -1,5 +1,5 @@
-"""SASS opcode families and (later) static disassembly of cubins."""
+"""Static disassembly of cubins (cuobjdump / nvdisasm): what a kernel compiles to.
 
-from perfscope.sass.families import FAMILIES, FAMILY_BY_KEY, base_opcode, family_of, group_families
-
-__all__ = ["FAMILIES", "FAMILY_BY_KEY", "base_opcode", "family_of", "group_families"]
+The audit workflow that judges it (``perfscope sass``) is :mod:`perfscope.audit`; the
+opcode vocabulary it groups by is :mod:`perfscope.families`.
+"""

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from perfscope.errors import PerfscopeError
-from perfscope.sass.families import base_opcode
+from perfscope.families import base_opcode
 
 log = logging.getLogger(__name__)
 

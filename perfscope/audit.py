@@ -1,6 +1,8 @@
 """``perfscope sass``: what a kernel compiles to, audited without a GPU or counters.
 
-A stage is compiled the project's way (NVRTC, :func:`perfscope.kernels.launch.compile_stage`),
+This workflow sits above the rules: it compiles and disassembles (perfscope.sass keeps the
+disassembler), then judges with the rule table. A stage is compiled the project's way
+(NVRTC, :func:`perfscope.kernels.launch.compile_stage`),
 a user's ``.cu`` with ``nvcc -cubin``, and a ``.cubin`` is taken as it is. The cubin is
 disassembled (:mod:`perfscope.sass.disasm`), its static opcode counts are grouped into
 families, the stage's declared fingerprint is checked family by family, and the rules
@@ -16,98 +18,32 @@ import re
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from perfscope.build import CompileError, ResourceUsage, check_known_arch, parse_ptxas_log
+from perfscope.build import CompileError, check_known_arch, parse_ptxas_log
+from perfscope.documents import AuditDocument, FingerprintCheck, SassAudit
 from perfscope.errors import PerfscopeError
-from perfscope.rules.model import Context, Evaluation
+from perfscope.families import FAMILY_BY_KEY, family_of, group_families
+from perfscope.kernels import get_spec, normalize_dtype, stage_info
+from perfscope.kernels.launch import compile_stage
+from perfscope.profile import (
+    Identity,
+    KernelProfile,
+    Launch,
+    Memory,
+    Opcodes,
+    RawMetrics,
+    SpeedOfLight,
+    Stalls,
+    Traffic,
+)
+from perfscope.rules import STATIC_REGISTRY, Context, Evaluation, evaluate
 from perfscope.sass.disasm import Disassembly, KernelSass, Tool, disassemble, find_tool
-from perfscope.sass.families import FAMILIES, FAMILY_BY_KEY, family_of
+from perfscope.stage import ResourceUsage
 
 log = logging.getLogger(__name__)
 
 NVCC_TIMEOUT_S = 600
-
-
-@dataclass(frozen=True)
-class FingerprintCheck:
-    family: str
-    label: str
-    count: int           # static instructions of the family in the kernel
-    opcodes: tuple[str, ...]
-    # A family the stage must not use (the slower path it replaces): ok when absent.
-    forbidden: bool = False
-
-    @property
-    def ok(self) -> bool:
-        return self.count == 0 if self.forbidden else self.count > 0
-
-    @property
-    def name(self) -> str:
-        return f"no {self.family}" if self.forbidden else self.family
-
-
-@dataclass(frozen=True)
-class SassAudit:
-    """The static audit of one kernel."""
-
-    target: str                     # the stage name or the file the user named
-    kind: str                       # stage / cu / cubin
-    arch: str
-    kernel: str                     # mangled name
-    dtype: str | None
-    label: str                      # "compiled, never run" or ""
-    tool: Tool
-    compiler: str                   # what compiled it, with its flags
-    resources: ResourceUsage | None  # ptxas -v (None for a .cubin)
-    sass: KernelSass
-    fingerprint: tuple[FingerprintCheck, ...]
-    evaluation: Evaluation
-    dynamic_smem: int | None = None  # from the KernelSpec, for a stage
-    notes: tuple[str, ...] = field(default_factory=tuple)
-
-    @property
-    def opcodes(self) -> dict[str, int]:
-        return dict(sorted(self.sass.opcodes.items(), key=lambda kv: (-kv[1], kv[0])))
-
-    @property
-    def families(self) -> dict[str, dict[str, int]]:
-        """family key (or "other") -> {opcode with modifiers: static count}."""
-        out: dict[str, dict[str, int]] = {}
-        for op, n in self.opcodes.items():
-            out.setdefault(family_of(op) or "other", {})[op] = n
-        order = [f.key for f in FAMILIES] + ["other"]
-        return {k: out[k] for k in order if k in out}
-
-    @property
-    def fingerprint_ok(self) -> bool:
-        return all(c.ok for c in self.fingerprint)
-
-    def to_dict(self) -> dict[str, Any]:
-        r = self.resources
-        return {
-            "target": self.target, "kind": self.kind, "arch": self.arch, "kernel": self.kernel,
-            "dtype": self.dtype, "label": self.label,
-            "disassembler": {"tool": self.tool.name, "path": str(self.tool.path),
-                             "origin": self.tool.origin},
-            "compiler": self.compiler,
-            "resources": r.to_dict() if r is not None else None,
-            "cubin_resources": {"registers": self.sass.registers, "shared": self.sass.shared_bytes,
-                                "stack": self.sass.stack_bytes, "local": self.sass.local_bytes},
-            "dynamic_smem": self.dynamic_smem,
-            "instructions": sum(self.sass.opcodes.values()),
-            "families": {k: {"count": sum(v.values()), "opcodes": v}
-                         for k, v in self.families.items()},
-            "fingerprint": [{"family": c.family, "forbidden": c.forbidden, "count": c.count, "ok": c.ok,
-                             "opcodes": list(c.opcodes)} for c in self.fingerprint],
-            "fingerprint_ok": self.fingerprint_ok,
-            "findings": [f.to_dict() for f in self.evaluation.findings],
-            "not_evaluated": [n.to_dict() for n in self.evaluation.not_evaluated],
-            "silent": list(self.evaluation.silent),
-            "notes": list(self.notes),
-        }
 
 
 # ---------------------------------------------------------------- static profile
@@ -122,18 +58,6 @@ def static_profile(sass: KernelSass, arch: str, resources: ResourceUsage | None)
     """A KernelProfile that holds only what static SASS and the compiler know: the opcode
     histogram (static counts in place of executed ones), the compute capability, and the
     registers. Every counter is None, so a rule that needs one is "not evaluated"."""
-    from perfscope.profile import (
-        Identity,
-        KernelProfile,
-        Launch,
-        Memory,
-        Opcodes,
-        RawMetrics,
-        SpeedOfLight,
-        Stalls,
-        Traffic,
-    )
-    from perfscope.sass.families import group_families
 
     base = {k: float(v) for k, v in sass.base_opcodes.items()}
     none_traffic = Traffic(None, None, None, ())
@@ -170,9 +94,6 @@ def check_fingerprint(sass: KernelSass, declared: tuple[str, ...],
 
 def _evaluate(sass: KernelSass, arch: str, resources: ResourceUsage | None,
               context: Context) -> Evaluation:
-    from perfscope.rules.engine import evaluate
-    from perfscope.rules.registry import STATIC_REGISTRY
-
     return evaluate(static_profile(sass, arch, resources), None, context, rules=STATIC_REGISTRY)
 
 
@@ -182,9 +103,6 @@ def _evaluate(sass: KernelSass, arch: str, resources: ResourceUsage | None,
 def audit_stage(name: str, arch: str | None = None, dtype: str | None = None,
                 tool: Tool | None = None) -> SassAudit:
     """Compile a registry stage through NVRTC for arch (default: its first) and audit it."""
-    from perfscope.kernels import get_spec, normalize_dtype
-    from perfscope.kernels.launch import compile_stage
-
     spec = get_spec(name)
     if spec.is_reference:
         raise PerfscopeError(f"{name} is a cuBLAS library call with no source to compile; audit "
@@ -204,9 +122,9 @@ def audit_stage(name: str, arch: str | None = None, dtype: str | None = None,
             o for o in module.options if not o.startswith("-I")),
         resources=resources, sass=sass, fingerprint=check_fingerprint(sass, spec.fingerprint,
                                                                          spec.absent),
-        evaluation=_evaluate(sass, arch, resources, Context(spec=spec, dtype=dtype,
+        evaluation=_evaluate(sass, arch, resources, Context(stage=stage_info(spec), dtype=dtype,
                                                             resources=resources)),
-        dynamic_smem=spec.dynamic_smem_bytes())
+        dynamic_smem=spec.dynamic_smem_bytes(), change=spec.change)
 
 
 def find_nvcc() -> Path:
@@ -246,8 +164,8 @@ def compile_cu(path: Path, arch: str, out_dir: Path) -> tuple[Path, dict[str, Re
 def audit_file(path: Path, arch: str | None = None, dtype: str | None = None,
                tool: Tool | None = None) -> list[SassAudit]:
     """Audit every kernel of a user's .cu (compiled with nvcc) or of a .cubin."""
-    from perfscope.kernels import normalize_dtype
-
+    if path.is_dir():
+        raise PerfscopeError(f"{path} is a folder; name one .cu source or .cubin in it")
     if not path.is_file():
         raise PerfscopeError(f"{path} does not exist")
     dtype = normalize_dtype(dtype) if dtype else None
@@ -293,71 +211,8 @@ def _audit_kernel(path: Path, kind: str, arch: str, sass: KernelSass, dtype: str
         notes=notes)
 
 
-def audit(target: str, arch: str | None = None, dtype: str | None = None) -> list[SassAudit]:
+def audit(target: str, arch: str | None = None, dtype: str | None = None) -> AuditDocument:
     """``perfscope sass TARGET``: a stage name, a .cu or a .cubin."""
-    if re.search(r"\.(cu|cubin)$", target, re.IGNORECASE) or os.sep in target or Path(target).is_file():
-        return audit_file(Path(target), arch, dtype)
-    return [audit_stage(target, arch, dtype)]
-
-
-# ---------------------------------------------------------------------- render
-
-
-def _resources_line(a: SassAudit) -> str:
-    r = a.resources
-    if r is not None:
-        parts = [f"{r.registers} registers", f"{r.static_smem} B static shared"]
-        if a.dynamic_smem:
-            parts.append(f"{a.dynamic_smem} B dynamic shared (KernelSpec)")
-        parts += [f"{r.stack_frame} B stack", f"{r.spill_stores} B spill stores",
-                  f"{r.spill_loads} B spill loads"]
-        return "resources  " + ", ".join(parts) + " (ptxas -v)"
-    s = a.sass
-    return (f"resources  {s.registers} registers, {s.shared_bytes} B shared, {s.stack_bytes} B stack, "
-            f"{s.local_bytes} B local, spills unknown (cuobjdump -res-usage)")
-
-
-def render_text(audits: list[SassAudit]) -> str:
-    """The terminal report: one block per kernel."""
-    out: list[str] = []
-    for a in audits:
-        title = f"{a.target}"
-        if a.dtype:
-            title += f" ({a.dtype}, {a.arch})"
-        else:
-            title += f" ({a.arch})"
-        if a.label:
-            title += f" - {a.label}"
-        out += [title, f"kernel     {a.kernel}", f"compiler   {a.compiler}",
-                f"disasm     {a.tool.name} ({a.tool.origin})", _resources_line(a), ""]
-        total = sum(a.sass.opcodes.values())
-        out.append(f"opcode families (static instruction counts, {total} instructions)")
-        for key, ops in a.families.items():
-            label = FAMILY_BY_KEY[key].label if key in FAMILY_BY_KEY else "not in a family"
-            shown = ", ".join(f"{op} {n}" for op, n in list(ops.items())[:6])
-            more = f", +{len(ops) - 6} more" if len(ops) > 6 else ""
-            out.append(f"  {key:<10} {label:<30} {sum(ops.values()):>6}  {shown}{more}")
-        out.append("")
-        if a.fingerprint:
-            verdict = "PASS" if a.fingerprint_ok else "FAIL"
-            out.append(f"fingerprint {verdict} (declared: {', '.join(c.name for c in a.fingerprint)})")
-            for c in a.fingerprint:
-                ops = ", ".join(c.opcodes) if c.opcodes else "none in the SASS"
-                out.append(f"  {'pass' if c.ok else 'FAIL':<5} {c.name:<10} {c.count:>6}  {ops}")
-        else:
-            out.append("fingerprint: none declared (not a registry stage)")
-        out.append("")
-        out.append("rules without counters (static SASS + compiler resource usage)")
-        for f in a.evaluation.findings:
-            out.append(f"  {f.code} {f.severity}: {f.title}")
-            for e in f.evidence:
-                out.append(f"      {e.metric} = {e.value} ({e.threshold})")
-            out.append(f"      fix: {f.fix}")
-        for n in a.evaluation.not_evaluated:
-            out.append(f"  {n.code} not evaluated: {n.reason}")
-        if a.evaluation.silent:
-            out.append(f"  silent: {', '.join(a.evaluation.silent)}")
-        for note in a.notes:
-            out.append(f"note: {note}")
-        out.append("")
-    return "\n".join(out).rstrip() + "\n"
+    if re.search(r"\.(cu|cubin)$", target, re.IGNORECASE) or os.sep in target or Path(target).exists():
+        return AuditDocument(tuple(audit_file(Path(target), arch, dtype)))
+    return AuditDocument((audit_stage(target, arch, dtype),))

@@ -1,4 +1,4 @@
-"""SASS opcode families: what a GEMM engineer asks of an instruction mix.
+"""SASS opcode families: what a GEMM engineer asks of an instruction mix (ground floor).
 
 An executed-opcode histogram (from ncu) or a static one (from a disassembled cubin) is
 grouped into families named after the PTX feature that produces them, so a report can
@@ -62,6 +62,13 @@ FAMILIES: tuple[OpcodeFamily, ...] = (
 )
 
 FAMILY_BY_KEY: Mapping[str, OpcodeFamily] = {f.key: f for f in FAMILIES}
+
+# Which kind of shared-memory traffic an opcode is: cp.async writes land in shared
+# memory too, and their excess means something else than a bank conflict on a load.
+SHARED_KIND: Mapping[str, str] = {"LDS": "load", "LDSM": "load", "LDSU": "load", "STS": "store",
+                                  "STSM": "store", "LDGSTS": "async-copy", "ATOMS": "atomic"}
+GLOBAL_KIND: Mapping[str, str] = {"LDG": "load", "STG": "store", "LDGSTS": "async-copy",
+                                  "ATOMG": "atomic", "RED": "atomic"}
 
 
 def base_opcode(opcode: str) -> str:

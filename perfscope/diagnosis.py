@@ -1,0 +1,265 @@
+"""Diagnosed: one kernel launch with everything perfscope knows about it, and the one loader.
+
+Every consumer (diagnose, diff, the review page, the exports) reads the same record:
+
+    Diagnosed(label, path, profile, manifest, evaluation, stage)
+
+``diagnose(paths)`` builds one per profiled launch in the reports under paths: it loads
+the report (perfscope.profile), reads the run manifest beside it (perfscope.manifest),
+names the stage (from the manifest, else from the file name) with what the registry
+says of it (a StageInfo), and evaluates the rules (pure). ``resolve(arg)`` turns what a
+user types into one record: a report file, ``FILE:REGEX``, ``FILE:REGEX@N`` (the N-th
+matching launch), ``FILE#ID`` (the launch id diagnose prints), a stage name (its newest
+report), or ``cublas``/``cublaslt`` for another record's reference at the same shape.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from perfscope.errors import PerfscopeError
+from perfscope.kernels import DTYPES, stage_catalogue
+from perfscope.locations import LOCAL_ROOT
+from perfscope.manifest import RunManifest, manifest_beside
+from perfscope.profile import KernelProfile, compile_kernel_regex, load
+from perfscope.reader import REPORT_SUFFIXES, find_reports, report_stem
+from perfscope.record import Catalogue, Diagnosed
+from perfscope.rules import Context, evaluate
+from perfscope.stage import StageInfo
+
+log = logging.getLogger(__name__)
+
+# What `cublas` / `cublaslt` as B stand for, by A's element type.
+REFERENCE_ALIASES = ("cublas", "cublaslt")
+_LAUNCH_AT = re.compile(r"^(?P<regex>.*)@(?P<n>\d+)$")
+_LAUNCH_ID = re.compile(r"^(?P<file>.+)#(?P<id>\d+)$")
+
+
+def stage_of(path: Path, manifest: RunManifest | None,
+             catalogue: Catalogue) -> tuple[str | None, str | None]:
+    """(stage, dtype) of a report: from its manifest, else from its file name.
+
+    Reports are named ``<stage>[@params]-<dtype>-<shape>``; the fixtures
+    ``cublas_sgemm_4096``. A name that starts with no stage is any program's kernel.
+    """
+    if manifest is not None:
+        return manifest.stage, manifest.dtype
+    stem = report_stem(path)
+    for name in catalogue.names_longest_first():
+        if stem == name or stem.startswith((f"{name}-", f"{name}_", f"{name}@")):
+            rest = stem[len(name):].lstrip("-_@").split("-")
+            if stem[len(name):].startswith("@"):
+                rest = rest[1:]
+            dtypes = catalogue.stages[name].dtypes
+            dtype = rest[0] if rest and rest[0] in DTYPES else (dtypes[0] if len(dtypes) == 1 else None)
+            return name, dtype
+    return None, None
+
+
+def _label(path: Path, kp: KernelProfile, stage: StageInfo | None, dtype: str | None,
+           manifest: RunManifest | None, several: bool) -> str:
+    if stage is not None:
+        label = stage.name + (f" · {dtype}" if dtype else "")
+        if manifest is not None and (note := stage.params_note(manifest.params)):
+            label += f" ({note})"
+    else:
+        label = report_stem(path)
+    if several:
+        label += f" #{kp.identity.launch_index} {kp.name}"
+    return label
+
+
+def diagnose_profiles(path: Path, profiles: list[KernelProfile], catalogue: Catalogue,
+                      several: bool | None = None) -> list[Diagnosed]:
+    """Records for the launches of one report file (already loaded)."""
+    manifest = manifest_beside(path)
+    name, dtype = stage_of(path, manifest, catalogue)
+    stage = catalogue.get(name)
+    # The rules are told the stage only when a run manifest names it: a file name is a
+    # guess, the manifest is what was run.
+    context = Context(stage=stage if manifest is not None else None)
+    several = len(profiles) > 1 if several is None else several
+    return [Diagnosed(_label(path, kp, stage, dtype, manifest, several), path, kp, manifest,
+                      evaluate(kp, manifest, context), stage, dtype) for kp in profiles]
+
+
+def default_catalogue() -> Catalogue:
+    """The registry's stages, as the analysis sees them."""
+    return Catalogue(stage_catalogue())
+
+
+def diagnose(paths: Iterable[str | os.PathLike[str]], kernel: str | None = None,
+             catalogue: Catalogue | None = None) -> list[Diagnosed]:
+    """One record per profiled launch in the reports under paths (files or folders)."""
+    catalogue = catalogue or default_catalogue()
+    compile_kernel_regex(kernel)       # a bad pattern is refused before any report is read
+    out: list[Diagnosed] = []
+    for path in find_reports(paths):
+        profiles = load(path, kernel)
+        if profiles:
+            out += diagnose_profiles(path, profiles, catalogue)
+    if not out:
+        raise PerfscopeError(f"no kernel matches {kernel!r} in the given reports." if kernel
+                             else "no kernel launch in the given reports.")
+    return out
+
+
+# ------------------------------------------------------------------------- resolving
+
+
+class MissingReference(PerfscopeError):
+    """No report of a reference exists yet; whoever may profile can make it and retry."""
+
+    def __init__(self, stage: str, dtype: str, shape: str, folder: Path, like: Diagnosed) -> None:
+        super().__init__(f"no report of {stage} in {dtype} at {shape} under {folder}; make it with "
+                         f"`perfscope profile {stage} --dtype {dtype} --shape {shape}` on a GPU "
+                         "machine with Nsight Compute.")
+        self.stage, self.dtype, self.shape, self.folder, self.like = stage, dtype, shape, folder, like
+
+
+@dataclass(frozen=True)
+class ResolveOptions:
+    """How stage names are looked up: in reports/local or a reference run folder."""
+
+    reference: Path | None = None          # a folder, or None for reports/local
+    dtype: str | None = None
+    catalogue: Catalogue = field(default_factory=default_catalogue)
+
+    @property
+    def root(self) -> Path:
+        return self.reference if self.reference is not None else LOCAL_ROOT
+
+
+def _one_launch(path: Path, regex: str | None, index: int | None, label: str,
+                catalogue: Catalogue) -> Diagnosed:
+    profiles = load(path, regex)
+    if not profiles:
+        raise PerfscopeError(f"no kernel matches {regex!r} in {path}.")
+    if index is not None:
+        if index >= len(profiles):
+            what = f"{regex!r} matches" if regex is not None else f"{path} holds"
+            raise PerfscopeError(f"{what} {len(profiles)} launch(es) in {path}; @{index} is out of "
+                                 f"range (0 to {len(profiles) - 1}).")
+        profiles = [profiles[index]]
+    elif len(profiles) > 1:
+        names = ", ".join(sorted({p.name for p in profiles}))
+        ids = ", ".join(f"#{p.identity.launch_index}" for p in profiles[:6])
+        if regex is not None:
+            raise PerfscopeError(f"{regex!r} matches {len(profiles)} kernel launches in {path} "
+                                 f"({names}); pick one with {path}:{regex}@N or {path}#ID ({ids}).")
+        raise PerfscopeError(f"{path} holds {len(profiles)} kernel launches ({names}); pick one "
+                             f"with {path}:REGEX, {path}:REGEX@N or {path}#ID ({ids}).")
+    return replace(diagnose_profiles(path, profiles, catalogue, several=False)[0], label=label)
+
+
+def _by_id(path: Path, launch: int, label: str, catalogue: Catalogue) -> Diagnosed:
+    profiles = load(path)
+    hit = [p for p in profiles if p.identity.launch_index == launch]
+    if not hit:
+        raise PerfscopeError(f"{path} has no launch #{launch}; its launches are #0 to "
+                             f"#{len(profiles) - 1} (perfscope diagnose lists them).")
+    return replace(diagnose_profiles(path, hit, catalogue, several=False)[0], label=label)
+
+
+def _report_files(root: Path, stage: str) -> list[Path]:
+    if not root.is_dir():
+        return []
+    found = [p for p in root.rglob(f"{stage}[-@]*") if p.name.endswith(REPORT_SUFFIXES)]
+    return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
+
+
+def resolve(arg: str, options: ResolveOptions | None = None, like: Diagnosed | None = None
+            ) -> Diagnosed:
+    """A report file, FILE:REGEX[@N], FILE#ID, a stage name, or cublas/cublaslt (given like)."""
+    options = options or ResolveOptions()
+    cat = options.catalogue
+    path = Path(arg)
+    if path.is_file():
+        return _one_launch(path, None, None, arg, cat)
+    if path.is_dir():
+        raise PerfscopeError(f"{arg} is a folder; name one report in it (perfscope diagnose {arg} "
+                             "lists them).")
+    if (m := _LAUNCH_ID.match(arg)) and Path(m["file"]).is_file():
+        return _by_id(Path(m["file"]), int(m["id"]), arg, cat)
+    if ":" in arg:
+        head, _, regex = arg.rpartition(":")
+        if Path(head).is_file():
+            index = None
+            if (at := _LAUNCH_AT.match(regex)) is not None:
+                regex, index = at["regex"] or ".", int(at["n"])
+            compile_kernel_regex(regex)
+            return _one_launch(Path(head), regex, index, arg, cat)
+    if arg in REFERENCE_ALIASES:
+        return _reference_of(arg, like, options)
+    if arg not in cat.stages:
+        raise PerfscopeError(f"{arg!r} is neither a report file nor a stage; stages: "
+                             f"{', '.join(cat.stages)}.")
+    return _newest(arg, options.dtype, None, options)
+
+
+def _reference_of(alias: str, like: Diagnosed | None, options: ResolveOptions) -> Diagnosed:
+    if like is None:
+        raise PerfscopeError(f"'{alias}' names A's reference, so it goes second: perfscope diff A "
+                             f"{alias}.")
+    m = like.manifest
+    if m is None:
+        raise PerfscopeError(f"'{alias}' needs A's GEMM shape and dtype, and {like.path} has no run "
+                             "manifest: profile A with --shape MxNxK --dtype D (or name the "
+                             "reference's report).")
+    stage = reference_stage(alias, m.dtype)
+    return _newest(stage, m.dtype, m.shape, options, like)
+
+
+def reference_stage(alias: str, dtype: str) -> str:
+    """The stage that stands for cublas/cublaslt at an element type."""
+    base = {"fp32": "cublas_sgemm", "fp16": "cublas_hgemm", "bf16": "cublas_bgemm"}.get(dtype)
+    if base is None:
+        raise PerfscopeError(f"no cuBLAS reference is known for dtype {dtype!r}.")
+    return base if alias == "cublas" else base.replace("cublas_", "cublaslt_")
+
+
+def _newest(stage: str, dtype: str | None, shape: str | None, options: ResolveOptions,
+            like: Diagnosed | None = None) -> Diagnosed:
+    root = options.root
+    files = _report_files(root, stage)
+    info = options.catalogue.get(stage)
+    if not dtype and files and info is not None:
+        # A stage reported in several dtypes means its first one unless --dtype says.
+        first = info.dtypes[0]
+        if any(f"-{first}-" in f.name for f in files):
+            dtype = first
+    if dtype:
+        files = [f for f in files if f"-{dtype}-" in f.name]
+    if shape:
+        files = [f for f in files if report_stem(f).endswith(f"-{shape}")]
+    if not files:
+        if like is not None:
+            raise MissingReference(stage, dtype or "", shape or "", root, like)
+        hint = "" if options.reference is not None else " (add --reference for the committed H200 run)"
+        have = sorted({p.name.split("-")[0].split("@")[0] for p in root.rglob("*")
+                       if p.name.endswith(REPORT_SUFFIXES)}) if root.is_dir() else []
+        raise PerfscopeError(f"no report of {stage}" + (f" in {dtype}" if dtype else "")
+                             + f" under {root.resolve()}{hint}; stages with reports there: "
+                             + (", ".join(have) or "none") + ".")
+    return _one_launch(files[0], None, None, f"{stage} ({files[0].name})", options.catalogue)
+
+
+def resolve_pair(a: str, b: str, options: ResolveOptions,
+                 make_reference: Callable[[MissingReference], None] | None = None
+                 ) -> tuple[Diagnosed, Diagnosed]:
+    """A and B for a diff; a missing cublas/cublaslt reference is made by make_reference
+    (the profiler, when the caller may use the GPU) and looked up again."""
+    side_a = resolve(a, options)
+    try:
+        side_b = resolve(b, options, like=side_a)
+    except MissingReference as missing:
+        if make_reference is None:
+            raise
+        make_reference(missing)
+        side_b = resolve(b, options, like=side_a)
+    return side_a, side_b

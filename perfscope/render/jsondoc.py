@@ -1,0 +1,240 @@
+"""JSON: every document perfscope prints as JSON is made here, and only here.
+
+Schemas, versioned by name (a field that changes bumps the version):
+
+- ``perfscope.diagnose/1`` (``diagnose --json``, ``perfscope.to_json``)::
+
+        {
+          "schema": "perfscope.diagnose/1",
+          "kernels": [
+            {
+              "name": str, "demangled": str, "mangled": str, "source": str,
+              "duration_ns": float|null,
+              "identity": {grid, block, cluster, device, compute_capability, sm_count,
+                           sm_clock_hz, cycles, mem_clock_hz, reader_version, range_index,
+                           action_index},
+              "sol": {duration_ns, sm_pct, memory_pct, dram_pct, l1tex_pct, l2_pct},
+              "stalls": {"reasons": [{reason, cycles_per_issue, samples, share}],
+                         selected_cycles_per_issue, total_samples, eligible_warps_per_cycle,
+                         issue_active_pct},
+              "memory": {"shared": TRAFFIC, "global": TRAFFIC, bank_conflicts_ld,
+                         bank_conflicts_st, l1_hit_rate_pct, l2_hit_rate_pct,
+                         local_load_requests, local_store_requests, local_load_bytes,
+                         local_store_bytes, spill_instructions},
+              "launch": {registers_per_thread, shared_static_bytes, shared_dynamic_bytes,
+                         shared_driver_bytes, block_size, grid_size, cluster_size,
+                         theoretical_occupancy_pct, achieved_occupancy_pct, occupancy_limiter,
+                         occupancy_limits, waves_per_sm},
+              "opcodes": {opcode: count}, "opcodes_with_modifiers": {opcode: count},
+              "opcode_families": {family: count},
+              "hotspots": [{address, sass, opcode, file, line, samples, reasons: [[r, n]]}],
+              "ncu_rules": [{identifier, section, title, type, message, speedup_pct,
+                             speedup_type}],
+              "findings": [FINDING],            # present when rules were evaluated
+              "rules_not_evaluated": [{code, title, reason}]   # likewise
+            }
+          ]
+        }
+
+        TRAFFIC = {actual, ideal, excess, excess_pct,
+                   by_opcode: [{opcode, kind, instructions, actual, ideal, excess, ratio}]}
+        FINDING = {code, tag, title, severity, estimated_gain (fraction of kernel time|null),
+                   evidence: [{metric, value, threshold}], fix, reference,
+                   ncu_rule (str|null), ncu_speedup_pct (float|null)}
+
+    Every value the report lacks is null.
+
+- ``perfscope.diff/1`` (``diff --json``): ``a``/``b`` (label, report, name, demangled,
+  manifest, hotspots), ``fields`` (every gateable number), ``time``/``sol``/``memory``/
+  ``launch`` rows ``{name, a, b, ratio}``, ``stalls``, ``families``, ``only_a``/``only_b``,
+  ``new_findings``/``gone_findings`` (FINDING), ``verdict``, ``warnings``,
+  ``gate_failures``.
+- ``perfscope.rules/1`` (``rules --json``): one row per rule.
+- ``perfscope.sass/1`` (``sass --json``): one object per audited kernel.
+- ``perfscope.kernels/1`` (``kernels --json``): one row per stage.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from perfscope.families import FAMILY_BY_KEY
+from perfscope.profile import KernelProfile, Traffic
+
+if TYPE_CHECKING:
+    from perfscope.diff import DiffDocument, ProfileDiff, Row
+    from perfscope.documents import AuditDocument, KernelsTable, SassAudit
+    from perfscope.record import Diagnosed, DiagnoseDocument
+    from perfscope.rules import RuleTable
+
+DIAGNOSE_SCHEMA = "perfscope.diagnose/1"
+DIFF_SCHEMA = "perfscope.diff/1"
+
+
+def dumps(data: Any) -> str:
+    """JSON text with NaN refused: a number perfscope did not measure is null, never NaN."""
+    return json.dumps(data, indent=1, allow_nan=False, default=_refuse) + "\n"
+
+
+def _refuse(obj: object) -> object:
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+# ------------------------------------------------------------------------ diagnose
+
+
+def _traffic(t: Traffic) -> dict[str, Any]:
+    return {
+        "actual": t.actual, "ideal": t.ideal, "excess": t.excess, "excess_pct": t.excess_pct,
+        "by_opcode": [{**dataclasses.asdict(o), "excess": o.excess, "ratio": o.ratio}
+                      for o in t.by_opcode],
+    }
+
+
+def kernel_dict(kp: KernelProfile) -> dict[str, Any]:
+    """One launch's profile in the diagnose schema (findings aside)."""
+    ident = dataclasses.asdict(kp.identity)
+    stalls = kp.stalls
+    mem = dataclasses.asdict(kp.memory)
+    mem.pop("global_")
+    mem["shared"] = _traffic(kp.memory.shared)
+    mem["global"] = _traffic(kp.memory.global_)
+    return {
+        "name": kp.name, "demangled": ident.pop("demangled"), "mangled": ident.pop("mangled"),
+        "source": ident.pop("source"), "duration_ns": kp.sol.duration_ns,
+        "identity": {k: v for k, v in ident.items() if k not in ("name", "launch_index", "incomplete")},
+        "sol": dataclasses.asdict(kp.sol),
+        "stalls": {
+            "reasons": [{**dataclasses.asdict(s), "share": stalls.share(s.reason)}
+                        for s in stalls.reasons],
+            "selected_cycles_per_issue": stalls.selected_cycles_per_issue,
+            "total_samples": stalls.total_samples,
+            "eligible_warps_per_cycle": stalls.eligible_warps_per_cycle,
+            "issue_active_pct": stalls.issue_active_pct,
+        },
+        "memory": mem,
+        "launch": {**dataclasses.asdict(kp.launch),
+                   "occupancy_limits": dict(kp.launch.occupancy_limits)},
+        "opcodes": dict(kp.opcodes.executed),
+        "opcodes_with_modifiers": dict(kp.opcodes.with_modifiers),
+        "opcode_families": dict(kp.opcodes.families),
+        "hotspots": [{**dataclasses.asdict(h), "reasons": [list(r) for r in h.reasons]}
+                     for h in kp.hotspots],
+        "ncu_rules": [dataclasses.asdict(r) for r in kp.ncu_rules],
+    }
+
+
+def finding_dict(f: Any) -> dict[str, Any]:
+    return {
+        "code": f.code, "tag": f.tag, "title": f.title, "severity": f.severity,
+        "estimated_gain": f.estimated_gain,
+        "evidence": [{"metric": e.metric, "value": e.value, "threshold": e.threshold}
+                     for e in f.evidence],
+        "fix": f.fix, "reference": f.reference,
+        "ncu_rule": f.ncu_rule, "ncu_speedup_pct": f.ncu_speedup_pct,
+    }
+
+
+def record_dict(r: Diagnosed) -> dict[str, Any]:
+    """One record: its profile, findings and the rules it could not evaluate."""
+    d = kernel_dict(r.profile)
+    d["findings"] = [finding_dict(f) for f in r.evaluation.findings]
+    d["rules_not_evaluated"] = [dataclasses.asdict(n) for n in r.evaluation.not_evaluated]
+    return d
+
+
+def profiles_document(profiles: Sequence[KernelProfile]) -> dict[str, Any]:
+    """The diagnose document of bare profiles (no rules evaluated): the Python API's."""
+    return {"schema": DIAGNOSE_SCHEMA, "kernels": [kernel_dict(kp) for kp in profiles]}
+
+
+def diagnose_document(records: Sequence[Diagnosed]) -> dict[str, Any]:
+    return {"schema": DIAGNOSE_SCHEMA, "kernels": [record_dict(r) for r in records]}
+
+
+def _diagnose(doc: DiagnoseDocument) -> str:
+    return dumps(diagnose_document(doc.records))
+
+
+# ---------------------------------------------------------------------------- diff
+
+
+def diff_document(diff: ProfileDiff, gate_failures: Sequence[str] = ()) -> dict[str, Any]:
+    """The diff as JSON-ready data (schema perfscope.diff/1)."""
+    def side(s: Diagnosed) -> dict[str, Any]:
+        m = s.manifest
+        return {"label": s.label, "report": str(s.path), "name": s.profile.name,
+                "demangled": s.profile.identity.demangled,
+                "manifest": None if m is None else {"stage": m.stage, "dtype": m.dtype,
+                                                    "shape": m.shape},
+                "hotspots": [dataclasses.asdict(h) for h in s.profile.hotspots[:5]]}
+
+    def rows(rs: Sequence[Row]) -> list[dict[str, Any]]:
+        return [{"name": r.name, "a": r.a, "b": r.b, "ratio": r.ratio} for r in rs]
+
+    return {
+        "schema": DIFF_SCHEMA, "a": side(diff.a), "b": side(diff.b),
+        "fields": diff.fields(), "time": rows(diff.time), "sol": rows(diff.sol),
+        "memory": rows(diff.memory), "launch": rows(diff.launch),
+        "stalls": [dataclasses.asdict(s) | {"delta": s.delta} for s in diff.stalls],
+        "unit": diff.unit, "families": [dataclasses.asdict(f) for f in diff.families],
+        "only_a": list(diff.only_a), "only_b": list(diff.only_b),
+        "new_findings": [finding_dict(f) for f in diff.new_findings],
+        "gone_findings": [finding_dict(f) for f in diff.gone_findings],
+        "verdict": [dataclasses.asdict(r) for r in diff.verdict],
+        "warnings": list(diff.warnings),
+        "family_labels": {k: FAMILY_BY_KEY[k].label for k in FAMILY_BY_KEY},
+        "gate_failures": list(gate_failures),
+    }
+
+
+def _diff(doc: DiffDocument) -> str:
+    return dumps(diff_document(doc.diff, doc.gate_failures))
+
+
+# -------------------------------------------------------------------------- tables
+
+
+def _rules(doc: RuleTable) -> str:
+    return dumps([{"code": r.code, "tag": r.tag, "severity": r.severity, "title": r.title,
+                   "metrics": list(r.metrics), "fix": r.fix, "source": r.reference,
+                   "nsight_compute": list(r.ncu), "doc": r.doc} for r in doc.rules])
+
+
+def audit_dict(a: SassAudit) -> dict[str, Any]:
+    r = a.resources
+    return {
+        "target": a.target, "kind": a.kind, "arch": a.arch, "kernel": a.kernel,
+        "dtype": a.dtype, "label": a.label, "change": a.change,
+        "disassembler": {"tool": a.tool.name, "path": str(a.tool.path), "origin": a.tool.origin},
+        "compiler": a.compiler,
+        "resources": r.to_dict() if r is not None else None,
+        "cubin_resources": {"registers": a.sass.registers, "shared": a.sass.shared_bytes,
+                            "stack": a.sass.stack_bytes, "local": a.sass.local_bytes},
+        "dynamic_smem": a.dynamic_smem,
+        "instructions": sum(a.sass.opcodes.values()),
+        "families": {k: {"count": sum(v.values()), "opcodes": v} for k, v in a.families.items()},
+        "fingerprint": [{"family": c.family, "forbidden": c.forbidden, "count": c.count, "ok": c.ok,
+                         "opcodes": list(c.opcodes)} for c in a.fingerprint],
+        "fingerprint_ok": a.fingerprint_ok,
+        "findings": [finding_dict(f) for f in a.evaluation.findings],
+        "not_evaluated": [dataclasses.asdict(n) for n in a.evaluation.not_evaluated],
+        "silent": list(a.evaluation.silent),
+        "notes": list(a.notes),
+    }
+
+
+def _audit(doc: AuditDocument) -> str:
+    return dumps([audit_dict(a) for a in doc.audits])
+
+
+def _kernels(doc: KernelsTable) -> str:
+    return dumps([dataclasses.asdict(row) for row in doc.rows])
+
+
+RENDERERS: dict[str, Callable[..., str]] = {
+    "diagnose": _diagnose, "diff": _diff, "rules": _rules, "audit": _audit, "kernels": _kernels,
+}

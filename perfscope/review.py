@@ -1,0 +1,296 @@
+"""The review of a set of kernels: one value that the HTML page and the PR comment render.
+
+``build(records, ...)`` is pure: over Diagnosed records it finds each stage's parent
+stage and cuBLAS reference in the same set and diffs against them, and builds the ladder
+overview from the run manifests (or a ``bench.json``). ``collect(paths)`` is the loader
+around it: it diagnoses the reports under paths and reads the bench file beside them.
+Rendering reads the Review only, so the HTML page and the PR comment say the same thing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from perfscope.diagnosis import default_catalogue, diagnose
+from perfscope.diff import ProfileDiff, compare
+from perfscope.errors import PerfscopeError
+from perfscope.manifest import BENCH_NAME, BenchFile, Environment, RunManifest, Spread, run_key
+from perfscope.profile import KernelProfile
+from perfscope.record import Catalogue, Diagnosed
+from perfscope.rules import Evaluation
+
+log = logging.getLogger(__name__)
+
+DTYPE_ORDER = ("fp32", "fp16", "bf16")
+
+# Dense peak FLOP per SM per clock by compute capability and dtype (fp32: FFMA lanes x 2;
+# fp16/bf16: tensor cores, fp32 accumulate). The peak line of the overview is this times
+# the SM count times the SM clock measured while timing, so it moves with the clock the
+# numbers were taken at. sm_90: 989.4 TFLOP/s at 1.83 GHz on 132 SMs is 4096 per SM-clock.
+PEAK_FLOP_PER_SM_CLOCK: Mapping[str, Mapping[str, int]] = {
+    "9.0": {"fp32": 256, "fp16": 4096, "bf16": 4096},
+    "8.0": {"fp32": 128, "fp16": 2048, "bf16": 2048},
+}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One kernel of the review: its record, the page anchor and the path as shown."""
+
+    key: str                      # HTML anchor: k0, k1, ...
+    file: str                     # report path as shown (relative to what was given)
+    record: Diagnosed
+
+    @property
+    def label(self) -> str:
+        return self.record.label
+
+    @property
+    def stage(self) -> str | None:
+        return self.record.stage.name if self.record.stage is not None else None
+
+    @property
+    def dtype(self) -> str | None:
+        return self.record.dtype
+
+    @property
+    def profile(self) -> KernelProfile:
+        return self.record.profile
+
+    @property
+    def manifest(self) -> RunManifest | None:
+        return self.record.manifest
+
+    @property
+    def evaluation(self) -> Evaluation:
+        return self.record.evaluation
+
+
+@dataclass(frozen=True)
+class LadderPoint:
+    label: str
+    stage: str
+    tflops: Spread | None         # None: not timed, or not a correct result
+    verdict: str
+    variant: bool
+    sm_clock_mhz: float | None
+    ratio_to_reference: float | None
+
+
+@dataclass(frozen=True)
+class Ladder:
+    """One dtype's ladder: event-timed TFLOP/s per stage against cuBLAS and the peak."""
+
+    dtype: str
+    points: tuple[LadderPoint, ...]
+    reference: str | None
+    reference_tflops: Spread | None
+    peak_tflops: float | None
+    peak_note: str
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A stage held against its parent stage or its cuBLAS reference."""
+
+    kind: str                     # "parent stage" or "cuBLAS"
+    a: Entry
+    b: Entry
+    diff: ProfileDiff
+
+
+@dataclass(frozen=True)
+class Review:
+    title: str
+    entries: tuple[Entry, ...]
+    ladders: tuple[Ladder, ...]
+    timing_source: str | None     # where the overview's TFLOP/s come from
+    comparisons: tuple[Comparison, ...]
+    bench: BenchFile | None
+    command: str | None
+    warnings: tuple[str, ...]
+    kind: str = "review"
+
+    def comparisons_of(self, entry: Entry) -> tuple[Comparison, ...]:
+        return tuple(c for c in self.comparisons if c.a.key == entry.key)
+
+
+def _display_path(path: Path, roots: Sequence[Path]) -> str:
+    # Relative to the folder the user named, so the page does not depend on where the
+    # checkout lives (the committed example must be byte-identical on every machine).
+    for root in roots:
+        try:
+            return path.resolve().relative_to(root.resolve()).as_posix()
+        except ValueError:
+            continue
+    return path.name
+
+
+# ------------------------------------------------------------------------ building
+
+
+def _order(entry: Entry, catalogue: Catalogue) -> tuple:
+    info = entry.record.stage
+    if info is None:
+        return (len(DTYPE_ORDER) + 1, 0, 0, entry.file)
+    dt = DTYPE_ORDER.index(entry.dtype) if entry.dtype in DTYPE_ORDER else len(DTYPE_ORDER)
+    return (dt, info.is_reference, info.order, entry.file)
+
+
+def _entries(records: Sequence[Diagnosed], roots: Sequence[Path], catalogue: Catalogue) -> list[Entry]:
+    staged = [Entry("", _display_path(r.path, roots), r) for r in records]
+    staged.sort(key=lambda e: _order(e, catalogue))
+    return [Entry(f"k{i}", e.file, e.record) for i, e in enumerate(staged)]
+
+
+def _comparisons(entries: Sequence[Entry]) -> list[Comparison]:
+    """Each stage against its parent stage and its cuBLAS reference, where those are here."""
+    # One kernel per (stage, dtype): a stage profiled twice (or with several launches)
+    # is compared by its first entry, and the page says so.
+    by_stage: dict[tuple[str, str | None], Entry] = {}
+    for e in entries:
+        if e.stage is not None:
+            by_stage.setdefault((e.stage, e.dtype), e)
+    out = []
+    for e in entries:
+        info = e.record.stage
+        if info is None or by_stage.get((info.name, e.dtype)) is not e:
+            continue
+        targets = []
+        if info.parent is not None:
+            targets.append(("parent stage", by_stage.get((info.parent, e.dtype))))
+        ref = info.reference_for(e.dtype)
+        if ref is not None:
+            targets.append(("cuBLAS", by_stage.get((ref, e.dtype))))
+        for kind, other in targets:
+            if other is not None:
+                out.append(Comparison(kind, e, other, compare(e.record, other.record)))
+    return out
+
+
+def _find_bench(paths: Sequence[Path]) -> Path | None:
+    for p in paths:
+        candidate = p / BENCH_NAME if p.is_dir() else p.parent / BENCH_NAME
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _peak(env: Environment | None, dtype: str, clock_mhz: float | None) -> tuple[float | None, str]:
+    if env is None:
+        return None, "peak unknown: no GPU environment recorded"
+    per = PEAK_FLOP_PER_SM_CLOCK.get(env.compute_capability, {}).get(dtype)
+    if per is None or clock_mhz is None:
+        return None, f"peak unknown for compute capability {env.compute_capability}"
+    peak = per * env.sm_count * clock_mhz * 1e6 / 1e12
+    return peak, f"{env.gpu} peak at the timed SM clock {clock_mhz:.0f} MHz ({env.sm_count} SMs)"
+
+
+def _params_note(catalogue: Catalogue, m: RunManifest) -> str:
+    info = catalogue.get(m.stage)
+    return info.params_note(m.params) if info is not None else ""
+
+
+def _reference_name(catalogue: Catalogue, dtype: str) -> str | None:
+    for info in catalogue.stages.values():
+        if (ref := info.reference_for(dtype)) is not None:
+            return ref
+    return None
+
+
+def _ladders(manifests: Sequence[RunManifest], env: Environment | None,
+             catalogue: Catalogue) -> list[Ladder]:
+    order = list(catalogue.stages)
+    out = []
+    for dtype in DTYPE_ORDER:
+        runs = [m for m in manifests if m.dtype == dtype]
+        if not runs:
+            continue
+        ref_name = _reference_name(catalogue, dtype)
+        ref_run = next((m for m in runs if m.stage == ref_name and m.timing), None)
+        ref_tflops = ref_run.timing.tflops if ref_run else next(
+            (m.timing.reference_tflops for m in runs if m.timing and m.timing.reference_tflops), None)
+        points = []
+        stages = [m for m in runs if m.stage != ref_name]
+        stages.sort(key=lambda m: (order.index(m.stage) if m.stage in order else len(order),
+                                   sorted(m.params.items())))
+        for m in stages:
+            note = _params_note(catalogue, m)
+            t = m.timing
+            points.append(LadderPoint(
+                label=m.stage + (f" ({note})" if note else ""), stage=m.stage,
+                tflops=t.tflops if t else None, verdict=m.verification.verdict, variant=m.variant,
+                sm_clock_mhz=t.sm_clock_mhz.median if t and t.sm_clock_mhz else None,
+                ratio_to_reference=t.ratio_to_reference.median if t and t.ratio_to_reference else None))
+        clocks = sorted(p.sm_clock_mhz for p in points if p.sm_clock_mhz is not None)
+        clock = clocks[len(clocks) // 2] if clocks else None
+        peak, peak_note = _peak(env or next((m.environment for m in runs if m.environment), None),
+                                dtype, clock)
+        out.append(Ladder(dtype, tuple(points), ref_name if ref_tflops else None, ref_tflops,
+                          peak, peak_note))
+    return out
+
+
+def build(records: Sequence[Diagnosed], *, catalogue: Catalogue, roots: Sequence[Path] = (),
+          bench: BenchFile | None = None, bench_shown: str | None = None, title: str | None = None,
+          command: str | None = None) -> Review:
+    """The review of records (pure): entries in ladder order, comparisons, ladders.
+
+    bench: the bench file for the ladder overview (bench_shown: its path as the page shows
+    it); the records' own run manifests add the stages it lacks.
+    """
+    if not records:
+        raise PerfscopeError("no kernel launch to review.")
+    entries = _entries(records, roots, catalogue)
+    warnings: list[str] = []
+    manifests: list[RunManifest] = list(bench.manifests) if bench else []
+    timed = {run_key(m)[:2] + run_key(m)[5:] for m in manifests}
+    for e in entries:
+        m = e.manifest
+        if m is not None and (key := run_key(m)[:2] + run_key(m)[5:]) not in timed:
+            manifests.append(m)
+            timed.add(key)
+    env = bench.environment if bench else None
+    ladders = _ladders(manifests, env, catalogue)
+    if bench_shown is not None:
+        source = f"{bench_shown} (event-timed, outside ncu)"
+    elif ladders:
+        source = "the run manifests beside the reports (event-timed, outside ncu)"
+    else:
+        source = None
+    seen: set[tuple[str, str | None]] = set()
+    for e in entries:
+        if e.stage is None:
+            continue
+        if (e.stage, e.dtype) in seen:
+            warnings.append(f"{e.label} appears more than once; diffs use the first ({e.file} is "
+                            "shown but not diffed).")
+        seen.add((e.stage, e.dtype))
+    return Review(title=title or "perfscope diagnosis report", entries=tuple(entries),
+                  ladders=tuple(ladders), timing_source=source,
+                  comparisons=tuple(_comparisons(entries)), bench=bench, command=command,
+                  warnings=tuple(warnings))
+
+
+def collect(paths: Iterable[str | os.PathLike[str]], *, bench: str | os.PathLike[str] | None = None,
+            kernel: str | None = None, title: str | None = None, command: str | None = None) -> Review:
+    """Diagnose the reports under paths (files or folders) and review them.
+
+    bench: a ``bench.json`` for the ladder overview; by default the one in (or beside)
+    the first folder given, if any.
+    """
+    given = [Path(p) for p in paths]
+    if not given:
+        raise PerfscopeError("give at least one report or folder of reports.")
+    catalogue = default_catalogue()
+    records = diagnose(given, kernel, catalogue)
+    roots = [p if p.is_dir() else p.parent for p in given]
+    bench_path = Path(bench) if bench is not None else _find_bench(given)
+    bench_file = BenchFile.read(bench_path) if bench_path is not None else None
+    return build(records, catalogue=catalogue, roots=roots, bench=bench_file,
+                 bench_shown=_display_path(bench_path, roots) if bench_path is not None else None,
+                 title=title, command=command)

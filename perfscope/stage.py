@@ -1,0 +1,67 @@
+"""What analysis knows of a stage and of its compile, as plain values (ground floor).
+
+A report alone cannot say what a kernel was meant to be. For a ladder stage the loader
+(:mod:`perfscope.diagnosis`) attaches a ``StageInfo`` built from the kernel registry, and
+the static audit attaches the compiler's ``ResourceUsage``; rules, diffs and pages read
+these values and never import the registry or the compiler themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class StageInfo:
+    """One ladder stage as the analysis needs it: its place, its intent, its defaults."""
+
+    name: str
+    family: str                           # sgemm / hgemm / fused / blackwell / cublas
+    dtypes: tuple[str, ...]
+    change: str                           # what it changes against its parent, one sentence
+    seed: str                             # the seed section it follows
+    parent: str | None = None
+    # The cuBLAS stage each dtype is held against (absent for the references themselves).
+    references: Mapping[str, str] = field(default_factory=dict)
+    # SASS opcode families the stage must use, and those it must not (the path it leaves).
+    fingerprint: tuple[str, ...] = ()
+    absent: tuple[str, ...] = ()
+    defaults: Mapping[str, int] = field(default_factory=dict)
+    variant: bool = False
+    archs: tuple[str, ...] = ()
+    order: int = 0                        # position in the registry (ladder order)
+    # Finding codes of the parent that this stage's change addresses (calibration).
+    addresses: tuple[str, ...] = ()
+    notes: str = ""
+
+    @property
+    def is_reference(self) -> bool:
+        return self.family == "cublas"
+
+    def reference_for(self, dtype: str | None) -> str | None:
+        return self.references.get(dtype or "")
+
+    def params_note(self, params: Mapping[str, int]) -> str:
+        """Parameters that differ from the defaults, as 'STAGES=3' (empty when none)."""
+        return ", ".join(f"{k}={v}" for k, v in params.items() if self.defaults.get(k) != v)
+
+
+@dataclass(frozen=True)
+class ResourceUsage:
+    """What ptxas reports for one entry function (bytes unless named otherwise)."""
+
+    registers: int
+    static_smem: int
+    stack_frame: int
+    spill_stores: int
+    spill_loads: int
+    barriers: int = 0
+    cmem0: int = 0
+
+    @property
+    def spills(self) -> bool:
+        return self.spill_stores > 0 or self.spill_loads > 0
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)

@@ -1,0 +1,91 @@
+"""Correctness against a float64 reference: what decides whether a stage gets a speed.
+
+Inputs are fresh standard-normal values (never zeros), the output is poisoned with NaN
+before the launch, and the result must pass two checks against ``A·B`` computed in
+float64 from the same (already rounded) inputs:
+
+* relative Frobenius error ``||C - ref|| / ||ref||`` under 1e-5 (fp32) or 1e-2 (fp16,
+  bf16), and
+* elementwise ``|C - ref| <= acc_tol·(|A|·|B|) + out_tol·|ref| + abs_tol``: the first term
+  bounds the fp32 accumulation error, the second the rounding of C to its dtype, so one
+  wrong element (a missed k-tile, a race) fails even when the norm barely moves.
+
+NaN or infinity anywhere fails.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from perfscope.kernels.launch import Prepared, numpy_dtype, require_gpu
+from perfscope.kernels.spec import Shape
+from perfscope.manifest import OK, WRONG, Verification
+
+# dtype -> (Frobenius tolerance, accumulation tolerance, output rounding, absolute floor)
+TOLERANCES: dict[str, tuple[float, float, float, float]] = {
+    "fp32": (1e-5, 1e-5, 1e-6, 1e-6),
+    # fp16 rounds C to 11 significant bits (2^-11 relative), bf16 to 8 (2^-8); twice that.
+    "fp16": (1e-2, 2e-3, 1e-3, 1e-5),
+    "bf16": (1e-2, 2e-3, 8e-3, 1e-5),
+}
+
+CHECK_SHAPES: tuple[Shape, ...] = (
+    Shape(1, 1, 1), Shape(2, 3, 5), Shape(127, 129, 65), Shape(1000, 2000, 500),
+    Shape(4096, 4096, 4096),
+)
+
+
+def make_inputs(cp: Any, shape: Shape, dtype: str, seed: int | None) -> tuple[Any, Any]:
+    rng = cp.random.default_rng(seed)
+    nd = numpy_dtype(dtype)
+    a = rng.standard_normal((shape.m, shape.k), dtype=cp.float32).astype(nd)
+    b = rng.standard_normal((shape.k, shape.n), dtype=cp.float32).astype(nd)
+    return cp.ascontiguousarray(a), cp.ascontiguousarray(b)
+
+
+def _poisoned(cp: Any, shape: Shape, dtype: str) -> Any:
+    # NaN in the output's own type: an element the kernel never writes stays NaN.
+    return cp.full((shape.m, shape.n), float("nan"), dtype=cp.float32).astype(numpy_dtype(dtype))
+
+
+def check_result(cp: Any, a: Any, b: Any, c: Any, dtype: str) -> Verification:
+    """Compare c with a·b in float64; see the module docstring for the two checks."""
+    fro_tol, acc_tol, out_tol, abs_tol = TOLERANCES[dtype]
+    a64, b64 = a.astype(cp.float64), b.astype(cp.float64)
+    ref = a64 @ b64
+    scale = cp.abs(a64) @ cp.abs(b64)
+    del a64, b64
+    c64 = c.astype(cp.float64)
+    nonfinite = int(cp.count_nonzero(~cp.isfinite(c64)))
+    if nonfinite:
+        return Verification(WRONG, None, fro_tol, None, nonfinite, nonfinite,
+                            f"{nonfinite} of {c.size} outputs are NaN or infinite "
+                            "(never written, or overflowed)")
+    diff = cp.abs(c64 - ref)
+    ref_norm = float(cp.linalg.norm(ref))
+    err = float(cp.linalg.norm(diff)) / ref_norm if ref_norm > 0 else float(cp.linalg.norm(diff))
+    bound = acc_tol * scale + out_tol * cp.abs(ref) + abs_tol
+    ratio = diff / bound
+    bad = int(cp.count_nonzero(ratio > 1.0))
+    worst = float(ratio.max())
+    if err > fro_tol or bad:
+        where = ""
+        if bad:
+            idx = int(cp.argmax(ratio))
+            i, j = divmod(idx, c.shape[1])
+            where = (f"; worst at C[{i}][{j}] = {float(c64[i, j]):.6g}, "
+                     f"reference {float(ref[i, j]):.6g}")
+        detail = (f"relative Frobenius error {err:.3g} (tolerance {fro_tol:g}); "
+                  f"{bad} elements outside the elementwise bound{where}")
+        return Verification(WRONG, err, fro_tol, worst, bad, 0, detail)
+    return Verification(OK, err, fro_tol, worst, 0, 0, "")
+
+
+def verify(prep: Prepared, seed: int | None = None) -> Verification:
+    """Fresh inputs, poisoned output, one launch, two checks."""
+    cp = require_gpu()
+    a, b = make_inputs(cp, prep.shape, prep.dtype, seed)
+    c = _poisoned(cp, prep.shape, prep.dtype)
+    prep.launch(a, b, c)
+    cp.cuda.get_current_stream().synchronize()
+    return check_result(cp, a, b, c, prep.dtype)
