@@ -1,7 +1,10 @@
 """Regenerate the committed reference run on the H200: one command, run on the GPU machine.
 
     PYTHONPATH=. python3 benchmarks/reference_run.py [--out reports/reference/h200]
-                                                     [--compare-full] [--skip-bench]
+                                                     [--compare-full] [--skip-bench] [--skip-tune]
+
+Each phase also runs alone (a device call is limited to 10 minutes): ``--profile-only``,
+``--bench-only``, ``--tune-only``.
 
 1. ``perfscope profile all`` at 4096^3 in every dtype each stage takes: one ncu process
    over the whole ladder and the cuBLAS references, clocks as found, perfscope's
@@ -12,7 +15,12 @@
 3. Every report compressed to ``.ncu-rep.xz``; ``profile_cost.json`` holds the passes
    and wall time per stage (and, with ``--compare-full``, the same for ``--set full``);
    ``README.md`` the GPU, clocks, versions and this command.
-4. ``index.html``: the HTML diagnosis report of the folder (``perfscope report``).
+4. ``benchmarks/tune_h200.py`` into ``tune/``: the issue-18 sweep of
+   hgemm_tma_wgmma_persistent over 8 shapes in bf16 and fp16 (the store, its JSON
+   export, results.json, tune.md, tune.html); ``PERFSCOPE_CACHE=build/tune-cache`` with
+   ``benchmarks/tune_precompile.py`` run beforehand makes its compiles free.
+5. ``index.html``: the HTML diagnosis report of the folder (``perfscope report``), with
+   the tuning section when ``tune/results.json`` is there.
 """
 
 from __future__ import annotations
@@ -107,6 +115,16 @@ def run_bench(out: Path) -> None:
                   done.returncode)
 
 
+def run_tune(out: Path) -> int:
+    """tune/ from benchmarks/tune_h200.py, in a process of its own (it times with CuPy)."""
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tune_h200.py"), "--out",
+                           str(out / "tune")], cwd=ROOT, check=False)
+    if done.returncode != 0:
+        log.error("the tune step exited with %d; tune/ may be partial (--tune-only after "
+                  "tune_h200.py --resume finishes it)", done.returncode)
+    return done.returncode
+
+
 def compress(out: Path) -> None:
     for rep in sorted(out.glob("*.ncu-rep")):
         with open(rep, "rb") as src, lzma.open(f"{rep}.xz", "wb", preset=9) as dst:
@@ -174,6 +192,9 @@ def main() -> int:
                     help="keep the folder's reports; rerun only the bench step and index.html")
     ap.add_argument("--profile-only", action="store_true",
                     help="keep bench.json and check.json; rerun the profiles and index.html")
+    ap.add_argument("--skip-tune", action="store_true")
+    ap.add_argument("--tune-only", action="store_true",
+                    help="keep everything else; rerun the tuning sweep into tune/ and index.html")
     args = ap.parse_args()
     out: Path = args.out
     cost_file = out / "profile_cost.json"
@@ -183,6 +204,10 @@ def main() -> int:
         return 0
     if args.profile_only:
         return profile_only(out, cost_file)
+    if args.tune_only:
+        rc = run_tune(out)
+        write_index(out)
+        return rc
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
@@ -190,6 +215,8 @@ def main() -> int:
     cost_file.write_text(json.dumps(cost, indent=1) + "\n")
     if not args.skip_bench:
         run_bench(out)
+    if not args.skip_tune:
+        run_tune(out)
     compress(out)
     command = "PYTHONPATH=. python3 benchmarks/reference_run.py" + (
         " --compare-full" if args.compare_full else "")

@@ -128,6 +128,7 @@ def audit_stage(name: str, arch: str | None = None, dtype: str | None = None,
 
 
 def find_nvcc() -> Path:
+    """nvcc from PATH, CUDA_HOME or CUDA_PATH; PerfscopeError, saying what to do, when there is none."""
     hit = shutil.which("nvcc")
     if hit:
         return Path(hit)

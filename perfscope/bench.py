@@ -74,6 +74,10 @@ def plan(stages: Sequence[str], dtypes: Sequence[str], shape: Shape,
         # "all" never holds such a stage (all_specs); named, it is refused before any job.
         if spec.never_run:
             raise PerfscopeError(never_run_refusal(spec, launch.driver_compute_capability()))
+        if spec.family == "fused":
+            raise PerfscopeError(f"{spec.name} takes bias and residual pointers that bench and profile "
+                                 "do not pass yet; run benchmarks/fused_check.py on a GPU (and "
+                                 f"`perfscope sass {spec.name}` anywhere)")
     if params:
         specs = _apply_params(specs, params, strict=not everything)
     jobs: list[Job] = []
@@ -114,6 +118,7 @@ def _apply_params(specs: list[KernelSpec], params: dict[str, int], strict: bool)
 
 
 def reference_spec(dtype: str) -> KernelSpec:
+    """The cuBLAS reference stage a dtype is timed against."""
     return get_spec(REFERENCE_FOR_DTYPE[dtype])
 
 
@@ -121,6 +126,7 @@ def reference_spec(dtype: str) -> KernelSpec:
 
 
 def compile_info(prep: Prepared) -> CompileInfo | None:
+    """How a prepared stage was compiled, for its manifest; None when nothing was compiled."""
     mod = prep.module
     if mod is None:
         return None
@@ -137,6 +143,7 @@ def _now() -> str:
 
 
 def make_manifest(job: Job, verification: Verification, **kw: Any) -> RunManifest:
+    """The run manifest of one job, with its verification and whatever else the run measured."""
     s = job.shape
     return RunManifest(stage=job.spec.name, family=job.spec.family, dtype=job.dtype,
                        m=s.m, n=s.n, k=s.k, params=job.spec.param_dict,
@@ -145,6 +152,7 @@ def make_manifest(job: Job, verification: Verification, **kw: Any) -> RunManifes
 
 
 def is_context_fatal(exc: BaseException) -> bool:
+    """Whether a CUDA error leaves the context unusable, so the run must stop."""
     # After an illegal address or a launch failure the CUDA context is unusable: every
     # later call fails too, so the run must stop rather than blame the next stages.
     text = str(exc)
@@ -211,6 +219,7 @@ def run_jobs(jobs: Sequence[Job], opts: BenchOptions,
 
 
 def one_line(exc: BaseException) -> str:
+    """The first line of an exception's message, or its type name when it has none."""
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
 
@@ -245,6 +254,7 @@ def stage_label(m: RunManifest) -> str:
 
 
 def failed(manifests: Sequence[RunManifest]) -> bool:
+    """Whether any run came out wrong or failed with an error."""
     return any(m.verification.verdict in (WRONG, ERROR) for m in manifests)
 
 
@@ -260,6 +270,7 @@ class ParentStep:
 
     @property
     def regression(self) -> bool:
+        """Whether the stage is slower than its parent (a variant may be, on purpose)."""
         return self.speedup < 1.0 and not self.variant
 
 

@@ -26,7 +26,9 @@ from functools import lru_cache
 from pathlib import Path
 
 from perfscope.cache import CACHE_ENV, cache_root
+from perfscope.digest import source_hash
 from perfscope.errors import PerfscopeError
+from perfscope.locations import install_hint
 from perfscope.stage import ResourceUsage
 
 log = logging.getLogger(__name__)
@@ -35,7 +37,6 @@ log = logging.getLogger(__name__)
 CACHE_FORMAT = 1
 ARCH_RE = re.compile(r"^sm_(\d+)([af]?)$")
 BASE_FLAGS: tuple[str, ...] = ("-lineinfo", "--ptxas-options=-v", "-std=c++17")
-_LOCAL_INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -68,13 +69,16 @@ class CompiledModule:
     from_cache: bool = field(default=False, compare=False)
 
     def mangled(self, name_expression: str) -> str:
+        """The lowered (mangled) name of a kernel instantiation."""
         return self.lowered[name_expression]
 
     def usage(self, name_expression: str) -> ResourceUsage:
+        """What ptxas reported for a kernel instantiation."""
         return self.resources[self.lowered[name_expression]]
 
     @property
     def cubin(self) -> bytes:
+        """The cubin's bytes, read from disk."""
         return self.cubin_path.read_bytes()
 
 
@@ -124,7 +128,7 @@ def _nvrtc():
     except ImportError as exc:
         raise PerfscopeError(
             "cuda-bindings is not installed; install perfscope with the 'build' extra "
-            "(pip install 'perfscope[build]')") from exc
+            f"({install_hint('build')})") from exc
     return nvrtc
 
 
@@ -138,15 +142,34 @@ def cuda_include_dir() -> Path:
     except md.PackageNotFoundError as exc:
         raise PerfscopeError(
             "nvidia-cuda-runtime is not installed, so NVRTC has no CUDA headers; install "
-            "perfscope with the 'build' extra") from exc
+            f"perfscope with the 'build' extra ({install_hint('build')})") from exc
     for f in files:
         if f.name == "cuda_fp16.h":
             return Path(str(f.locate())).parent
+    found = _pathfinder_include_dir()
+    if found is not None:
+        return found
     raise PerfscopeError("the installed nvidia-cuda-runtime wheel holds no cuda_fp16.h")
+
+
+def _pathfinder_include_dir() -> Path | None:
+    """CUDA's headers where cuda.pathfinder finds them (a wheel under another name, Conda,
+    CUDA_PATH/CUDA_HOME): the fallback when the pinned runtime wheel lacks them."""
+    try:
+        from cuda.pathfinder import find_nvidia_header_directory
+    except ImportError:
+        return None
+    try:
+        found = find_nvidia_header_directory("cudart")
+    except Exception as exc:  # an unsupported layout is a miss, not a failure
+        log.info("cuda.pathfinder found no CUDA headers (%s)", exc)
+        return None
+    return Path(found) if found and (Path(found) / "cuda_fp16.h").is_file() else None
 
 
 @lru_cache(maxsize=1)
 def nvrtc_version() -> str:
+    """The NVRTC version as MAJOR.MINOR, asked once per process."""
     nvrtc = _nvrtc()
     err, major, minor = nvrtc.nvrtcVersion()
     _check(nvrtc, err, "nvrtcVersion")
@@ -159,31 +182,8 @@ def _check(nvrtc, err, what: str) -> None:
         raise PerfscopeError(f"NVRTC call {what} failed: {msg.decode(errors='replace')}")
 
 
-def _local_headers(source: str, include_dir: Path | None, seen: set[str]) -> list[tuple[str, str]]:
-    """(name, text) of every quoted include reachable from source, for the cache key."""
-    if include_dir is None:
-        return []
-    out = []
-    for name in _LOCAL_INCLUDE_RE.findall(source):
-        path = include_dir / name
-        if name in seen or not path.is_file():
-            continue
-        seen.add(name)
-        text = path.read_text()
-        out.append((name, text))
-        out.extend(_local_headers(text, include_dir, seen))
-    return out
-
-
-def source_hash(source: str, include_dir: Path | None = None) -> str:
-    """sha256 over the source and the local headers it includes (hex, 16 digits)."""
-    h = hashlib.sha256(source.encode())
-    for name, text in _local_headers(source, include_dir, set()):
-        h.update(b"\0" + name.encode() + b"\0" + text.encode())
-    return h.hexdigest()[:16]
-
-
 def compile_options(req: CompileRequest) -> tuple[str, ...]:
+    """The NVRTC options for a request: its arch, the base flags, the CUDA headers and its own flags."""
     opts = [f"-arch={req.arch}", *BASE_FLAGS, f"-I{cuda_include_dir()}"]
     if req.include_dir is not None:
         opts.append(f"-I{req.include_dir}")
@@ -248,10 +248,14 @@ def parse_ptxas_log(text: str) -> dict[str, ResourceUsage]:
 def _program_log(nvrtc, prog) -> str:
     err, size = nvrtc.nvrtcGetProgramLogSize(prog)
     _check(nvrtc, err, "nvrtcGetProgramLogSize")
-    buf = b" " * size
+    # NVRTC writes into the buffer: it must be mutable. `b" " * size` is not, and for an
+    # empty log (size 1) it is the interpreter's shared b" ", which NVRTC then overwrote
+    # with a NUL for the whole process: later logs came back empty on the H200 and every
+    # space that print() wrote was a NUL.
+    buf = bytearray(size)
     (err,) = nvrtc.nvrtcGetProgramLog(prog, buf)
     _check(nvrtc, err, "nvrtcGetProgramLog")
-    return buf.rstrip(b"\0 ").decode(errors="replace")
+    return bytes(buf).rstrip(b"\0 ").decode(errors="replace")
 
 
 def _error_excerpt(text: str, limit: int = 12) -> str:
@@ -281,10 +285,10 @@ def _run_nvrtc(req: CompileRequest, options: tuple[str, ...]) -> tuple[bytes, di
             lowered[expr] = name.decode()
         err, size = nvrtc.nvrtcGetCUBINSize(prog)
         _check(nvrtc, err, "nvrtcGetCUBINSize")
-        cubin = b" " * size
+        cubin = bytearray(size)
         (err,) = nvrtc.nvrtcGetCUBIN(prog, cubin)
         _check(nvrtc, err, "nvrtcGetCUBIN")
-        return cubin, lowered, text
+        return bytes(cubin), lowered, text
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
 
@@ -332,8 +336,10 @@ def compile_cubin(req: CompileRequest, *, use_cache: bool = True) -> CompiledMod
     resources = parse_ptxas_log(text)
     missing = [m for m in lowered.values() if m not in resources]
     if missing:
+        said = " | ".join(ln.strip() for ln in text.strip().splitlines()[-6:]) or "nothing"
         raise PerfscopeError(
-            f"ptxas reported no resource usage for {', '.join(missing)} in {req.source_name}")
+            f"ptxas reported no resource usage for {', '.join(missing)} in {req.source_name} "
+            f"(the end of its log: {said})")
     try:
         root.mkdir(parents=True, exist_ok=True)
         _atomic_write(cubin_path, cubin)

@@ -13,6 +13,7 @@ CACHE_ENV = "PERFSCOPE_CACHE"
 
 
 def cache_root() -> Path:
+    """The cache folder: $PERFSCOPE_CACHE, else $XDG_CACHE_HOME/perfscope, else ~/.cache/perfscope."""
     env = os.environ.get(CACHE_ENV)
     if env:
         return Path(env).expanduser()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -25,8 +26,9 @@ from typer.core import TyperGroup
 from perfscope.errors import PerfscopeError
 from perfscope.kernels.listing import kernels_table
 from perfscope.kernels.spec import parse_params, parse_shape
-from perfscope.locations import reference_root
-from perfscope.render.progress import NcuProgress
+from perfscope.locations import CHECKOUT, LOCAL_ROOT, existing_reference_root, reference_root
+from perfscope.render.progress import NcuProgress, TuneProgressBar
+from perfscope.version import __version__
 
 log = logging.getLogger("perfscope")
 
@@ -49,8 +51,35 @@ app = typer.Typer(cls=_Group, add_completion=False, no_args_is_help=True,
                   help="Profile CUDA GEMM kernels under Nsight Compute and say what is slow.")
 
 
+def _versions() -> str:
+    """perfscope's version, the report reader's, and ncu's (where one is found)."""
+    from perfscope import ncu  # deferred: the profiler side, only to find and ask ncu
+    from perfscope.reader import reader_version  # deferred: kept off the CLI's import path
+
+    reader = reader_version()
+    lines = [f"perfscope {__version__} ({CHECKOUT})",
+             "report reader: " + (f"ncu-report {reader}" if reader else
+                                  "no ncu-report wheel (a local Nsight Compute's extras/python is used)")]
+    try:
+        exe = ncu.find_ncu()
+        lines.append(f"ncu: {'.'.join(map(str, ncu.ncu_version(exe)))} ({exe})")
+    except PerfscopeError as exc:
+        lines.append(f"ncu: {exc}")
+    return "\n".join(lines) + "\n"
+
+
+def _print_version(value: bool) -> None:
+    # Eager: it runs while the arguments are parsed, before any command (and its handler).
+    if value:
+        _out(_versions())
+        raise typer.Exit()
+
+
 @app.callback()
-def _root(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log progress.")) -> None:
+def _root(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log progress."),
+          version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                       help="Print perfscope's, the report reader's and ncu's "
+                                       "versions.")) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(name)s: %(message)s", stream=sys.stderr)
 
@@ -75,6 +104,40 @@ def _show(document: Any, fmt: str = "console", **options: Any) -> None:
     if fmt == "console":
         options.setdefault("color", _color())
     _out(render(document, fmt, **options))
+
+
+def _github(document: Any, fmt: str) -> None:
+    """In a GitHub Actions job: annotations on the findings' source lines, and the Markdown
+    block appended to the step summary. Outside one, nothing."""
+    from perfscope.render import render  # deferred: renderers load rich/matplotlib on demand
+
+    if os.environ.get("GITHUB_ACTIONS") == "true":
+        lines = render(document, "github", workspace=os.environ.get("GITHUB_WORKSPACE") or os.getcwd())
+        # Workflow commands belong on stdout, unless stdout is a JSON document.
+        typer.echo(lines, nl=False, err=fmt == "json")
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        try:
+            with open(summary, "a", encoding="utf-8") as f:
+                f.write(render(document, "github", summary=True) + "\n")
+        except OSError as exc:
+            # The job's own output is what counts; a summary that cannot be written is said.
+            typer.echo(f"warning: cannot append to GITHUB_STEP_SUMMARY {summary}: "
+                       f"{exc.strerror or exc}", err=True)
+
+
+_CONFIG_HELP = ("'best': the best configuration the tune store holds for the stage, dtype and "
+                "shape (perfscope tune); --param items override it.")
+_STORE_HELP = "The tune store --config best reads (default reports/local/tune/tune.sqlite)."
+
+
+def _params(param: list[str] | None, config: str | None, store: Path | None,
+            stages: list[str] | None, dtype: list[str] | None, shape: str | None) -> dict[str, int]:
+    """--param items, laid over the tune store's best configuration with --config best."""
+    from perfscope.tune import configured  # deferred: reads the tune store only when asked
+
+    return configured.chosen_params(configured.ConfigChoice(
+        tuple(param or ()), config, store, tuple(stages or ()), tuple(dtype or ()), shape))
 
 
 def _command_line(ctx: typer.Context) -> str | None:
@@ -113,6 +176,9 @@ def report(
     markdown: bool = typer.Option(False, "--markdown", help="Print the Markdown summary for a PR comment."),
     bench: Path | None = typer.Option(None, "--bench", help="bench.json for the ladder overview "
                                       "(default: the one in the first folder given)."),
+    tune: Path | None = typer.Option(None, "--tune", help="Tune results (`tune --json`) for the "
+                                     "Tuning section (default: tune/results.json in the first "
+                                     "folder given)."),
     kernel: str | None = typer.Option(None, "--kernel", "-k", help="Only kernels matching REGEX."),
     title: str | None = typer.Option(None, "--title", help="Page title."),
 ) -> None:
@@ -122,42 +188,78 @@ def report(
 
     if html is None and not markdown:
         raise PerfscopeError("say what to write: --html FILE, --markdown, or both.")
-    rev = review.collect(paths, bench=bench, kernel=kernel, title=title, command=_command_line(ctx))
+    rev = review.collect(paths, bench=bench, kernel=kernel, title=title, command=_command_line(ctx),
+                         tune=tune)
     if html is not None:
         write_page(html, rev, inputs=paths)
-        typer.echo(f"wrote {html}", err=markdown)
+        # On stderr: stdout may be the page itself (--html /dev/stdout) or the Markdown.
+        typer.echo(f"wrote {html} ({len(rev.entries)} kernel(s))", err=True)
+        for w in rev.warnings:
+            typer.echo(f"warning: {w}", err=True)
     if markdown:
         _show(rev, "markdown", html_name=html.name if html is not None else None)
+
+
+def _make_reference(missing: Any) -> None:
+    """diff's reference on demand: profile the missing cublas/cublaslt report now."""
+    from perfscope import profiling  # deferred: the profiler side, only when a reference is missing
+
+    def announce() -> None:
+        typer.echo(f"perfscope: no {missing.stage} report in {missing.dtype} at {missing.shape} "
+                   f"yet; profiling it now into {missing.folder}", err=True)
+
+    with NcuProgress(total=1) as bar:
+        report = profiling.make_reference(missing, bar.update, on_start=announce)
+    typer.echo(f"perfscope: wrote {report}", err=True)
 
 
 @app.command()
 def diff(
     a: str = typer.Argument(..., help="Report, REPORT:REGEX[@N], REPORT#ID, or stage name "
                             "(its latest report)."),
-    b: str = typer.Argument(..., help="The same, or 'cublas' for A's cuBLAS reference."),
+    b: str = typer.Argument(..., help="The same, or 'cublas' / 'cublaslt' for A's reference at A's "
+                            "shape and dtype (profiled now, beside A, when it is missing)."),
     reference: bool = typer.Option(False, "--reference", help="Resolve stage names in the "
                                    "committed reference run, not reports/local."),
     reference_dir: Path | None = typer.Option(None, "--reference-dir", help="Resolve stage names in "
                                               "this reference run folder."),
-    shape: str | None = typer.Option(None, "--shape", help="GEMM shape MxNxK of both kernels."),
+    shape: str | None = typer.Option(None, "--shape", help="GEMM shape MxNxK of both kernels, for "
+                                     "reports without a run manifest (a manifest's shape wins; a "
+                                     "different --shape is refused)."),
     dtype: str | None = typer.Option(None, "--dtype", help="For stage names: which dtype's report."),
     as_json: bool = typer.Option(False, "--json", help="Print the diff as JSON."),
     markdown: bool = typer.Option(False, "--markdown", help="Print Markdown for a PR comment."),
     fail_if: list[str] | None = typer.Option(None, "--fail-if", help="Gate, e.g. 'cycles_ratio>1.05'."),
     fail_on_new_findings: bool = typer.Option(False, "--fail-on-new-findings",
                                               help="Fail when A has a finding B has not."),
+    param: list[str] | None = typer.Option(None, "--param", help="With a stage name as A: its "
+                                           "report for these parameters, e.g. STAGES=4."),
+    config: str | None = typer.Option(None, "--config", help="With a stage name as A: " + _CONFIG_HELP),
+    store: Path | None = typer.Option(None, "--store", help=_STORE_HELP),
 ) -> None:
-    """Why A is slower than B: side by side, with the rules' verdict."""
+    """A against B, side by side, with the rules' verdict: why A is slower (or what A still
+    has that B has not, when A is faster)."""
     from perfscope import diagnosis  # deferred: loads the report reader
     from perfscope import diff as d  # deferred: loads the report reader
 
     fmt = _fmt(as_json, markdown)
-    root = reference_root(reference_dir) if reference or reference_dir else None
+    root = existing_reference_root(reference_dir) if reference or reference_dir else None
+    if param or config or store:
+        from perfscope.tune import configured  # deferred: only for a tuned configuration
+
+        chosen = _params(param, config, store, [a], [dtype] if dtype else [], shape)
+        a = str(configured.configured_report(root or LOCAL_ROOT, a, dtype, shape, chosen))
     options = diagnosis.ResolveOptions(reference=root, dtype=dtype)
-    side_a, side_b = diagnosis.resolve_pair(a, b, options)
-    result = d.compare(side_a, side_b, parse_shape(shape).flops if shape else None)
+    # A committed reference run is read, never added to.
+    side_a, side_b = diagnosis.resolve_pair(a, b, options,
+                                            make_reference=None if root is not None else _make_reference)
+    given = parse_shape(shape) if shape else None
+    flops = d.shape_flops(side_a, side_b, (given.m, given.n, given.k)) if given else None
+    result = d.compare(side_a, side_b, flops)
     violated = d.check_gates(result, fail_if or [], fail_on_new_findings)
-    _show(d.DiffDocument(result, tuple(violated)), fmt)
+    document = d.DiffDocument(result, tuple(violated))
+    _show(document, fmt)
+    _github(document, fmt)
     if violated:
         for v in violated:
             typer.echo(f"perfscope: gate failed: {v}", err=True)
@@ -187,19 +289,40 @@ def kernels(
 
 @app.command()
 def profile(
+    ctx: typer.Context,
     stages: list[str] | None = typer.Argument(None, help="Stage names or 'all'."),
-    shape: str = typer.Option("4096x4096x4096", "--shape", help="Problem size MxNxK."),
-    dtype: list[str] | None = typer.Option(None, "--dtype", help="fp32, fp16 or bf16 (repeat)."),
+    shape: str | None = typer.Option(None, "--shape", help="Problem size MxNxK (stages: default "
+                                     "4096x4096x4096; a program: its kernel's GEMM)."),
+    dtype: list[str] | None = typer.Option(None, "--dtype", help="fp32, fp16 or bf16 (repeat for "
+                                           "stages; one for a program's kernel)."),
     param: list[str] | None = typer.Option(None, "--param", help="Template parameter, e.g. STAGES=4."),
-    out: Path | None = typer.Option(None, "--out", help="Output folder (default reports/local/<gpu>)."),
+    out: Path | None = typer.Option(None, "--out", help="Stages: the output folder (default "
+                                    "reports/local/<gpu>). A program: the report file (default "
+                                    "reports/local/programs/<script>-<time>.ncu-rep)."),
     section_set: str = typer.Option("perfscope", "--set",
                                      help="perfscope (the declared collection set) or full."),
     clock_control: str = typer.Option("none", "--clock-control", help="none (as found) or base."),
     resume: bool = typer.Option(False, "--resume", help="Skip stages whose report exists and loads."),
-    kernel: str | None = typer.Option(None, "--kernel", "-k", help="With a program: kernels to profile."),
+    kernel: str | None = typer.Option(None, "--kernel", "-k", help="A program's kernels to profile: "
+                                      "a regex on the function name (ncu -k regex:)."),
+    launch_skip: int = typer.Option(0, "--launch-skip", help="A program: matching launches to skip "
+                                    "first (ncu -s)."),
+    launch_count: int | None = typer.Option(None, "--launch-count", help="A program: matching "
+                                            "launches to profile (ncu -c)."),
+    nvtx: list[str] | None = typer.Option(None, "--nvtx", help="A program: only launches inside "
+                                          "this NVTX range (ncu --nvtx-include; repeat); a range "
+                                          "named ...-<dtype>-MxNxK also gives the shape."),
+    replay: str = typer.Option("kernel", "--replay", help="kernel, application or range "
+                               "(ncu --replay-mode)."),
+    ncu_arg: list[str] | None = typer.Option(None, "--ncu-arg", help="Passed to ncu verbatim "
+                                             "(repeat; --ncu-arg=--flag=value)."),
+    timed: bool = typer.Option(False, "--time", help="A program: record its kernel's duration "
+                              "against its cuBLAS reference's (profiled now if missing)."),
     timeout: float = typer.Option(1800, "--timeout", help="Stop ncu after this many seconds."),
     program: str | None = typer.Option(None, "--program", hidden=True,
                                        help="JSON argv; what '-- COMMAND...' becomes."),
+    config: str | None = typer.Option(None, "--config", help=_CONFIG_HELP),
+    store: Path | None = typer.Option(None, "--store", help=_STORE_HELP),
 ) -> None:
     """Build, verify and profile ladder stages (or '-- COMMAND...') under Nsight Compute."""
     from perfscope import ncu as ncu_mod  # deferred: the profiler side
@@ -208,20 +331,62 @@ def profile(
     if section_set not in ("perfscope", "full"):
         raise PerfscopeError(f"--set {section_set!r} is not 'perfscope' or 'full'.")
     opts = ncu_mod.NcuOptions(full_set=section_set == "full", clock_control=clock_control,
-                              kernel_regex=kernel)
+                              kernel_regex=kernel, launch_skip=launch_skip, launch_count=launch_count,
+                              nvtx_include=tuple(nvtx or ()), replay_mode=replay,
+                              extra=tuple(ncu_arg or ()))
+    stopped: Any = None
     if program is not None:
-        target = out or profiling.LOCAL_ROOT / "programs" / "program.ncu-rep"
+        if stages or param or resume:
+            raise PerfscopeError("stage names, --param and --resume are for ladder stages; a "
+                                 "program after -- takes --kernel, --launch-skip/-count and --nvtx.")
+        if dtype and len(dtype) > 1:
+            raise PerfscopeError("a program's kernel has one dtype; give --dtype once.")
+        req = profiling.ProgramRequest(command=tuple(json.loads(program)), ncu=opts, out=out,
+                                       shape=shape, dtype=dtype[0] if dtype else None, time=timed,
+                                       timeout=timeout)
         with NcuProgress() as bar:
-            written = profiling.profile_program(json.loads(program), target, opts, timeout, bar.update)
-        typer.echo(f"wrote {written.report} ({written.launches} kernel launch(es))")
+            try:
+                written = profiling.profile_program(req, bar.update)
+            except profiling.ProgramInterrupted as stop:
+                stopped = stop
+        if stopped is not None:
+            typer.echo(f"perfscope: interrupted; {stopped.sentence}.", err=True)
+            raise typer.Exit(130)
+        typer.echo(f"wrote {written.report} ({written.launches} kernel launch(es)) and its run "
+                   f"manifest {written.manifest.name}")
+        if written.timing:
+            typer.echo(f"timing: {written.timing}")
+        if written.timing_error:
+            typer.echo(f"perfscope: not timed: {written.timing_error}", err=True)
+            raise typer.Exit(2)
+        if written.failed:
+            marked = (f"; launch(es) {', '.join(f'#{i}' for i in written.untrusted)} are marked not "
+                      f"trustworthy in {written.manifest.name}" if written.untrusted else "")
+            typer.echo(f"perfscope: the program failed: {written.fault}; the launches before it are "
+                       f"kept{marked}.", err=True)
+            raise typer.Exit(1)
         return
+    if kernel or launch_skip or launch_count is not None or nvtx or timed or replay != "kernel":
+        raise PerfscopeError("--kernel, --launch-skip/-count, --nvtx, --replay and --time select a "
+                             "program's launches: put the program after -- (stages are picked by "
+                             "their NVTX ranges).")
+    shape = shape or "4096x4096x4096"
     req = profiling.ProfileRequest(stages=tuple(stages or ["all"]), dtypes=tuple(dtype or []),
-                                   shape=shape, params=parse_params(param or []), out=out,
-                                   ncu=opts, resume=resume, timeout=timeout)
+                                   shape=shape, params=_params(param, config, store, stages, dtype, shape),
+                                   out=out, ncu=opts, resume=resume, timeout=timeout)
     plan = profiling.plan_jobs(req)
     with NcuProgress(total=len(plan.jobs)) as bar:
-        summary = profiling.profile_stages(req, bar.update, plan=plan)
+        try:
+            summary = profiling.profile_stages(req, bar.update, plan=plan)
+        except profiling.ProfileInterrupted as stop:
+            stopped, summary = stop, stop.summary
     _show(summary)
+    if stopped is not None:
+        again = _command_line(ctx)
+        typer.echo(f"perfscope: interrupted; {stopped.sentence}"
+                   + (f": {again} --resume" if again and "--resume" not in again else "") + ".",
+                   err=True)
+        raise typer.Exit(130)
     if summary.failed:
         typer.echo(f"perfscope: {len(summary.failed)} stage(s) failed: {', '.join(summary.failed)}",
                    err=True)
@@ -234,25 +399,36 @@ def bench(
     shape: str = typer.Option("4096x4096x4096", "--shape", help="Problem size MxNxK."),
     dtype: list[str] | None = typer.Option(None, "--dtype", help="fp32, fp16 or bf16 (repeat)."),
     param: list[str] | None = typer.Option(None, "--param", help="Template parameter, e.g. STAGES=4."),
-    json_file: Path | None = typer.Option(None, "--json", help="Write the run manifests here."),
+    out: Path | None = typer.Option(None, "--out", help="Write the bench file (the run manifests) "
+                                    "here."),
+    as_json: bool = typer.Option(False, "--json", help="Print the bench file as JSON instead of "
+                                 "the table."),
     check_only: bool = typer.Option(False, "--check-only", help="Verify only; no timing."),
     runs: int = typer.Option(20, "--runs", help="Timed launches per round."),
     rounds: int = typer.Option(3, "--rounds", help="Alternating stage/cuBLAS rounds."),
+    config: str | None = typer.Option(None, "--config", help=_CONFIG_HELP),
+    store: Path | None = typer.Option(None, "--store", help=_STORE_HELP),
 ) -> None:
     """Verify stages against a float64 reference and time them against cuBLAS."""
     from perfscope import bench as b  # deferred: CuPy, and never the report reader
 
-    jobs = b.plan(stages or ["all"], dtype or [], parse_shape(shape), parse_params(param or []))
+    named = next((s for s in stages or [] if s.endswith(".json")), None)
+    if named is not None:
+        # `bench --json FILE` wrote the file before; --json now prints, --out writes.
+        raise PerfscopeError(f"{named} is not a stage: write the bench file with --out {named} "
+                             "(--json prints the results as JSON).")
+    jobs = b.plan(stages or ["all"], dtype or [], parse_shape(shape),
+                  _params(param, config, store, stages, dtype, shape))
     opts = b.BenchOptions(runs=runs, rounds=rounds, time=not check_only)
     done: list = []
     try:
         done.extend(b.run_jobs(jobs, opts))
     finally:
         # Whatever finished is kept, also when a later stage failed or crashed.
-        if json_file is not None and done:
-            b.write_bench_json(json_file, done, " ".join(sys.argv))
+        if out is not None and done:
+            b.write_bench_json(out, done, " ".join(sys.argv))
         if done:
-            _show(b.BenchSummary.of(done))
+            _show(b.summary(done), _fmt(as_json))
     if b.failed(done):
         raise typer.Exit(1)
 
@@ -263,12 +439,112 @@ def diagnose(
     kernel: str | None = typer.Option(None, "--kernel", "-k", help="Only kernels matching REGEX."),
     as_json: bool = typer.Option(False, "--json", help="Print the JSON document."),
     markdown: bool = typer.Option(False, "--markdown", help="Print Markdown for a PR comment."),
+    full: bool = typer.Option(False, "--full", help="Every kernel's panel, also for several "
+                              "kernels (default: one row each; one kernel always gets its panel)."),
+    fail_on: list[str] | None = typer.Option(None, "--fail-on", help="Exit 1 when a kernel has a "
+                                             "finding of this severity or worse (info, "
+                                             "optimization, warning, error) or of this rule code "
+                                             "(PS110); repeat for several."),
 ) -> None:
-    """Summarise every kernel of the given Nsight Compute reports."""
+    """Summarise every kernel of the given Nsight Compute reports and say what is wrong."""
+    from perfscope import record  # deferred: loads the report reader
     from perfscope.diagnosis import diagnose as load  # deferred: loads the report reader
-    from perfscope.record import DiagnoseDocument  # deferred: loads the report reader
 
-    _show(DiagnoseDocument(tuple(load(files, kernel))), _fmt(as_json, markdown))
+    fmt = _fmt(as_json, markdown)
+    records = tuple(load(files, kernel))
+    failures = record.failing_findings(records, fail_on or [])
+    document = record.DiagnoseDocument(records, full=full or len(records) == 1,
+                                       failures=tuple(failures))
+    _show(document, fmt)
+    _github(document, fmt)
+    if failures:
+        for f in failures:
+            typer.echo(f"perfscope: --fail-on: {f}", err=True)
+        raise typer.Exit(1)
+
+
+@app.command()
+def tune(
+    ctx: typer.Context,
+    stages: list[str] = typer.Argument(..., help="Stages to tune (those that declare a search "
+                                       "space: hgemm_tma_wgmma*, sgemm_pipe, hgemm_bcf_dbf_rw)."),
+    shape: list[str] | None = typer.Option(None, "--shape", help="Problem size MxNxK (repeat; "
+                                           "default 4096x4096x4096)."),
+    shapes_file: Path | None = typer.Option(None, "--shapes", help="A file of shapes, one MxNxK "
+                                            "per line (# starts a comment)."),
+    dtype: list[str] | None = typer.Option(None, "--dtype", help="fp32, fp16 or bf16 (repeat; "
+                                           "default the stage's first)."),
+    param: list[str] | None = typer.Option(None, "--param", help="Hold a parameter at one of its "
+                                           "declared values, e.g. BN=256 (repeat)."),
+    strategy: str | None = typer.Option(None, "--strategy", help="exhaustive, random or bayes "
+                                        "(default: exhaustive when every configuration fits "
+                                        "--budget, or 64 when none is given; else bayes)."),
+    budget: int | None = typer.Option(None, "--budget", help="Configurations to measure per shape."),
+    confirm: int = typer.Option(0, "--confirm", help="Time the best K per shape, and the default, "
+                                "again at length (--confirm-runs, --confirm-rounds)."),
+    profile_best: int = typer.Option(0, "--profile-best", help="Profile the best and the worst K "
+                                     "per shape under ncu and diff them."),
+    executor: str = typer.Option("local", "--executor", help="local (one worker per visible GPU) "
+                                 "or ray (the 'cluster' extra)."),
+    ray_address: str | None = typer.Option(None, "--ray-address", help="The Ray cluster to use "
+                                           "(default: RAY_ADDRESS, else a local instance)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue a sweep: what the store holds "
+                                "for this GPU, driver and toolchain is not measured again."),
+    store: Path | None = typer.Option(None, "--store", help="The SQLite store (default "
+                                      "reports/local/tune/tune.sqlite)."),
+    runs: int = typer.Option(10, "--runs", help="Timed launches per round, per configuration."),
+    rounds: int = typer.Option(3, "--rounds", help="Alternating configuration/cuBLAS rounds."),
+    confirm_runs: int = typer.Option(20, "--confirm-runs", help="Launches per round when confirming."),
+    confirm_rounds: int = typer.Option(5, "--confirm-rounds", help="Rounds when confirming."),
+    jobs: int | None = typer.Option(None, "--jobs", help="Compiler processes (default: the host's "
+                                    "cores)."),
+    deadline: float | None = typer.Option(None, "--deadline", help="Stop starting trials after this "
+                                          "many seconds (--resume finishes later)."),
+    task_timeout: float = typer.Option(300, "--task-timeout", help="Seconds one trial may take "
+                                       "before its worker is killed (a hung kernel)."),
+    seed: int = typer.Option(0, "--seed", help="Inputs and random/bayes draws."),
+    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+    markdown: bool = typer.Option(False, "--markdown", help="Print Markdown for a PR comment."),
+    html: Path | None = typer.Option(None, "--html", help="Also write the tuning section as a "
+                                     "self-contained HTML page here."),
+    dry: bool = typer.Option(False, "--dry", hidden=True, help="Compile and prune only; synthetic "
+                             "timings under a 'dry run' GPU name (for CI without a GPU)."),
+) -> None:
+    """Search a stage's declared configurations per shape: compile in parallel, verify, time
+    against cuBLAS on every GPU, keep every result in a SQLite store."""
+    from perfscope.tune import executors, workflow  # deferred: the GPU side (workers, NVRTC)
+    from perfscope.tune.store import DEFAULT_STORE  # deferred: with the rest of tune
+
+    fmt = _fmt(as_json, markdown)
+    shapes = [parse_shape(s) for s in shape or []]
+    if shapes_file is not None:
+        shapes += workflow.read_shapes(shapes_file)
+    request = workflow.TuneRequest(
+        stages=tuple(stages), shapes=tuple(dict.fromkeys(shapes)) or (parse_shape("4096x4096x4096"),),
+        dtypes=tuple(dtype or ()), pins=parse_params(param or []), strategy=strategy,
+        budget=budget, seed=seed, screen=workflow.TimingPlan(runs, rounds),
+        confirm=confirm, confirm_timing=workflow.TimingPlan(confirm_runs, confirm_rounds, 3),
+        profile_best=profile_best, resume=resume, store=store or DEFAULT_STORE,
+        deadline_s=deadline, command=_command_line(ctx) or "")
+    workflow.plan_tune(request)   # bad input is refused before any worker starts
+    pool = executors.make_executor(executors.ExecutorChoice(executor, dry, jobs, ray_address,
+                                                            task_timeout=task_timeout))
+    with TuneProgressBar() as bar:
+        doc = workflow.run(request, pool, workflow.RunOptions(executor, bar.update))
+    if html is not None:
+        from perfscope.render.tune import html_page  # deferred: the renderer, once there is a page
+
+        html.write_text(html_page(doc))
+        typer.echo(f"perfscope: wrote {html}", err=True)
+    _show(doc, fmt)
+    unmeasured = [f"{r.stage} {r.dtype} {r.shape}" for r in doc.results if r.best is None]
+    for line in doc.notes:
+        typer.echo(f"perfscope: {line}", err=True)
+    if unmeasured or any(n.startswith("--profile-best") for n in doc.notes):
+        if unmeasured:
+            typer.echo(f"perfscope: no configuration was verified and timed for "
+                       f"{', '.join(unmeasured)}", err=True)
+        raise typer.Exit(1)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -28,7 +28,7 @@ from perfscope.locations import LOCAL_ROOT
 from perfscope.manifest import RunManifest, manifest_beside
 from perfscope.profile import KernelProfile, compile_kernel_regex, load
 from perfscope.reader import REPORT_SUFFIXES, find_reports, report_stem
-from perfscope.record import Catalogue, Diagnosed
+from perfscope.record import Catalogue, Diagnosed, machine_settings
 from perfscope.rules import Context, evaluate
 from perfscope.stage import StageInfo
 
@@ -75,17 +75,39 @@ def _label(path: Path, kp: KernelProfile, stage: StageInfo | None, dtype: str | 
 
 
 def diagnose_profiles(path: Path, profiles: list[KernelProfile], catalogue: Catalogue,
-                      several: bool | None = None) -> list[Diagnosed]:
-    """Records for the launches of one report file (already loaded)."""
+                      several: bool | None = None,
+                      machine: dict[str, float] | None = None) -> list[Diagnosed]:
+    """Records for the launches of one report file (already loaded); machine: the settings
+    shared by every launch judged together (default: this file's launches)."""
     manifest = manifest_beside(path)
     name, dtype = stage_of(path, manifest, catalogue)
     stage = catalogue.get(name)
     # The rules are told the stage only when a run manifest names it: a file name is a
     # guess, the manifest is what was run.
-    context = Context(stage=stage if manifest is not None else None)
+    context = Context(stage=stage if manifest is not None else None,
+                      machine=machine_settings(profiles) if machine is None else machine)
     several = len(profiles) > 1 if several is None else several
     return [Diagnosed(_label(path, kp, stage, dtype, manifest, several), path, kp, manifest,
                       evaluate(kp, manifest, context), stage, dtype) for kp in profiles]
+
+
+def load_checked(path: Path, kernel: str | None = None) -> list[KernelProfile]:
+    """load, held against the launch count a program capture's run manifest records.
+
+    A report cut after a whole result reads as complete (its framing ends cleanly), so
+    fewer launches than the manifest counts is what says it was cut; every launch then
+    carries the sentence (Identity.incomplete). With a kernel filter the count is unknown.
+    """
+    profiles = load(path, kernel)
+    if kernel is not None or not profiles or profiles[0].identity.incomplete:
+        return profiles
+    manifest = manifest_beside(path)
+    expected = manifest.capture.launches if manifest is not None and manifest.capture else 0
+    if expected <= len(profiles):
+        return profiles
+    why = (f"{path} is incomplete: it holds {len(profiles)} of the {expected} launches its run "
+           "manifest records (the file was cut short); only those are read.")
+    return [replace(kp, identity=replace(kp.identity, incomplete=why)) for kp in profiles]
 
 
 def default_catalogue() -> Catalogue:
@@ -98,11 +120,12 @@ def diagnose(paths: Iterable[str | os.PathLike[str]], kernel: str | None = None,
     """One record per profiled launch in the reports under paths (files or folders)."""
     catalogue = catalogue or default_catalogue()
     compile_kernel_regex(kernel)       # a bad pattern is refused before any report is read
+    loaded = [(path, profiles) for path in find_reports(paths)
+              if (profiles := load_checked(path, kernel))]
+    machine = machine_settings(kp for _, profiles in loaded for kp in profiles)
     out: list[Diagnosed] = []
-    for path in find_reports(paths):
-        profiles = load(path, kernel)
-        if profiles:
-            out += diagnose_profiles(path, profiles, catalogue)
+    for path, profiles in loaded:
+        out += diagnose_profiles(path, profiles, catalogue, machine=machine)
     if not out:
         raise PerfscopeError(f"no kernel matches {kernel!r} in the given reports." if kernel
                              else "no kernel launch in the given reports.")
@@ -113,12 +136,15 @@ def diagnose(paths: Iterable[str | os.PathLike[str]], kernel: str | None = None,
 
 
 class MissingReference(PerfscopeError):
-    """No report of a reference exists yet; whoever may profile can make it and retry."""
+    """No report of a reference exists yet; whoever may profile can make it and retry.
+
+    folder is where it belongs: beside A's report (the profiler stores it there).
+    """
 
     def __init__(self, stage: str, dtype: str, shape: str, folder: Path, like: Diagnosed) -> None:
-        super().__init__(f"no report of {stage} in {dtype} at {shape} under {folder}; make it with "
-                         f"`perfscope profile {stage} --dtype {dtype} --shape {shape}` on a GPU "
-                         "machine with Nsight Compute.")
+        super().__init__(f"no report of {stage} in {dtype} at {shape} beside {like.path} or under "
+                         f"the reports searched; make it with `perfscope profile {stage} --dtype "
+                         f"{dtype} --shape {shape} --out {folder}` on a GPU machine with Nsight Compute.")
         self.stage, self.dtype, self.shape, self.folder, self.like = stage, dtype, shape, folder, like
 
 
@@ -132,12 +158,13 @@ class ResolveOptions:
 
     @property
     def root(self) -> Path:
+        """The folder stage names are looked up in: the reference run folder, else reports/local."""
         return self.reference if self.reference is not None else LOCAL_ROOT
 
 
 def _one_launch(path: Path, regex: str | None, index: int | None, label: str,
                 catalogue: Catalogue) -> Diagnosed:
-    profiles = load(path, regex)
+    profiles = load_checked(path, regex)
     if not profiles:
         raise PerfscopeError(f"no kernel matches {regex!r} in {path}.")
     if index is not None:
@@ -158,7 +185,7 @@ def _one_launch(path: Path, regex: str | None, index: int | None, label: str,
 
 
 def _by_id(path: Path, launch: int, label: str, catalogue: Catalogue) -> Diagnosed:
-    profiles = load(path)
+    profiles = load_checked(path)
     hit = [p for p in profiles if p.identity.launch_index == launch]
     if not hit:
         raise PerfscopeError(f"{path} has no launch #{launch}; its launches are #0 to "
@@ -166,10 +193,12 @@ def _by_id(path: Path, launch: int, label: str, catalogue: Catalogue) -> Diagnos
     return replace(diagnose_profiles(path, hit, catalogue, several=False)[0], label=label)
 
 
-def _report_files(root: Path, stage: str) -> list[Path]:
+def _report_files(root: Path, stage: str, recursive: bool = True) -> list[Path]:
     if not root.is_dir():
         return []
-    found = [p for p in root.rglob(f"{stage}[-@]*") if p.name.endswith(REPORT_SUFFIXES)]
+    pattern = f"{stage}[-@]*"
+    found = [p for p in (root.rglob(pattern) if recursive else root.glob(pattern))
+             if p.name.endswith(REPORT_SUFFIXES)]
     return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
 
 
@@ -207,12 +236,21 @@ def _reference_of(alias: str, like: Diagnosed | None, options: ResolveOptions) -
         raise PerfscopeError(f"'{alias}' names A's reference, so it goes second: perfscope diff A "
                              f"{alias}.")
     m = like.manifest
-    if m is None:
-        raise PerfscopeError(f"'{alias}' needs A's GEMM shape and dtype, and {like.path} has no run "
-                             "manifest: profile A with --shape MxNxK --dtype D (or name the "
-                             "reference's report).")
+    if m is None or not m.dtype or not m.shape_known:
+        why = "has no run manifest" if m is None else "has a run manifest without them"
+        raise PerfscopeError(f"'{alias}' needs A's GEMM shape and dtype, and {like.path} {why}: "
+                             "profile A with --shape MxNxK --dtype D (or name the reference's "
+                             "report).")
     stage = reference_stage(alias, m.dtype)
-    return _newest(stage, m.dtype, m.shape, options, like)
+    # Beside A first: that is where a reference made for A is stored.
+    beside = [f for f in _report_files(like.path.parent, stage, recursive=False)
+              if f"-{m.dtype}-" in f.name and report_stem(f).endswith(f"-{m.shape}")]
+    if beside:
+        return _one_launch(beside[0], None, None, f"{stage} ({beside[0].name})", options.catalogue)
+    try:
+        return _newest(stage, m.dtype, m.shape, options, like)
+    except MissingReference:
+        raise MissingReference(stage, m.dtype, m.shape, like.path.parent, like) from None
 
 
 def reference_stage(alias: str, dtype: str) -> str:
@@ -241,7 +279,7 @@ def _newest(stage: str, dtype: str | None, shape: str | None, options: ResolveOp
         if like is not None:
             raise MissingReference(stage, dtype or "", shape or "", root, like)
         hint = "" if options.reference is not None else " (add --reference for the committed H200 run)"
-        have = sorted({p.name.split("-")[0].split("@")[0] for p in root.rglob("*")
+        have = sorted({report_stem(p).split("-")[0].split("@")[0] for p in root.rglob("*")
                        if p.name.endswith(REPORT_SUFFIXES)}) if root.is_dir() else []
         raise PerfscopeError(f"no report of {stage}" + (f" in {dtype}" if dtype else "")
                              + f" under {root.resolve()}{hint}; stages with reports there: "

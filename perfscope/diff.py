@@ -5,31 +5,51 @@ one value: time and cycle ratios (clocks differ from kernel to kernel when left 
 found, so cycles are the fairer gate), speed of light side by side, the shift in the stall
 mix, excess shared wavefronts and global sectors, launch resources, opcode families per
 unit of work with the instruction families one kernel uses and the other lacks, hotspots,
-the findings A has and B has not, and a verdict: the top reasons ranked by the rules'
-estimated cost, each one sentence with its numbers and the fix.
+the findings A has and B has not, launch structure side by side (perfscope.structure:
+grid and persistence, tile, clusters and multicast, warp specialisation, epilogue), and a
+verdict: the top reasons, each one sentence with its numbers and the fix.
+
+The verdict spreads the cycle gap (1 - cycles of the faster / cycles of the slower) over
+its reasons and never claims more: findings bring the rules' estimates (one overlap group
+counts once), a structural difference brings the findings it explains and what the
+counters model of it (a multi-wave grid's idle last wave), and the rest of the gap goes
+in equal parts to the differences no counter measures. When A takes fewer cycles the
+verdict says what A improved over B (B's findings A lost, the instruction path A moved
+to, its structure; shares of B's time), and ``remaining`` what A still has.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import operator
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
 
 from perfscope.errors import PerfscopeError
-from perfscope.families import FAMILY_BY_KEY, family_of
+from perfscope.families import family_of
 from perfscope.profile import KernelProfile
 from perfscope.record import Diagnosed
 from perfscope.rules import Finding
+from perfscope.structure import (
+    CLUSTER,
+    EPILOGUE,
+    GRID,
+    SPECIALISATION,
+    TILE,
+    Aspect,
+    LaunchShape,
+    compare_structure,
+    launch_shape,
+    modelled_share,
+)
 
 log = logging.getLogger(__name__)
 
-VERDICT_REASONS = 3
-# Families that mark the Hopper/Blackwell fast path, called out when only one side has them.
-FAST_PATH = ("gmma", "tma", "utcmma", "tmem", "setmaxreg")
+VERDICT_REASONS = 5
+# Families that mark the Hopper/Blackwell fast path, called out when only one side has them
+# (setmaxnreg is not among them: it is warp specialisation, a structural aspect).
+FAST_PATH = ("gmma", "tma", "utcmma", "tmem")
 # Findings that say "A is on the slow instruction path" (their cost is the path's).
 PATH_TAGS = ("legacy-mma", "no-tma", "no-tensor-cores")
 OPCODE_ROLE = {"HGMMA": "wgmma", "UTMALDG": "TMA", "UTMASTG": "TMA store", "HMMA": "mma.sync",
@@ -47,11 +67,14 @@ class Row:
 
     @property
     def ratio(self) -> float | None:
+        """a / b, None when either is missing or b is zero."""
         return self.a / self.b if self.a is not None and self.b else None
 
 
 @dataclass(frozen=True)
 class StallShift:
+    """One stall reason's share of all stall cycles in A and in B."""
+
     reason: str
     share_a: float | None
     share_b: float | None
@@ -60,11 +83,14 @@ class StallShift:
 
     @property
     def delta(self) -> float:
+        """How much more of A's stalls this reason takes than of B's (shares, missing as 0)."""
         return (self.share_a or 0.0) - (self.share_b or 0.0)
 
 
 @dataclass(frozen=True)
 class FamilyRow:
+    """One instruction family per unit of work in A and in B, and the opcodes each side executes."""
+
     family: str
     a: float | None               # per unit (see ProfileDiff.unit)
     b: float | None
@@ -74,14 +100,26 @@ class FamilyRow:
 
 @dataclass(frozen=True)
 class Reason:
+    """One reason in a verdict: a sentence with its numbers, the finding behind it (if any),
+    its share of the gap and the fix.
+
+    estimated_gain is the share of the slower kernel's time the reason accounts for, after
+    the gap is spread (perfscope.diff: the claims of one verdict never add up to more than
+    the cycle gap); kind says what the reason is: a finding, the instruction path, a
+    structural aspect (its name), or a stall shift.
+    """
+
     sentence: str
     code: str | None
     estimated_gain: float | None
     fix: str
+    kind: str = "finding"
 
 
 @dataclass(frozen=True)
 class ProfileDiff:
+    """Why A is slower (or faster) than B: the compared rows, the findings gained and lost, the verdict."""
+
     a: Diagnosed
     b: Diagnosed
     time: tuple[Row, ...]
@@ -97,20 +135,36 @@ class ProfileDiff:
     gone_findings: tuple[Finding, ...]         # in B, not in A
     verdict: tuple[Reason, ...]
     warnings: tuple[str, ...] = field(default=())
+    # Launch structure side by side (perfscope.structure), differing or not.
+    structure: tuple[Aspect, ...] = ()
+    # True when A takes fewer cycles than B: the verdict then says what A improved (its
+    # claims are shares of B's time) and `remaining` what is left in A.
+    improved: bool = False
+    remaining: tuple[Reason, ...] = ()
+    # The cycle gap the verdict spreads: 1 - cycles(faster) / cycles(slower).
+    gap: float | None = None
+
+    def rows_by_key(self) -> dict[str, Row]:
+        """Every compared row by its field stem ("cycles", "shared_excess", ...)."""
+        return {field_key(row.name): row
+                for group in (self.time, self.sol, self.memory, self.launch) for row in group}
 
     def fields(self) -> dict[str, float | None]:
         """Every gateable number, by name (the names --fail-if accepts)."""
         out: dict[str, float | None] = {}
-        for group in (self.time, self.sol, self.memory, self.launch):
-            for row in group:
-                key = re.sub(r"[^a-z0-9]+", "_", row.name.lower()).strip("_")
-                out[f"{key}_a"], out[f"{key}_b"] = row.a, row.b
-                out[f"{key}_ratio"] = row.ratio
+        for key, row in self.rows_by_key().items():
+            out[f"{key}_a"], out[f"{key}_b"] = row.a, row.b
+            out[f"{key}_ratio"] = row.ratio
         out["duration_ratio"] = out.get("duration_ns_ratio")
         out["cycles_ratio"] = out.get("cycles_ratio")
         out["new_findings"] = float(len(self.new_findings))
         out["new_warnings"] = float(sum(f.severity in ("warning", "error") for f in self.new_findings))
         return out
+
+
+def field_key(name: str) -> str:
+    """A row's name as a field stem: "shared excess %" -> "shared_excess"."""
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
 
 
 # ------------------------------------------------------------------------ comparing
@@ -134,15 +188,24 @@ def _principal(opcodes: Sequence[str], limit: int = 3) -> list[str]:
     return (named or list(opcodes))[:limit]
 
 
-def _instruction_sentence(a: KernelProfile, b: KernelProfile, only_b: Sequence[str]) -> str | None:
-    fast = [f for f in FAST_PATH if f in only_b]
-    if not fast:
+def _instruction_sentence(slow: KernelProfile, fast: KernelProfile, only_fast: Sequence[str],
+                          names: tuple[str, str] = ("A", "B")) -> str | None:
+    """"B uses HGMMA (wgmma) ...; A uses HMMA (mma.sync) ...": the fast path only the
+    faster side (names[1]) executes, and what the slower side (names[0]) runs instead."""
+    fams = [f for f in FAST_PATH if f in only_fast]
+    if not fams:
         return None
-    b_ops = _principal([op for f in fast for op in _opcodes_of(b, f)])
-    a_ops = _principal([op for f in ("hmma", "ldgsts", "ldsm", "ffma") if a.opcodes.has(f)
-                        for op in _opcodes_of(a, f)])
-    text = f"B uses {_named(b_ops)}"
-    return text + (f"; A uses {_named(a_ops)}" if a_ops else "; A uses none of them")
+    fast_ops = _principal([op for f in fams for op in _opcodes_of(fast, f)])
+    slow_ops = _principal([op for f in ("hmma", "ldgsts", "ldsm", "ffma") if slow.opcodes.has(f)
+                           for op in _opcodes_of(slow, f)])
+    text = f"{names[1]} uses {_named(fast_ops)}"
+    return text + (f"; {names[0]} uses {_named(slow_ops)}" if slow_ops
+                   else f"; {names[0]} uses none of them")
+
+
+def _and(words) -> str:
+    words = list(words)
+    return ", ".join(words[:-1]) + (" and " if len(words) > 1 else "") + words[-1] if words else ""
 
 
 def _evidence_text(f: Finding, limit: int = 2) -> str:
@@ -153,47 +216,257 @@ def _evidence_text(f: Finding, limit: int = 2) -> str:
     return "; ".join(parts)
 
 
-def _verdict(a: Diagnosed, b: Diagnosed, new: Sequence[Finding], only_b: Sequence[str],
-             stalls: Sequence[StallShift], cycles_ratio: float | None) -> tuple[Reason, ...]:
-    reasons: list[Reason] = []
-    path_sentence = _instruction_sentence(a.profile, b.profile, only_b)
-    # When B runs the fast path A lacks, the whole cycle gap is what changing path is
-    # worth: the rules cannot estimate it from A alone without a timed manifest.
-    path_gain = 1 - 1 / cycles_ratio if path_sentence and cycles_ratio and cycles_ratio > 1 else None
+def _group(f: Finding) -> str:
+    # Findings of one overlap group remove the same time (perfscope.rules.model.OVERLAP).
+    return getattr(f, "group", None) or f.tag
 
-    def gain_of(f: Finding) -> float | None:
-        if f.estimated_gain is None and f.tag in PATH_TAGS:
-            return path_gain
-        return f.estimated_gain
 
-    ranked = sorted(new, key=lambda f: -(g if (g := gain_of(f)) is not None else -1.0))
-    for f in ranked:
-        gain = gain_of(f)
-        cost = "" if gain is None else f" (about {gain:.0%} of A's time)"
-        lead = f.title
-        if path_sentence and f.tag in PATH_TAGS:
-            lead = f"{f.title}: {path_sentence}"
-            path_sentence = None
-        reasons.append(Reason(f"{lead}{cost}; {_evidence_text(f)}.", f.code, gain, f.fix))
-    if path_sentence:
-        reasons.append(Reason(f"{path_sentence}.", None, path_gain,
-                              "Move the main loop to the instructions B uses (compile for sm_90a)."))
-    for s in stalls:
-        if len(reasons) >= VERDICT_REASONS:
-            break
-        if s.delta >= 0.10:
-            reasons.append(Reason(
-                f"A's warps stall on {s.reason} {s.share_a:.0%} of their stall time against "
-                f"{(s.share_b or 0):.0%} in B ({s.cycles_a or 0:.1f} vs {s.cycles_b or 0:.1f} "
-                "cycles per issued instruction).", None, None,
-                "See the hotspots: the instructions that carry these stalls."))
-    return tuple(reasons[:VERDICT_REASONS])
+def _compose(findings: Sequence[Finding]) -> float | None:
+    """What several findings save together: the largest per overlap group, the groups as
+    independent savings (1 - prod(1 - g)); None when none has an estimate."""
+    best: dict[str, float] = {}
+    for f in findings:
+        if f.estimated_gain is not None:
+            best[_group(f)] = max(best.get(_group(f), 0.0), f.estimated_gain)
+    if not best:
+        return None
+    keep = 1.0
+    for g in best.values():
+        keep *= 1 - g
+    return 1 - keep
+
+
+@dataclass(frozen=True)
+class _Claim:
+    """A reason being built: its modelled share, whether the unexplained rest of the gap may
+    go to it (open), the overlap group it shares time with, and the findings it cites."""
+
+    lead: str
+    detail: str
+    code: str | None
+    fix: str
+    kind: str
+    modelled: float | None
+    open: bool
+    group: str
+    cited: tuple[Finding, ...] = ()
+
+
+def _spread(claims: Sequence[_Claim], gap: float | None) -> tuple[list[float | None], float | None]:
+    """Each claim's share of the gap, so that they add up to no more than the gap, and the
+    part of the gap left unexplained.
+
+    Within an overlap group the members share the largest member's estimate; if the
+    modelled claims exceed the gap they are scaled down to it; what the gap leaves after
+    them goes in equal parts to the open claims (differences no counter measures: a
+    structural aspect, the instruction path).
+    """
+    shares: list[float | None] = [None] * len(claims)
+    groups: dict[str, list[int]] = {}
+    for i, c in enumerate(claims):
+        if c.modelled is not None:
+            groups.setdefault(c.group, []).append(i)
+    for members in groups.values():
+        total = sum(claims[i].modelled or 0.0 for i in members)
+        top = max(claims[i].modelled or 0.0 for i in members)
+        for i in members:
+            shares[i] = (claims[i].modelled or 0.0) * (top / total if total else 0.0)
+    if gap is None:
+        return shares, None
+    gap = max(0.0, gap)
+    modelled = sum(s or 0.0 for s in shares)
+    scale = gap / modelled if modelled > gap else 1.0
+    rest = max(0.0, gap - modelled)
+    opened = [i for i, c in enumerate(claims) if c.open]
+    out: list[float | None] = []
+    for i, s in enumerate(shares):
+        share = None if s is None else s * scale
+        if i in opened:
+            share = (share or 0.0) + rest / len(opened)
+        out.append(None if share is None else round(share, 4))
+    return out, (0.0 if opened else rest)
+
+
+@dataclass(frozen=True)
+class _Direction:
+    """Which side is slower, how sentences name the two, and their launch shapes."""
+
+    slow: Diagnosed
+    fast: Diagnosed
+    names: tuple[str, str]                 # (slower, faster): ("A", "B"), ("B", "A") if A improved
+    shapes: tuple[LaunchShape, LaunchShape]
+
+    @property
+    def improved(self) -> bool:
+        return self.names[1] == "A"
+
+
+def _path_claim(d: _Direction, only_fast: Sequence[str], findings: list[Finding],
+                aspects: list[Aspect]) -> _Claim | None:
+    """One reason for the instruction path only the faster side takes, with the path
+    findings and the path's structural aspects folded into it (removed from the lists)."""
+    sentence = _instruction_sentence(d.slow.profile, d.fast.profile, only_fast, d.names)
+    if sentence is None:
+        return None
+    mine = [f for f in findings if f.tag in PATH_TAGS]
+    parts = [a for a in aspects if a.on_path]
+    for a in parts:
+        mine += [f for f in findings if f.tag in a.absorbs and f not in mine]
+    for f in mine:
+        findings.remove(f)
+    for a in parts:
+        aspects.remove(a)
+    detail = (f"with it {d.names[1]}'s {_and(a.name for a in parts)} differ "
+              "(see the launch structure)") if parts else ""
+    first = mine[0] if mine else None
+    lead = first.title if first is not None and first.tag in PATH_TAGS else ""
+    return _Claim(f"{lead}: {sentence}" if lead else sentence, detail,
+                  first.code if first else None,
+                  first.fix if first else "Move the main loop to the instructions "
+                  f"{d.names[1]} uses (compile for sm_90a).", "path", _compose(mine), True,
+                  "instruction path", tuple(mine))
+
+
+def _aspect_claims(d: _Direction, findings: list[Finding], aspects: list[Aspect]) -> list[_Claim]:
+    out = []
+    for a in aspects:
+        mine = [f for f in findings if f.tag in a.absorbs]
+        for f in mine:
+            findings.remove(f)
+        model = modelled_share(a, *d.shapes)
+        composed = _compose(mine)
+        modelled = None if model is None and composed is None else (model or 0) + (composed or 0)
+        out.append(_Claim(f"{a.name}: A {a.a}; B {a.b}", "", mine[0].code if mine else None,
+                          mine[0].fix if mine else STRUCTURE_FIX[a.name], a.name, modelled,
+                          # The tail model covers only the idle last wave: the rest of what
+                          # persistence saves (overlapped prologues and epilogues) is open.
+                          composed is None or a.name == GRID, a.name, tuple(mine)))
+    return out
+
+
+STRUCTURE_FIX = {
+    GRID: "Launch one CTA per SM (or per SM slot) and let each walk the tiles in a loop "
+          "(persistent), so one tile's epilogue overlaps the next tile's loads and no wave is "
+          "left part-empty.",
+    TILE: "Take the larger tile: more outputs per CTA reuse each loaded A/B byte more often "
+          "(bytes per FLOP fall as 1/BM + 1/BN).",
+    CLUSTER: "Launch 2-CTA clusters and multicast the shared operand tile (TMA "
+             ".multicast::cluster), so L2 sends it once for both CTAs.",
+    SPECIALISATION: "Split the CTA into a producer warpgroup (TMA, setmaxnreg.dec) and consumer "
+                    "warpgroups (wgmma, setmaxnreg.inc) that meet on full/empty mbarriers.",
+    EPILOGUE: "Stage C in shared memory and write it with TMA stores (cp.async.bulk.tensor), "
+              "which the next tile's main loop can overlap.",
+}
+
+
+def _cost(claim: float | None, whose: str) -> str:
+    if claim is None:
+        return ""
+    if claim >= 0.005:
+        return f" (about {claim:.0%} of {whose}'s time)"
+    if claim > 0:
+        return f" (under 1% of {whose}'s time)"
+    return " (none of the gap is left for it after the reasons above)"
+
+
+def _sentence(c: _Claim, claim: float | None, d: _Direction) -> str:
+    """The reason in words: why the slower side is slower, or, when A improved, what A
+    gained over B."""
+    cost = _cost(claim, d.names[0])
+    cited = ", ".join(f"{f.code} {f.title}" for f in c.cited if f.code != c.code or c.kind != "finding")
+    if c.kind == "finding":
+        f = c.cited[0]
+        lead = f"Gone from A: {f.code} {f.title}" if d.improved else c.lead
+        tail = ("B: " if d.improved else "") + c.detail
+    elif c.kind == "path":
+        lead = f"A moved to the fast path: {c.lead.split(': ', 1)[-1]}" if d.improved else c.lead
+        codes = ", ".join(f.code for f in c.cited)
+        tail = "; ".join(p for p in (c.detail, (f"gone: {cited}" if d.improved else f"findings {codes}")
+                                     if c.cited else "") if p)
+    else:
+        lead = c.lead
+        tail = (f"gone: {cited}" if d.improved else cited) if cited else ""
+    return f"{lead}{cost}" + (f"; {tail}" if tail else "") + "."
+
+
+def _reasons(d: _Direction, findings: Sequence[Finding], only_fast: Sequence[str],
+             aspects: Sequence[Aspect], gap: float | None) -> list[Reason]:
+    """Why the slower side takes more cycles than the faster, ranked by each reason's share
+    of the gap; findings: the slower side's that the faster lacks."""
+    left = list(findings)
+    differing = [a for a in aspects if a.differs]
+    claims = []
+    path = _path_claim(d, only_fast, left, differing)
+    if path is not None:
+        claims.append(path)
+    claims += _aspect_claims(d, left, differing)
+    for f in left:
+        claims.append(_Claim(f.title, _evidence_text(f), f.code, f.fix, "finding",
+                             f.estimated_gain, False, _group(f), (f,)))
+    shares, _ = _spread(claims, gap)
+    order = sorted(range(len(claims)), key=lambda i: (-(shares[i] if shares[i] is not None
+                                                        else -1.0), i))
+    return [Reason(_sentence(claims[i], shares[i], d), claims[i].code, shares[i], claims[i].fix,
+                   claims[i].kind) for i in order]
+
+
+def _stall_reasons(stalls: Sequence[StallShift]) -> list[Reason]:
+    return [Reason(f"A's warps stall on {s.reason} {s.share_a:.0%} of their stall time against "
+                   f"{(s.share_b or 0):.0%} in B ({s.cycles_a or 0:.1f} vs {s.cycles_b or 0:.1f} "
+                   "cycles per issued instruction).", None, None,
+                   "See the hotspots: the instructions that carry these stalls.", "stalls")
+            for s in stalls if s.delta >= 0.10]
+
+
+def _remaining(a: Diagnosed) -> tuple[Reason, ...]:
+    """What A still has, by its own findings (shares of A's time, each fix alone)."""
+    out = []
+    for f in a.evaluation.findings[:VERDICT_REASONS]:
+        cost = "" if f.estimated_gain is None else f" (about {f.estimated_gain:.0%} of A's time)"
+        out.append(Reason(f"{f.title}{cost}; {_evidence_text(f)}.", f.code, f.estimated_gain,
+                          f.fix))
+    return tuple(out)
+
+
+def _verdict(draft: ProfileDiff, shapes: tuple[LaunchShape, LaunchShape]
+             ) -> tuple[tuple[Reason, ...], bool, float | None]:
+    """(reasons, improved, gap) of a diff without its verdict: why A is slower than B, or,
+    when A takes fewer cycles, what A improved over B (B's findings A no longer has, the
+    path A moved to, its launch structure)."""
+    a, b = draft.a, draft.b
+    cycles_ratio = next((r.ratio for r in draft.time if r.name == "cycles"), None)
+    if cycles_ratio is not None and cycles_ratio < 1:
+        gap = 1 - cycles_ratio
+        d = _Direction(b, a, ("B", "A"), (shapes[1], shapes[0]))
+        reasons = _reasons(d, draft.gone_findings, draft.only_a, draft.structure, gap)
+        return tuple(reasons[:VERDICT_REASONS]), True, gap
+    gap = 1 - 1 / cycles_ratio if cycles_ratio else None
+    d = _Direction(a, b, ("A", "B"), shapes)
+    reasons = _reasons(d, draft.new_findings, draft.only_b, draft.structure, gap)
+    reasons += _stall_reasons(draft.stalls)[: max(0, VERDICT_REASONS - len(reasons))]
+    return tuple(reasons[:VERDICT_REASONS]), False, gap
+
+
+def shape_flops(a: Diagnosed, b: Diagnosed, shape: tuple[int, int, int]) -> int:
+    """The FLOPs of --shape MxNxK for both sides, refused when a run manifest says otherwise
+    (a shape 8x off makes every per-MFLOP row 8x off, silently)."""
+    given = "x".join(map(str, shape))
+    for side, record in (("A", a), ("B", b)):
+        if record.shape is not None and record.shape != tuple(shape):
+            raise PerfscopeError(f"--shape {given} contradicts {side}'s run manifest, which says "
+                                 f"{'x'.join(map(str, record.shape))} ({record.path}); leave --shape "
+                                 "out to use the manifests' shapes.")
+    m, n, k = shape
+    return 2 * m * n * k
 
 
 def compare(a: Diagnosed, b: Diagnosed, flops: int | None = None) -> ProfileDiff:
-    """The ProfileDiff of A against B. flops overrides the manifests' shape (--shape)."""
+    """The ProfileDiff of A against B. flops overrides the manifests' shape (--shape, checked
+    against them by shape_flops)."""
     pa, pb = a.profile, b.profile
-    warnings = []
+    warnings = list(dict.fromkeys(w for w in (pa.identity.incomplete, pb.identity.incomplete) if w))
+    warnings += [f"{side}'s counters are not trustworthy: {r.untrusted}"
+                 for side, r in (("A", a), ("B", b)) if r.untrusted]
     fa, fb = (flops, flops) if flops else (a.flops, b.flops)
     if a.shape and b.shape and a.shape != b.shape and not flops:
         warnings.append(f"A and B solve different GEMM shapes ({'x'.join(map(str, a.shape))} vs "
@@ -202,7 +475,7 @@ def compare(a: Diagnosed, b: Diagnosed, flops: int | None = None) -> ProfileDiff
     if fa and fb:
         unit, da, db = "MFLOP", fa / 1e6, fb / 1e6
     else:
-        if not warnings:
+        if not any("different GEMM shapes" in w for w in warnings):
             warnings.append("the GEMM shape is unknown (no run manifests; --shape sets it): "
                             "opcode families are per executed instruction.")
         unit, da, db = "1k instructions", (pa.opcodes.total or 0) / 1e3, (pb.opcodes.total or 0) / 1e3
@@ -248,10 +521,12 @@ def compare(a: Diagnosed, b: Diagnosed, flops: int | None = None) -> ProfileDiff
     codes_a = {f.code for f in a.evaluation.findings}
     new = tuple(f for f in a.evaluation.findings if f.code not in codes_b)
     gone = tuple(f for f in b.evaluation.findings if f.code not in codes_a)
-    cycles_ratio = time_rows[1].ratio
-    verdict = _verdict(a, b, new, only_b, stalls, cycles_ratio)
-    return ProfileDiff(a, b, time_rows, sol, tuple(stalls), memory, launch, unit, families, only_a,
-                       only_b, new, gone, verdict, tuple(warnings))
+    shapes = launch_shape(pa, a.manifest), launch_shape(pb, b.manifest)
+    draft = ProfileDiff(a, b, time_rows, sol, tuple(stalls), memory, launch, unit, families, only_a,
+                        only_b, new, gone, (), tuple(warnings), structure=compare_structure(*shapes))
+    verdict, improved, gap = _verdict(draft, shapes)
+    return replace(draft, verdict=verdict, improved=improved, gap=gap,
+                   remaining=_remaining(a) if improved else ())
 
 
 @dataclass(frozen=True)
@@ -278,6 +553,7 @@ def check_gates(diff: ProfileDiff, expressions: Sequence[str],
     fail_on_new_findings is the gate ``new_findings > 0``, worded with the findings.
     """
     values: Mapping[str, float | None] = diff.fields()
+    rows = diff.rows_by_key()
     violated = []
     for expr in expressions:
         m = _GATE.match(expr)
@@ -289,7 +565,12 @@ def check_gates(diff: ProfileDiff, expressions: Sequence[str],
             raise PerfscopeError(f"--fail-if names unknown field {name!r}; fields: "
                                  f"{', '.join(sorted(values))}.")
         value = values[name]
-        if value is None:
+        row = rows.get(name.removesuffix("_ratio")) if name.endswith("_ratio") else None
+        if value is None and row is not None and row.a is not None and row.b == 0:
+            violated.append(f"{name} is undefined because B's {row.name} is 0 (A's is "
+                            f"{row.a:.4g}), so '{expr}' cannot be checked; gate on A's own value "
+                            f"instead: --fail-if '{name.removesuffix('_ratio')}_a>N'")
+        elif value is None:
             violated.append(f"{name} is not collected in both reports, so '{expr}' cannot pass")
         elif _OPS[op](value, number):
             violated.append(f"{name} = {value:.4g} violates '{expr}'")
@@ -298,30 +579,3 @@ def check_gates(diff: ProfileDiff, expressions: Sequence[str],
                         + ", ".join(f"{f.code} {f.title}" for f in diff.new_findings))
     return violated
 
-
-def to_dict(diff: ProfileDiff) -> dict[str, Any]:
-    """The diff as JSON-ready data (schema perfscope.diff/1)."""
-    def side(s: Diagnosed) -> dict[str, Any]:
-        return {"label": s.label, "report": str(s.path), "name": s.profile.name,
-                "demangled": s.profile.identity.demangled,
-                "manifest": None if s.manifest is None else {"stage": s.manifest.stage,
-                                                             "dtype": s.manifest.dtype,
-                                                             "shape": s.manifest.shape},
-                "hotspots": [dataclasses.asdict(h) for h in s.profile.hotspots[:5]]}
-
-    def rows(rs: Sequence[Row]) -> list[dict[str, Any]]:
-        return [{"name": r.name, "a": r.a, "b": r.b, "ratio": r.ratio} for r in rs]
-
-    return {
-        "schema": "perfscope.diff/1", "a": side(diff.a), "b": side(diff.b),
-        "fields": diff.fields(), "time": rows(diff.time), "sol": rows(diff.sol),
-        "memory": rows(diff.memory), "launch": rows(diff.launch),
-        "stalls": [dataclasses.asdict(s) | {"delta": s.delta} for s in diff.stalls],
-        "unit": diff.unit, "families": [dataclasses.asdict(f) for f in diff.families],
-        "only_a": list(diff.only_a), "only_b": list(diff.only_b),
-        "new_findings": [f.to_dict() for f in diff.new_findings],
-        "gone_findings": [f.to_dict() for f in diff.gone_findings],
-        "verdict": [dataclasses.asdict(r) for r in diff.verdict],
-        "warnings": list(diff.warnings),
-        "family_labels": {k: FAMILY_BY_KEY[k].label for k in FAMILY_BY_KEY},
-    }

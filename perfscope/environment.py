@@ -1,7 +1,10 @@
 """The machine a run happened on: GPU, driver, toolchain versions and the clocks as found.
 
 ``ClockReader`` reads the SM clock (NVML through nvidia-ml-py, else nvidia-smi) and only
-reads it: nothing here changes a clock, a power limit or a mode.
+reads it: nothing here changes a clock, a power limit or a mode. The GPU is named to NVML
+and nvidia-smi by its PCI bus id, not by CUDA's device index: with CUDA_VISIBLE_DEVICES
+set, or on a node whose GPUs CUDA and NVML number differently, an index would read
+another card's clock.
 """
 
 from __future__ import annotations
@@ -28,14 +31,31 @@ class ClockReader:
         self._nvml: Any = None
         self._handle: Any = None
         self._smi = shutil.which("nvidia-smi")
+        self._bus_id = self._pci_bus_id()
         try:
             import pynvml
 
             pynvml.nvmlInit()
-            self._handle = pynvml.nvmlDeviceGetHandleByIndex(self._device_index())
+            self._handle = self._nvml_handle(pynvml)
             self._nvml = pynvml
         except Exception as exc:  # no NVML is a missing figure, not a failure
             log.info("NVML unavailable (%s); SM clock from nvidia-smi", exc)
+
+    def _nvml_handle(self, nvml: Any) -> Any:
+        if self._bus_id:
+            return nvml.nvmlDeviceGetHandleByPciBusId(self._bus_id.encode())
+        # No bus id from CUDA: NVML's index is the best guess left.
+        return nvml.nvmlDeviceGetHandleByIndex(self._device_index())
+
+    @staticmethod
+    def _pci_bus_id() -> str | None:
+        """The current CUDA device's PCI bus id ("0000:3B:00.0"), None if CUDA cannot say."""
+        try:
+            import cupy
+
+            return str(cupy.cuda.Device().pci_bus_id)
+        except Exception:  # no CuPy or no device: the clock is a missing figure
+            return None
 
     @staticmethod
     def _device_index() -> int:
@@ -44,6 +64,7 @@ class ClockReader:
         return cupy.cuda.Device().id
 
     def sm_mhz(self) -> float | None:
+        """The SM clock now, in MHz; None when neither NVML nor nvidia-smi can say."""
         if self._nvml is not None:
             try:
                 return float(self._nvml.nvmlDeviceGetClockInfo(self._handle,
@@ -54,7 +75,7 @@ class ClockReader:
             try:
                 out = subprocess.run([self._smi, "--query-gpu=clocks.sm",
                                       "--format=csv,noheader,nounits",
-                                      f"--id={self._device_index()}"],
+                                      f"--id={self._bus_id or self._device_index()}"],
                                      capture_output=True, text=True, timeout=10)
                 return float(out.stdout.strip().splitlines()[0])
             except (OSError, ValueError, IndexError, subprocess.SubprocessError):

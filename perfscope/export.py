@@ -1,5 +1,5 @@
 """Exports of KernelProfiles for the Python API: a long pandas DataFrame, and the diagnose
-JSON document (``perfscope.diagnose/1``; its schema is written in perfscope.render.jsondoc).
+JSON document (``perfscope.diagnose/2``; its schema is written in perfscope.render.jsondoc).
 """
 
 from __future__ import annotations

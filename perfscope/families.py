@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class OpcodeFamily:
+    """One row of the family table: its key, its label, the base opcodes it holds and what they mean."""
+
     key: str
     label: str
     opcodes: tuple[str, ...] = ()
@@ -24,6 +26,7 @@ class OpcodeFamily:
     meaning: str = ""
 
     def matches(self, base: str) -> bool:
+        """Whether a base opcode belongs to the family, by name or by pattern."""
         if base in self.opcodes:
             return True
         return self.pattern is not None and re.fullmatch(self.pattern, base) is not None

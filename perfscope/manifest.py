@@ -30,11 +30,17 @@ log = logging.getLogger(__name__)
 MANIFEST_VERSION = 1
 LAYOUT = "row-major: C[M][N] = A[M][K] * B[K][N]"
 
-# Verdicts. Only OK may carry a speed.
+# Verdicts. Only OK (and UNVERIFIED, a program's kernel) may carry a speed.
 OK = "ok"
 WRONG = "WRONG"
 REFUSED = "refused"
 ERROR = "error"
+# A kernel of someone else's program (`perfscope profile -- COMMAND`): perfscope did not
+# compute its inputs, so it cannot check its output; not a failure, not a pass.
+UNVERIFIED = "unverified"
+# Stage and family of a program capture's manifest, and the layout it cannot know.
+PROGRAM = "program"
+UNKNOWN_LAYOUT = "unknown (a program's own)"
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,7 @@ class Spread:
 
     @classmethod
     def of(cls, values: list[float] | tuple[float, ...]) -> Spread:
+        """The spread of some values; ValueError for none."""
         if not values:
             raise ValueError("a spread of no values")
         s = sorted(values)
@@ -57,6 +64,8 @@ class Spread:
 
 @dataclass(frozen=True)
 class Verification:
+    """The check of a run's output against a float64 reference: the verdict and the errors behind it."""
+
     verdict: str
     # ||C - ref||_F / ||ref||_F against a float64 reference; None when nothing ran.
     rel_fro_error: float | None = None
@@ -90,6 +99,8 @@ class Timing:
 
 @dataclass(frozen=True)
 class CompileInfo:
+    """How the kernel was compiled: source and its hash, options, NVRTC, and what ptxas said it uses."""
+
     arch: str
     name_expression: str
     mangled: str
@@ -105,6 +116,8 @@ class CompileInfo:
 
 @dataclass(frozen=True)
 class Environment:
+    """The versions of everything that could change the numbers: GPU, driver, CUDA, libraries, Python."""
+
     gpu: str
     compute_capability: str
     sm_count: int
@@ -121,7 +134,35 @@ class Environment:
 
 
 @dataclass(frozen=True)
+class Capture:
+    """How a program's kernels were captured (``perfscope profile -- COMMAND``).
+
+    ``untrusted_launches`` are the launch indices (``FILE#ID``) of this report whose
+    counters must not be believed: the program faulted while ncu was replaying them.
+    ``fault`` says in one sentence which kernel faulted and how; None when none did.
+    """
+
+    command: tuple[str, ...]
+    kernel_regex: str | None = None
+    launch_skip: int = 0
+    launch_count: int | None = None
+    nvtx: tuple[str, ...] = ()
+    replay_mode: str = "kernel"
+    launches: int = 0
+    fault: str | None = None
+    untrusted_launches: tuple[int, ...] = ()
+    # How the timing beside this capture was made (--time), in one sentence.
+    timing_method: str = ""
+
+    def trusts(self, launch_index: int) -> bool:
+        """Whether the counters of this launch may be believed (the program did not fault under it)."""
+        return launch_index not in self.untrusted_launches
+
+
+@dataclass(frozen=True)
 class RunManifest:
+    """One run of one stage at one dtype and shape: what its .ncu-rep cannot hold."""
+
     stage: str
     family: str
     dtype: str
@@ -138,20 +179,30 @@ class RunManifest:
     layout: str = LAYOUT
     created: str = ""
     version: int = MANIFEST_VERSION
+    # Set for a program's capture: its command, launch selection and faults.
+    capture: Capture | None = None
 
     def __post_init__(self) -> None:
-        if self.timing is not None and self.verification.verdict != OK:
+        if self.timing is not None and self.verification.verdict not in (OK, UNVERIFIED):
             raise ValueError(f"{self.stage}: a {self.verification.verdict} run carries no speed")
 
     @property
     def shape(self) -> str:
+        """The problem shape as MxNxK."""
         return f"{self.m}x{self.n}x{self.k}"
 
+    @property
+    def shape_known(self) -> bool:
+        """False for a program captured without --shape (its manifest says 0x0x0)."""
+        return self.m > 0 and self.n > 0 and self.k > 0
+
     def to_dict(self) -> dict[str, Any]:
+        """The manifest as plain JSON-ready values."""
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunManifest:
+        """A manifest back from its JSON; PerfscopeError for a version this perfscope does not read."""
         version = data.get("version")
         if version != MANIFEST_VERSION:
             raise PerfscopeError(
@@ -174,6 +225,11 @@ class RunManifest:
             d["compile"] = CompileInfo(**c)
         if d.get("environment") is not None:
             d["environment"] = Environment(**d["environment"])
+        if d.get("capture") is not None:
+            c = dict(d["capture"])
+            for key in ("command", "nvtx", "untrusted_launches"):
+                c[key] = tuple(c.get(key, ()))
+            d["capture"] = Capture(**c)
         return cls(**d)
 
 
@@ -189,9 +245,11 @@ class BenchFile:
     kind: str = "perfscope.bench"
 
     def to_json(self) -> str:
+        """The bench file as JSON text (NaN refused)."""
         return json.dumps(asdict(self), indent=1, sort_keys=False, allow_nan=False) + "\n"
 
     def write(self, path: Path) -> None:
+        """Write the bench file through a temporary beside it, so a reader never sees half of one."""
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(self.to_json())
@@ -199,6 +257,7 @@ class BenchFile:
 
     @classmethod
     def read(cls, path: Path) -> BenchFile:
+        """A bench file from disk; PerfscopeError when it is unreadable or not one this perfscope reads."""
         try:
             data = json.loads(Path(path).read_text())
         except (OSError, ValueError) as exc:

@@ -4,7 +4,9 @@
 can assert every flag. ``run`` streams ncu's output, feeds its pass counter to a
 progress callback, and turns a failure into a PerfscopeError that quotes ncu's own
 ``==ERROR==`` lines. The report is written under a temporary name and renamed only once
-ncu has finished, so an interrupted run never leaves a half-written report behind.
+ncu has finished, so an interrupted run never leaves a half-written report under the
+final name: on Ctrl-C, ncu is asked to stop, and what it had written is handed to the
+caller as ``NcuInterrupted.run.report`` (``<name>.interrupted.ncu-rep``) to keep or split.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import logging
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -29,6 +32,12 @@ MIN_VERSION = (2023, 1)          # NVTX include filters, source counters, the ra
 REPLAY_MODES = ("kernel", "application", "range", "app-range")
 CACHE_CONTROLS = ("all", "none")
 CLOCK_CONTROLS = ("none", "base")
+# Passthrough arguments that would take the report's name or fate out of perfscope's hands.
+RESERVED_ARGS = ("-o", "--export", "-f", "--force-overwrite", "--import", "-i")
+# After Ctrl-C: seconds ncu gets to stop by itself (a terminal's Ctrl-C reaches it too, and
+# a second SIGINT could cut its report short), then to wind down on our SIGINT, before kill.
+STOP_SELF_S = 3.0
+STOP_GRACE_S = 20.0
 
 
 @dataclass(frozen=True)
@@ -57,6 +66,10 @@ class NcuOptions:
                 raise PerfscopeError(f"{name} {value!r} is not one of {', '.join(allowed)}.")
         if self.launch_skip < 0 or (self.launch_count is not None and self.launch_count < 1):
             raise PerfscopeError("launch skip must be >= 0 and launch count >= 1.")
+        reserved = [a for a in self.extra if a.split("=", 1)[0] in RESERVED_ARGS]
+        if reserved:
+            raise PerfscopeError(f"--ncu-arg {reserved[0]} is perfscope's to set: the report's path "
+                                 "is --out, and an earlier capture is never overwritten.")
 
 
 def build_argv(ncu: str, opts: NcuOptions, command: Sequence[str]) -> list[str]:
@@ -111,14 +124,32 @@ def find_ncu(env: dict[str, str] | None = None) -> str:
     for c in candidates:
         if os.path.isfile(c) and os.access(c, os.X_OK):
             return c
+    found = _pathfinder_ncu()
+    if found:
+        return found
     raise PerfscopeError("Nsight Compute (ncu) was not found on PATH, in CUDA_HOME/bin or in "
                          "/opt/nvidia/nsight-compute; set PERFSCOPE_NCU to the ncu executable.")
+
+
+def _pathfinder_ncu() -> str | None:
+    """ncu where cuda.pathfinder (installed with cuda-bindings) knows to look: a Conda prefix,
+    CUDA_PATH, or the toolkit root beside the loaded CUDA runtime."""
+    try:
+        from cuda.pathfinder import find_nvidia_binary_utility
+    except ImportError:
+        return None
+    try:
+        return find_nvidia_binary_utility("ncu")
+    except Exception as exc:  # an unsupported platform layout is a miss, not a failure
+        log.info("cuda.pathfinder could not look for ncu (%s)", exc)
+        return None
 
 
 _VERSION_RE = re.compile(r"Version (\d{4})\.(\d+)(?:\.(\d+))?")
 
 
 def parse_version(text: str) -> tuple[int, int, int] | None:
+    """(year, minor, patch) of an Nsight Compute version string, None when the text has none."""
     m = _VERSION_RE.search(text)
     return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)) if m else None
 
@@ -171,6 +202,7 @@ class ProgressParser:
         self._pct = 0
 
     def feed(self, chunk: str) -> list[Progress]:
+        """The Progress events the output so far completes; a marker split across chunks waits."""
         events: list[Progress] = []
         self._buf += chunk
         while True:
@@ -206,6 +238,17 @@ class ProgressParser:
             return events
 
 
+def profiled_kernels(output: str) -> list[tuple[str, int | None]]:
+    """(kernel, passes) of every launch ncu's output says it profiled, in order; passes
+    is None for a launch whose replay ended without a count (an error, a fault, Ctrl-C)."""
+    parser = ProgressParser()
+    events = parser.feed(output)
+    out = [(e.kernel, e.passes) for e in events if e.done]
+    if events and not events[-1].done:
+        out.append((events[-1].kernel, None))
+    return out
+
+
 # ------------------------------------------------------------------------- failures
 
 
@@ -216,6 +259,7 @@ _PERM_HELP = ("ncu may not read this GPU's performance counters (ERR_NVGPUCTRPER
 
 
 def error_lines(output: str) -> list[str]:
+    """ncu's ==ERROR== lines in its output."""
     return [ln.strip() for ln in output.splitlines() if ln.startswith("==ERROR==")]
 
 
@@ -249,6 +293,7 @@ def classify_failure(returncode: int, output: str, report_written: bool) -> Perf
 
 
 def report_path(output: Path) -> Path:
+    """The file ncu writes for an output name: it adds .ncu-rep unless the name ends with it."""
     return output if output.name.endswith(".ncu-rep") else output.with_name(output.name + ".ncu-rep")
 
 
@@ -259,6 +304,43 @@ class NcuRun:
     report: Path | None
     output: str
     failure: PerfscopeError | None
+
+
+class NcuInterrupted(KeyboardInterrupt):
+    """Ctrl-C while ncu ran: ncu has been stopped; ``run.report`` is what it had written
+    (None if nothing), under ``<name>.interrupted.ncu-rep``, for the caller to keep."""
+
+    def __init__(self, run: NcuRun) -> None:
+        super().__init__("ncu was interrupted")
+        self.run = run
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Ask ncu to wind down (it writes what it has), then kill it if it does not."""
+    if proc.poll() is not None:
+        return
+    try:
+        try:
+            proc.wait(timeout=STOP_SELF_S)
+            return
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    except KeyboardInterrupt:
+        # A second Ctrl-C: stop waiting.
+        proc.kill()
+        proc.wait()
+
+
+def _drain(stream) -> str:
+    try:
+        rest = stream.read()
+    except (OSError, ValueError):
+        return ""
+    return rest.decode(errors="replace") if rest else ""
 
 
 def execute(ncu: str, opts: NcuOptions, command: Sequence[str], *, timeout: float | None = None,
@@ -285,27 +367,35 @@ def execute(ncu: str, opts: NcuOptions, command: Sequence[str], *, timeout: floa
                              "ncu executable.") from None
     assert proc.stdout is not None
     os.set_blocking(proc.stdout.fileno(), False)
-    while True:
-        data = proc.stdout.read(4096)
-        if data:
-            text = data.decode(errors="replace")
-            chunks.append(text)
-            for event in parser.feed(text):
-                if on_progress:
-                    on_progress(event)
-        elif proc.poll() is not None:
-            rest = proc.stdout.read()
-            if rest:
-                chunks.append(rest.decode(errors="replace"))
-            break
-        else:
-            time.sleep(0.05)
-        if timeout is not None and time.monotonic() - start > timeout:
-            proc.kill()
-            proc.wait()
-            tmp.unlink(missing_ok=True)
-            raise PerfscopeError(f"ncu did not finish within {timeout:.0f} s and was stopped; "
-                                 "profile fewer stages or raise --timeout.")
+    try:
+        while True:
+            data = proc.stdout.read(4096)
+            if data:
+                text = data.decode(errors="replace")
+                chunks.append(text)
+                for event in parser.feed(text):
+                    if on_progress:
+                        on_progress(event)
+            elif proc.poll() is not None:
+                chunks.append(_drain(proc.stdout))
+                break
+            else:
+                time.sleep(0.05)
+            if timeout is not None and time.monotonic() - start > timeout:
+                proc.kill()
+                proc.wait()
+                tmp.unlink(missing_ok=True)
+                raise PerfscopeError(f"ncu did not finish within {timeout:.0f} s and was stopped; "
+                                     "profile fewer stages or raise --timeout.")
+    except KeyboardInterrupt:
+        _stop(proc)
+        chunks.append(_drain(proc.stdout))
+        kept = None
+        if tmp.exists() and tmp.stat().st_size > 0:
+            kept = final.with_name(final.name[: -len(".ncu-rep")] + ".interrupted.ncu-rep")
+            os.replace(tmp, kept)
+        tmp.unlink(missing_ok=True)
+        raise NcuInterrupted(NcuRun(kept, "".join(chunks), None)) from None
     output = "".join(chunks)
     failure = classify_failure(proc.returncode, output, tmp.exists())
     if not tmp.exists():

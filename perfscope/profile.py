@@ -97,6 +97,9 @@ HOTSPOT_COUNT = 10
 
 @dataclass(frozen=True)
 class Identity:
+    """Which kernel a launch ran, its launch shape, the device and clocks it ran at, and the
+    report it came from."""
+
     name: str                      # function name without parameters
     mangled: str
     demangled: str
@@ -131,6 +134,8 @@ class Where(NamedTuple):
 
 @dataclass(frozen=True)
 class SpeedOfLight:
+    """The kernel's duration and each unit's throughput as a percentage of its peak."""
+
     duration_ns: float | None
     sm_pct: float | None
     memory_pct: float | None
@@ -141,6 +146,8 @@ class SpeedOfLight:
 
 @dataclass(frozen=True)
 class Stall:
+    """One warp stall reason: its cycles per issued instruction and its warp-state samples."""
+
     reason: str
     cycles_per_issue: float | None   # warp cycles stalled for this reason per issued inst
     samples: int | None              # warp-state samples for this reason
@@ -148,6 +155,8 @@ class Stall:
 
 @dataclass(frozen=True)
 class Stalls:
+    """Where the warps waited: every stall reason, ranked, and how often the scheduler could issue."""
+
     reasons: tuple[Stall, ...]       # ranked, most cycles first; "selected" excluded
     selected_cycles_per_issue: float | None
     total_samples: int | None
@@ -156,10 +165,12 @@ class Stalls:
 
     @property
     def total_cycles_per_issue(self) -> float | None:
+        """Stall cycles per issued instruction over every collected reason ("selected" excluded)."""
         vals = [s.cycles_per_issue for s in self.reasons if s.cycles_per_issue is not None]
         return sum(vals) if vals else None
 
     def top(self, n: int = 3) -> tuple[Stall, ...]:
+        """The n reasons with the most stall cycles."""
         return self.reasons[:n]
 
     def share(self, reason: str) -> float | None:
@@ -183,6 +194,7 @@ class OpcodeTraffic:
 
     @property
     def excess(self) -> float:
+        """Traffic beyond the ideal (never negative)."""
         return max(0.0, self.actual - self.ideal)
 
     @property
@@ -208,11 +220,14 @@ class Traffic:
         return 100.0 * self.excess / self.ideal
 
     def of_kind(self, kind: str) -> tuple[OpcodeTraffic, ...]:
+        """The opcodes of one kind (load, store, async-copy, atomic, other)."""
         return tuple(o for o in self.by_opcode if o.kind == kind)
 
 
 @dataclass(frozen=True)
 class Memory:
+    """Shared and global traffic against its ideal, cache hit rates, and local-memory (spill) traffic."""
+
     shared: Traffic                 # L1 wavefronts for shared memory
     global_: Traffic                # L2 theoretical sectors for global memory
     bank_conflicts_ld: float | None  # raw hardware counters, kept beside the excess
@@ -227,11 +242,13 @@ class Memory:
 
     @property
     def local_bytes(self) -> float | None:
+        """Bytes loaded and stored in local memory; None when neither was collected."""
         parts = [b for b in (self.local_load_bytes, self.local_store_bytes) if b is not None]
         return sum(parts) if parts else None
 
     @property
     def local_load_sectors_per_request(self) -> float | None:
+        """32-byte sectors per local load request: 1 when each request touches a single sector."""
         if not self.local_load_requests or self.local_load_bytes is None:
             return None
         return self.local_load_bytes / SECTOR_BYTES / self.local_load_requests
@@ -239,6 +256,8 @@ class Memory:
 
 @dataclass(frozen=True)
 class Launch:
+    """The launch's resources (registers, shared memory, block and grid), its occupancy and what limits it."""
+
     registers_per_thread: int | None
     shared_static_bytes: int | None
     shared_dynamic_bytes: int | None
@@ -255,20 +274,26 @@ class Launch:
 
 @dataclass(frozen=True)
 class Opcodes:
+    """Executed warp-level instructions by opcode, with and without modifiers, and by family."""
+
     executed: Mapping[str, float]           # base opcode -> warp-level instructions
     with_modifiers: Mapping[str, float]     # LDG.E.128 -> ...
     families: Mapping[str, float]           # family key (perfscope.sass) -> instructions
 
     @property
     def total(self) -> float | None:
+        """Every executed warp-level instruction; None when the opcode counts were not collected."""
         return sum(self.executed.values()) if self.executed else None
 
     def has(self, family: str) -> bool:
+        """Whether any instruction of a family (a perfscope.sass key) executed."""
         return self.families.get(family, 0.0) > 0
 
 
 @dataclass(frozen=True)
 class Hotspot:
+    """One of the most sampled SASS instructions, with its source line and its top stall reasons."""
+
     address: int                    # offset from the kernel's first instruction
     sass: str
     opcode: str
@@ -280,15 +305,36 @@ class Hotspot:
 
 @dataclass(frozen=True)
 class NcuRule:
-    """One of Nsight Compute's own rule results, kept as Nsight Compute said it."""
+    """One of Nsight Compute's own rule results, as Nsight Compute said it, its markup
+    (``@section:Id:Label@``, ``@url:Label:https://...@``) turned into plain words."""
 
     identifier: str
     section: str
     title: str
     type: str                       # ok / optimization / warning / error
-    message: str
+    message: str                    # plain text: a reference reads as its label
     speedup_pct: float | None
     speedup_type: str | None        # local / global
+    links: tuple[tuple[str, str], ...] = ()   # (label, url) of the message's @url@ references
+
+
+_NCU_MARKUP = re.compile(r"@(section|url):([^@]*)@")
+
+
+def plain_message(text: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """Nsight Compute's rule text without its markup, and the links it held."""
+    links: list[tuple[str, str]] = []
+
+    def repl(m: re.Match[str]) -> str:
+        kind, body = m.group(1), m.group(2)
+        if kind == "section":
+            return body.split(":", 1)[-1]
+        label, _, url = body.partition(":")
+        if url.startswith("http"):
+            links.append((label, url))
+            return label
+        return body
+    return _NCU_MARKUP.sub(repl, text), tuple(links)
 
 
 class RawMetrics(Mapping[str, tuple[Any, str]]):
@@ -319,6 +365,7 @@ class RawMetrics(Mapping[str, tuple[Any, str]]):
         return self._load()[key]
 
     def get(self, key: str, default: Any = None) -> Any:
+        """One metric as (value, unit), or default when the report lacks it."""
         # One metric by name (the rules read a few) need not read all ~2000.
         if self._data is None and self._action is not None:
             m = self._action.metric_by_name(key)
@@ -332,8 +379,74 @@ class RawMetrics(Mapping[str, tuple[Any, str]]):
         return len(self._load())
 
 
+class Correlation:
+    """The report action behind a profile, for the readers that want more than the views.
+
+    The views read at load what every command needs. The source view (perfscope.source)
+    wants every sampled PC with its source line, its stall reasons and its SASS text, for
+    a page only: it reads them here, on demand, through the reader and disassembler the
+    views used (which keeps the report file open for as long as the profile lives).
+    """
+
+    def __init__(self, handle: ReportHandle | None, reader: _Reader, sass: _Sass) -> None:
+        self._handle = handle
+        self._reader = reader
+        self._sass = sass
+
+    def pc_samples(self) -> dict[int, float]:
+        """Warp-state samples per PC (empty when the report has no sampling)."""
+        return self._reader.instances(M_PC_SAMPLES) or {}
+
+    def reason_samples(self, pcs: set[int]) -> dict[str, dict[int, float]]:
+        """Samples per stall reason at the given PCs: reason -> PC -> samples (reasons with
+        no sample anywhere in the kernel are left out: reading their PCs costs time)."""
+        out = {}
+        for name in sorted(self._reader.names):
+            m = STALL_SAMPLE_RE.match(name)
+            if m is not None and not name.endswith("_not_issued") and self._reader.num(name):
+                out[_stall_key(m.group(1))] = self._counts_at(name, pcs)
+        return out
+
+    def _counts_at(self, name: str, pcs: set[int]) -> dict[int, float]:
+        # _Reader.instances_at, for integer sample counts: the kind is read once, not per
+        # instance (a page reads ~100k instances, and the per-call dispatch doubled it).
+        m = self._reader.raw(name)
+        if m is None or not m.num_instances():
+            return {}
+        ids = m.correlation_ids()
+        pc_at = ids.as_uint64
+        read = m.as_uint64 if m.kind() in (m.ValueKind_UINT64, m.ValueKind_UINT32) else m.value
+        out: dict[int, float] = {}
+        for i in range(m.num_instances()):
+            pc = pc_at(i)
+            if pc in pcs:
+                out[pc] = out.get(pc, 0.0) + float(read(i))
+        return out
+
+    def source_of(self, pc: int) -> tuple[str | None, int | None]:
+        """(file, line) of a PC as the compiler's line table names it, or (None, None)."""
+        return self._sass.source(pc)
+
+    def sass_of(self, pc: int) -> str:
+        """The SASS text of the instruction at a PC."""
+        return self._sass.text(pc)
+
+    def function_start(self) -> int | None:
+        """The kernel's first PC, so addresses read as offsets (None when not collected)."""
+        starts = self._reader.instances("launch__function_pcs")
+        return int(min(starts.values())) if starts else None
+
+    def embedded_sources(self) -> dict[str, str]:
+        """File name -> text of the sources the report embeds (ncu --import-source);
+        a file ncu could not import is named with empty text."""
+        files = self._reader.action.source_files()
+        return {str(k): str(v) for k, v in files.items()} if files is not None else {}
+
+
 @dataclass(frozen=True)
 class KernelProfile:
+    """One profiled kernel launch: the views the commands read, and every metric on demand."""
+
     identity: Identity
     sol: SpeedOfLight
     stalls: Stalls
@@ -343,13 +456,17 @@ class KernelProfile:
     hotspots: tuple[Hotspot, ...]
     ncu_rules: tuple[NcuRule, ...]
     metrics: RawMetrics = field(repr=False, compare=False, hash=False)
+    # The report behind the views, for the source view; None for a static profile.
+    correlation: Correlation | None = field(default=None, repr=False, compare=False, hash=False)
 
     @property
     def name(self) -> str:
+        """The kernel's function name, without parameters."""
         return self.identity.name
 
     @property
     def duration_ns(self) -> float | None:
+        """The kernel's duration in nanoseconds, None when not collected."""
         return self.sol.duration_ns
 
     def metric(self, name: str) -> float | None:
@@ -617,12 +734,13 @@ def _ncu_rules(action: Any) -> tuple[NcuRule, ...]:
         if not text:
             continue
         sp = d.get("speedup_estimation") or {}
+        plain, links = plain_message(text)
         out.append(NcuRule(identifier=d.get("rule_identifier", ""),
                            section=d.get("section_identifier", ""),
                            title=(msg.get("title") or d.get("name") or "").strip(),
-                           type=_MSG_TYPES.get(msg.get("type", 0), "none"), message=text,
+                           type=_MSG_TYPES.get(msg.get("type", 0), "none"), message=plain,
                            speedup_pct=sp.get("speedup"),
-                           speedup_type=_SPEEDUP_TYPES.get(sp.get("type", 0))))
+                           speedup_type=_SPEEDUP_TYPES.get(sp.get("type", 0)), links=links))
     return tuple(out)
 
 
@@ -636,7 +754,7 @@ def profile_from_action(action: Any, where: Where,
         identity=_identity(r, where, version), sol=_sol(r), stalls=_stalls(r),
         memory=_memory(r, sass), launch=_launch(r), opcodes=_opcodes(r),
         hotspots=_hotspots(r, sass), ncu_rules=_ncu_rules(action),
-        metrics=RawMetrics(handle, action),
+        metrics=RawMetrics(handle, action), correlation=Correlation(handle, r, sass),
     )
 
 

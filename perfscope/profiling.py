@@ -11,7 +11,13 @@ stage's run manifest is put beside its report:
     reports/local/<gpu-slug>/<stage>[@params]-<dtype>-<M>x<N>x<K>.json
 
 A stage that is refused, wrong or crashes is listed at the end and makes the command
-exit non-zero; the others are kept.
+exit non-zero; the others are kept, and so are those profiled before a Ctrl-C.
+
+Any program (``profile_program``): ncu's own filters select its launches, the report gets
+a name no earlier capture has, and a run manifest (stage ``program``) beside it records
+the command, the selection, the GEMM's shape and dtype when known, and which launches a
+fault makes untrustworthy. A missing cublas/cublaslt reference for ``diff`` is profiled
+on demand (``make_reference``) beside the report it is for.
 """
 
 from __future__ import annotations
@@ -27,16 +33,31 @@ import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 from pathlib import Path
 
-from perfscope import bench
+from perfscope import bench, diagnosis
 from perfscope import ncu as ncu_mod
 from perfscope.documents import ProfileSummary, StageResult
 from perfscope.errors import PerfscopeError
-from perfscope.kernels import get_spec, parse_shape
+from perfscope.kernels import KERNEL_DIR, Shape, get_spec, normalize_dtype, parse_shape
+from perfscope.kernels.launch import driver_device_count
 from perfscope.locations import LOCAL_ROOT
+from perfscope.manifest import (
+    LAYOUT,
+    PROGRAM,
+    UNKNOWN_LAYOUT,
+    UNVERIFIED,
+    Capture,
+    RunManifest,
+    Spread,
+    Timing,
+    Verification,
+    manifest_path,
+)
 from perfscope.profile import load
-from perfscope.runner import RunnerJob, stem_for, write_jobs
+from perfscope.record import Diagnosed
+from perfscope.runner import RunnerJob, nvtx_range, stem_for, write_jobs
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +66,8 @@ NVTX_COLUMN_PREFIX = "thread Domain:Push/Pop_Range"
 
 @dataclass(frozen=True)
 class ProfileRequest:
+    """What `perfscope profile` is asked to profile: stages, dtypes, shape and parameters, and where."""
+
     stages: tuple[str, ...] = ("all",)
     dtypes: tuple[str, ...] = ()
     shape: str = "4096x4096x4096"
@@ -114,21 +137,28 @@ def ranges_by_launch(csv_text: str, stems: Sequence[str]) -> list[str | None]:
     for row in rows[2:]:
         cell = " ".join(row[i] for i in cols if i < len(row))
         # Exact ":<stem>:" so one stem that prefixes another cannot match it.
-        hits = [s for s in stems if f":{s}:" in cell]
+        hits = [s for s in stems if f":{nvtx_range(s)}:" in cell]
         out.append(max(hits, key=len) if hits else None)
     return out
 
 
+def launch_spans(owners: Sequence[str | None], report: str) -> dict[str, tuple[int, int]]:
+    """owner -> (first launch, count) in a combined report; an owner's launches must be
+    contiguous, since a split takes one --launch-skip/--launch-count run per owner."""
+    spans: dict[str, tuple[int, int]] = {}
+    for i, owner in enumerate(owners):
+        if owner is None:
+            continue
+        first, count = spans.get(owner, (i, 0))
+        if first + count != i:
+            raise PerfscopeError(f"the launches of {owner} are not contiguous in {report}.")
+        spans[owner] = (first, count + 1)
+    return spans
+
+
 def _split(ncu: str, combined: Path, owners: list[str | None], out_dir: Path) -> dict[str, Path]:
     """One report per stem, from contiguous runs of launches in the combined report."""
-    spans: dict[str, tuple[int, int]] = {}
-    for i, stem in enumerate(owners):
-        if stem is None:
-            continue
-        first, count = spans.get(stem, (i, 0))
-        if first + count != i:
-            raise PerfscopeError(f"the launches of {stem} are not contiguous in {combined.name}.")
-        spans[stem] = (first, count + 1)
+    spans = launch_spans(owners, combined.name)
     reports = {}
     for stem, (first, count) in spans.items():
         target = out_dir / f"{stem}.ncu-rep"
@@ -165,28 +195,79 @@ def profile_stages(req: ProfileRequest,
         staging.mkdir(exist_ok=True)
         try:
             results += _run_jobs(ncu, req, jobs, staging, out_dir, on_progress)
+        except _GroupInterrupted as stop:
+            results += stop.results
+            raise ProfileInterrupted(ProfileSummary(out_dir, tuple(results)),
+                                     tuple(j.stem for j in jobs)) from None
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+            keep_sources(out_dir)
     return ProfileSummary(out_dir, tuple(results))
 
 
+SOURCES_DIR = "sources"
+
+
+def keep_sources(out_dir: Path) -> None:
+    """Copy the ladder's CUDA sources beside the reports (``sources/``): the source view
+    shows the lines that were compiled (the run manifests hold their hash) even after the
+    checkout's files change."""
+    target = out_dir / SOURCES_DIR
+    target.mkdir(exist_ok=True)
+    for src in sorted(KERNEL_DIR.glob("*.cu*")):
+        shutil.copyfile(src, target / src.name)
+
+
+class ProfileInterrupted(KeyboardInterrupt):
+    """Ctrl-C during `profile`: every stage profiled before it is kept in the summary's
+    folder (report and manifest), so `--resume` skips it."""
+
+    def __init__(self, summary: ProfileSummary, asked: tuple[str, ...]) -> None:
+        super().__init__("profile was interrupted")
+        self.summary = summary
+        kept = [r.stem for r in summary.results if r.verdict == "ok" and r.report is not None]
+        self.kept = tuple(s for s in kept if s in asked)
+        self.asked = asked
+
+    @property
+    def sentence(self) -> str:
+        """What was kept and how to go on, in one sentence."""
+        folder = self.summary.out_dir
+        if not self.kept:
+            return f"no stage had been profiled yet, so nothing was kept in {folder}"
+        names = ", ".join(self.kept[:4]) + (f" and {len(self.kept) - 4} more" if len(self.kept) > 4 else "")
+        return (f"kept {len(self.kept)} of {len(self.asked)} stage report(s) in {folder} ({names}); "
+                "the same command with --resume profiles only the rest")
+
+
+class _GroupInterrupted(KeyboardInterrupt):
+    def __init__(self, results: list[StageResult]) -> None:
+        super().__init__("interrupted")
+        self.results = results
+
+
 def _groups(jobs: list[RunnerJob]) -> list[tuple[str, list[RunnerJob]]]:
-    """The ladder in one ncu process, the cuBLAS references in another.
+    """The ladder in one ncu process, and each cuBLAS reference in one of its own.
 
     A split report keeps every module the combined report imported, and cuBLAS's SGEMM
     module alone is 14 MB of SASS (about 1 MB compressed): profiled beside the ladder it
-    would ride along in every stage's report.
+    would ride along in every stage's report, and beside the half-precision references
+    in theirs (which are about 100 KB alone).
     """
     refs = [j for j in jobs if get_spec(j.stage).is_reference]
     ladder = [j for j in jobs if j not in refs]
-    return [(name, group) for name, group in (("ladder", ladder), ("cublas", refs)) if group]
+    groups = [("ladder", ladder)] if ladder else []
+    return groups + [(f"ref-{j.stem}", [j]) for j in refs]
 
 
 def _run_jobs(ncu: str, req: ProfileRequest, jobs: list[RunnerJob], staging: Path, out_dir: Path,
               on_progress: Callable[[ncu_mod.Progress], None] | None) -> list[StageResult]:
     results: list[StageResult] = []
     for name, group in _groups(jobs):
-        results += _run_group(ncu, req, name, group, staging, out_dir, on_progress)
+        try:
+            results += _run_group(ncu, req, name, group, staging, out_dir, on_progress)
+        except _GroupInterrupted as stop:
+            raise _GroupInterrupted(results + stop.results) from None
     return results
 
 
@@ -196,9 +277,30 @@ def _run_group(ncu: str, req: ProfileRequest, name: str, jobs: list[RunnerJob], 
     jobs_file = staging / f"{name}.jobs.json"
     write_jobs(jobs_file, jobs)
     opts = replace(req.ncu or ncu_mod.NcuOptions(), output=staging / name, kernel_regex=None,
-                   nvtx_include=tuple(f"{j.stem}/" for j in jobs))
+                   nvtx_include=tuple(f"{nvtx_range(j.stem)}/" for j in jobs))
     command = [sys.executable, "-m", "perfscope.runner", str(jobs_file), str(staging)]
-    run = ncu_mod.execute(ncu, opts, command, timeout=req.timeout, on_progress=on_progress)
+    try:
+        run = ncu_mod.execute(ncu, opts, command, timeout=req.timeout, on_progress=on_progress)
+    except ncu_mod.NcuInterrupted as stop:
+        # Keep what ncu had written: the stages profiled so far get their reports and
+        # manifests in out_dir, so --resume skips them.
+        kept = _collect(ncu, jobs, stop.run, staging, out_dir, interrupted=True)
+        if stop.run.report is not None:
+            stop.run.report.unlink(missing_ok=True)
+        raise _GroupInterrupted(kept) from None
+    results = _collect(ncu, jobs, run, staging, out_dir)
+    if run.failure is not None and not any(r.verdict == "error" for r in results):
+        # ncu failed in a way no stage explains (no permission, bad metric name...).
+        raise run.failure
+    return results
+
+
+def _collect(ncu: str, jobs: list[RunnerJob], run: ncu_mod.NcuRun, staging: Path, out_dir: Path,
+             interrupted: bool = False) -> list[StageResult]:
+    """Split a group's report by stage and put each stage's report and manifest in out_dir.
+
+    After an interrupt only the stages whose launch made it into the report are kept.
+    """
     verdicts = _verdicts(run.output)
     reports: dict[str, Path] = {}
     split_error = ""
@@ -208,6 +310,10 @@ def _run_group(ncu: str, req: ProfileRequest, name: str, jobs: list[RunnerJob], 
             reports = _split(ncu, run.report, owners, out_dir)
         except PerfscopeError as exc:
             split_error = str(exc)
+            log.warning("%s", exc)
+    if interrupted:
+        return [StageResult(j.stem, "ok", reports[j.stem], _keep_manifest(staging, out_dir, j.stem))
+                for j in jobs if j.stem in reports]
     results = []
     for job in jobs:
         manifest = staging / f"{job.stem}.json"
@@ -226,10 +332,16 @@ def _run_group(ncu: str, req: ProfileRequest, name: str, jobs: list[RunnerJob], 
         elif verdict == "ok" and job.stem not in reports:
             detail = split_error or "ncu captured no kernel in this stage's range"
         results.append(StageResult(job.stem, verdict, reports.get(job.stem), manifest, detail))
-    if run.failure is not None and not any(r.verdict == "error" for r in results):
-        # ncu failed in a way no stage explains (no permission, bad metric name...).
-        raise run.failure
     return results
+
+
+def _keep_manifest(staging: Path, out_dir: Path, stem: str) -> Path | None:
+    manifest = staging / f"{stem}.json"
+    if not manifest.exists():
+        return None
+    final = out_dir / manifest.name
+    os.replace(manifest, final)
+    return final
 
 
 def profile_command(command: Sequence[str], output: Path, options: ncu_mod.NcuOptions | None = None,
@@ -243,19 +355,285 @@ def profile_command(command: Sequence[str], output: Path, options: ncu_mod.NcuOp
     return ncu_mod.run(ncu, opts, command, timeout=timeout, on_progress=on_progress)
 
 
+# ------------------------------------------------------------------ any program's kernels
+
+PROGRAMS_DIR = LOCAL_ROOT / "programs"
+# An NVTX range named like a report stem (``...-bf16-4096x4096x4096``) carries the GEMM's
+# dtype and shape, for a capture made with --nvtx and without --shape/--dtype.
+_RANGE_SHAPE = re.compile(r"-(fp32|fp16|bf16)-(\d+)x(\d+)x(\d+)$")
+TIMING_METHOD = ("a program's kernel cannot be launched again outside its program (perfscope has "
+                 "neither its arguments nor its memory), so it is not event-timed: these are ncu's "
+                 "durations (gpu__time_duration) of the captured launches and of the reference's, "
+                 "both with caches flushed and clocks as found; when the SM clocks differ, compare "
+                 "cycles")
+
+
+@dataclass(frozen=True)
+class ProgramRequest:
+    """`perfscope profile [filters] -- COMMAND`: what to run, which launches, what they are."""
+
+    command: tuple[str, ...]
+    ncu: ncu_mod.NcuOptions = field(default_factory=ncu_mod.NcuOptions)
+    out: Path | None = None             # default: reports/local/programs/<stem>-<time>.ncu-rep
+    shape: str | None = None            # the selected kernel's GEMM, when the user knows it
+    dtype: str | None = None
+    time: bool = False                  # hold the capture against its reference's duration
+    timeout: float | None = 1800.0
+
+
 @dataclass(frozen=True)
 class ProgramCapture:
-    """What `perfscope profile -- COMMAND` wrote."""
+    """What `perfscope profile -- COMMAND` wrote, and whether all of it can be believed."""
 
     report: Path
     launches: int
+    manifest: Path
+    fault: str | None = None            # one sentence: which kernel faulted, and how
+    untrusted: tuple[int, ...] = ()     # launch indices whose counters are not trustworthy
+    timing: str = ""                    # what --time measured, in one sentence
+    timing_error: str | None = None     # why --time could not measure (the capture is kept)
+
+    @property
+    def failed(self) -> bool:
+        """Whether the program faulted under ncu."""
+        return self.fault is not None
 
 
-def profile_program(command: Sequence[str], output: Path, options: ncu_mod.NcuOptions | None = None,
-                    timeout: float | None = None,
+class ProgramInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a program's capture; ``sentence`` says what was kept."""
+
+    def __init__(self, sentence: str) -> None:
+        super().__init__(sentence)
+        self.sentence = sentence
+
+
+def command_stem(command: Sequence[str]) -> str:
+    """The name a capture of command is filed under: the script or module it runs."""
+    args = list(command)
+    name = Path(args[0]).name if args else "program"
+    for i, arg in enumerate(args):
+        if arg == "-m" and i + 1 < len(args):
+            name = args[i + 1].rsplit(".", 1)[-1]
+            break
+        if arg.endswith(".py"):
+            name = Path(arg).stem
+            break
+    return re.sub(r"[^A-Za-z0-9_.]+", "_", name).strip("._") or "program"
+
+
+def default_output(command: Sequence[str], now: datetime | None = None,
+                   folder: Path = PROGRAMS_DIR) -> Path:
+    """``<folder>/<command stem>-<YYYYmmdd-HHMMSS>[-N].ncu-rep``: never an existing capture."""
+    base = f"{command_stem(command)}-{(now or datetime.now()).strftime('%Y%m%d-%H%M%S')}"
+    path, n = folder / f"{base}.ncu-rep", 2
+    while path.exists() or manifest_path(path).exists():
+        path, n = folder / f"{base}-{n}.ncu-rep", n + 1
+    return path
+
+
+def shape_from_ranges(exprs: Sequence[str]) -> tuple[str, Shape] | None:
+    """(dtype, shape) named by the first NVTX filter whose range ends ``-<dtype>-MxNxK``."""
+    for expr in exprs:
+        parts = [p for p in expr.split("/") if p and p != "*"]
+        name = parts[-1].rsplit("@", 1)[-1] if parts else ""
+        m = _RANGE_SHAPE.search(name)
+        if m:
+            return m.group(1), Shape(int(m.group(2)), int(m.group(3)), int(m.group(4)))
+    return None
+
+
+def program_shape(req: ProgramRequest) -> tuple[str, Shape] | None:
+    """The selected kernel's (dtype, shape): from --shape and --dtype, else an NVTX range name."""
+    if (req.shape is None) != (req.dtype is None):
+        raise PerfscopeError("give both --shape MxNxK and --dtype D for a program's kernel, or "
+                             "neither (a range named ...-<dtype>-MxNxK in --nvtx also says them).")
+    if req.shape is not None and req.dtype is not None:
+        return normalize_dtype(req.dtype), parse_shape(req.shape)
+    return shape_from_ranges(req.ncu.nvtx_include)
+
+
+def profile_program(req: ProgramRequest,
                     on_progress: Callable[[ncu_mod.Progress], None] | None = None,
                     ncu: str | None = None) -> ProgramCapture:
-    """Profile a program and read the report back: an unreadable report is this command's
-    failure, not a later diagnose's."""
-    report = profile_command(command, output, options, timeout, on_progress, ncu)
-    return ProgramCapture(report, len(load(report)))
+    """Profile a program's selected kernels into a new report with a run manifest beside it.
+
+    The report is read back (an unreadable one is this command's failure, not a later
+    diagnose's). A program that fails while ncu replays one of its kernels keeps the
+    launches profiled before it; the one ncu was replaying is marked not trustworthy in the
+    manifest (``capture.untrusted_launches``), and the capture's ``fault`` says which.
+    """
+    if not req.command:
+        raise PerfscopeError("no program to profile was given after --.")
+    known = program_shape(req)
+    if req.time and known is None:
+        raise PerfscopeError("--time holds the kernel against its cuBLAS reference, which needs its "
+                             "GEMM shape and dtype: add --shape MxNxK --dtype D.")
+    target = ncu_mod.report_path(req.out) if req.out is not None else default_output(req.command)
+    if target.exists():
+        raise PerfscopeError(f"{target} exists; name another --out (perfscope never overwrites a "
+                             "capture).")
+    ncu = ncu or ncu_mod.find_ncu()
+    ncu_mod.ncu_version(ncu)
+    try:
+        run = ncu_mod.execute(ncu, replace(req.ncu, output=target), req.command,
+                              timeout=req.timeout, on_progress=on_progress)
+    except ncu_mod.NcuInterrupted as stop:
+        raise _program_interrupted(stop.run, target) from None
+    if run.report is None:
+        raise run.failure or PerfscopeError("ncu finished but wrote no report.")
+    launches = len(load(run.report))
+    fault, untrusted = _fault(run, launches)
+    manifest = _program_manifest(req, known, launches, fault, untrusted)
+    path = _write_manifest(manifest, run.report)
+    capture = ProgramCapture(run.report, launches, path, fault, untrusted)
+    if req.time and fault is None:
+        try:
+            capture = _time_against_reference(capture, manifest, on_progress, ncu)
+        except PerfscopeError as exc:
+            # The capture stands without its timing; the caller says why there is none.
+            capture = replace(capture, timing_error=str(exc))
+    return capture
+
+
+def _program_interrupted(run: ncu_mod.NcuRun, target: Path) -> ProgramInterrupted:
+    if run.report is None:
+        return ProgramInterrupted("ncu had written no report yet, so nothing was kept")
+    try:
+        launches = len(load(run.report))
+    except PerfscopeError:
+        launches = 0
+    if not launches:
+        run.report.unlink(missing_ok=True)
+        return ProgramInterrupted("ncu had profiled no launch yet, so nothing was kept")
+    os.replace(run.report, target)
+    return ProgramInterrupted(f"kept the {launches} launch(es) profiled so far in {target}")
+
+
+def _fault(run: ncu_mod.NcuRun, launches: int) -> tuple[str | None, tuple[int, ...]]:
+    """Which kernel the failed program was in, and the report's launches that cannot be
+    believed: those ncu had not finished replaying when the program died."""
+    if run.failure is None:
+        return None, ()
+    kernels = ncu_mod.profiled_kernels(run.output)
+    complete = sum(1 for _, passes in kernels if passes is not None)
+    broken = next((name for name, passes in kernels if passes is None), None)
+    reason = str(run.failure).rstrip(".")
+    if broken is None:
+        return f"after its last profiled launch, {reason}", ()
+    untrusted = tuple(range(complete, launches))
+    where = f"launch #{complete}" + ("" if untrusted else ", not in the report")
+    return f"{broken} ({where}) did not finish under ncu: {reason}", untrusted
+
+
+def _program_manifest(req: ProgramRequest, known: tuple[str, Shape] | None, launches: int,
+                      fault: str | None, untrusted: tuple[int, ...]) -> RunManifest:
+    o = req.ncu
+    capture = Capture(command=tuple(req.command), kernel_regex=o.kernel_regex,
+                      launch_skip=o.launch_skip, launch_count=o.launch_count, nvtx=o.nvtx_include,
+                      replay_mode=o.replay_mode, launches=launches, fault=fault,
+                      untrusted_launches=untrusted)
+    # Unknown, the shape is 0x0x0 (RunManifest.shape_known) and the dtype empty.
+    dtype, (m, n, k) = (known[0], (known[1].m, known[1].n, known[1].k)) if known else ("", (0, 0, 0))
+    return RunManifest(stage=PROGRAM, family=PROGRAM, dtype=dtype, m=m, n=n, k=k, params={},
+                       verification=Verification(UNVERIFIED, detail="a program's own kernel: "
+                                                 "perfscope did not make its inputs, so it cannot "
+                                                 "check its output"),
+                       layout=UNKNOWN_LAYOUT, capture=capture,
+                       created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+
+
+def _write_manifest(manifest: RunManifest, report: Path) -> Path:
+    path = manifest_path(report)
+    tmp = path.with_name(f".{path.name}.part")
+    tmp.write_text(json.dumps(manifest.to_dict(), indent=1) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def _time_against_reference(capture: ProgramCapture, manifest: RunManifest,
+                            on_progress: Callable[[ncu_mod.Progress], None] | None,
+                            ncu: str) -> ProgramCapture:
+    """Record the captured launches' durations and the ratio to the reference's (made now,
+    beside the report, if it is not there yet) in the manifest."""
+    first = next(i for i in range(capture.launches) if i not in capture.untrusted)
+    _, side_b = diagnosis.resolve_pair(
+        f"{capture.report}#{first}", "cublas", diagnosis.ResolveOptions(),
+        make_reference=lambda missing: make_reference(missing, on_progress, ncu))
+    records = [r for r in diagnosis.diagnose([capture.report])
+               if r.profile.identity.launch_index not in capture.untrusted]
+    a_ms = [r.profile.sol.duration_ns / 1e6 for r in records if r.profile.sol.duration_ns]
+    b_ns = side_b.profile.sol.duration_ns
+    if not a_ms or not b_ns:
+        return replace(capture, timing="not timed: ncu's duration (gpu__time_duration) was not "
+                       "collected in one of the reports; cycles stay the comparison")
+    flops = 2 * manifest.m * manifest.n * manifest.k
+    b_ms = b_ns / 1e6
+    ratio = b_ms / Spread.of(a_ms).median
+
+    def tflops(times: list[float]) -> Spread:
+        return Spread.of([flops / (t * 1e-3) / 1e12 for t in times])
+
+    def clocks(rs: Sequence[Diagnosed]) -> Spread | None:
+        mhz = [r.profile.identity.sm_clock_hz / 1e6 for r in rs if r.profile.identity.sm_clock_hz]
+        return Spread.of(mhz) if mhz else None
+
+    timing = Timing(runs_per_round=len(a_ms), rounds=1, warmup=0, l2_flush_bytes=0,
+                    time_ms=Spread.of(a_ms), tflops=tflops(a_ms),
+                    reference=side_b.stage.name if side_b.stage else None,
+                    reference_time_ms=Spread.of([b_ms]), reference_tflops=tflops([b_ms]),
+                    ratio_to_reference=Spread.of([ratio]), round_ratios=(ratio,),
+                    sm_clock_mhz=clocks(records), reference_sm_clock_mhz=clocks([side_b]))
+    assert manifest.capture is not None
+    timed = replace(manifest, timing=timing,
+                    capture=replace(manifest.capture, timing_method=TIMING_METHOD))
+    _write_manifest(timed, capture.report)
+    name = side_b.stage.name if side_b.stage else "the reference"
+    return replace(capture, timing=f"{Spread.of(a_ms).median:.3f} ms against {name}'s {b_ms:.3f} ms, "
+                   f"{ratio:.2f}x its speed (ncu's durations, not CUDA events: a program's kernel "
+                   "cannot be launched outside its program; the manifest's capture.timing_method "
+                   "says how)")
+
+
+# ------------------------------------------------------------------ references on demand
+
+
+def make_reference(missing: diagnosis.MissingReference,
+                   on_progress: Callable[[ncu_mod.Progress], None] | None = None,
+                   ncu: str | None = None, timeout: float | None = 1800.0,
+                   on_start: Callable[[], None] | None = None) -> Path:
+    """Profile the missing reference now: on this GPU, at A's dtype and shape, with the
+    clocks as found, in an ncu process of its own; its report and manifest go beside A.
+
+    What makes that impossible here (no ncu, no GPU, another GPU than A's) is refused in
+    one sentence that names the command to run where it is possible; on_start is called
+    once it is not."""
+    stage, dtype, shape, folder = missing.stage, missing.dtype, missing.shape, missing.folder
+    command = f"`perfscope profile {stage} --dtype {dtype} --shape {shape} --out {folder}`"
+    what = f"no report of {stage} in {dtype} at {shape} is beside {missing.like.path}"
+    try:
+        ncu = ncu or ncu_mod.find_ncu()
+    except PerfscopeError:
+        raise PerfscopeError(f"{what}, and Nsight Compute (ncu) is not installed here to make it; on "
+                             f"a GPU machine with ncu, {command} makes it.") from None
+    if driver_device_count() < 1:
+        raise PerfscopeError(f"{what}, and this machine has no GPU to make it on; on A's GPU, "
+                             f"{command} makes it.")
+    here, there = _gpu_name(), missing.like.profile.identity.device
+    if here and there and here != there:
+        raise PerfscopeError(f"{what}; A was profiled on an {there} and this machine has an {here}, "
+                             f"so a reference made here would not be comparable: run {command} on "
+                             f"an {there}.")
+    layout = missing.like.manifest.layout if missing.like.manifest is not None else LAYOUT
+    if layout not in (LAYOUT, UNKNOWN_LAYOUT):
+        raise PerfscopeError(f"{what}, and perfscope profiles references only as {LAYOUT}, not as "
+                             f"A's {layout}.")
+    req = ProfileRequest(stages=(stage,), dtypes=(dtype,), shape=shape, out=folder,
+                         ncu=ncu_mod.NcuOptions(clock_control="none"), timeout=timeout)
+    if on_start is not None:
+        on_start()
+    summary = profile_stages(req, on_progress, ncu)
+    result = next(r for r in summary.results if r.stem == stem_for(stage, dtype, shape))
+    if result.failed or result.report is None:
+        raise PerfscopeError(f"profiling {stage} in {dtype} at {shape} failed ({result.verdict}"
+                             + (f": {result.detail.rstrip('.')}" if result.detail else "") + ").")
+    return result.report

@@ -20,6 +20,7 @@ import shutil
 import struct
 import sys
 import tempfile
+import time
 import weakref
 from collections.abc import Iterable
 from importlib import metadata
@@ -37,13 +38,18 @@ REPORT_MAGIC = b"NVR\x00"
 # Seen with ncu-report 2025.3.1 on Python 3.11/3.12: once one of these C++ extensions is
 # loaded, the reader's first string call (a metric's unit) kills the process; loaded after
 # the reader they are harmless (CuPy aside on a GPU machine, where the two cannot share a
-# process at all). Readers from 2026.3 on do not have the fault.
-READER_CONFLICTS = ("cupy._core.core", "matplotlib", "kiwisolver")
+# process at all). cuda-bindings' driver extension does the same on a GPU machine (seen on
+# the H200 when `profile --time` imported it before the reader). Readers from 2026.3 on do
+# not have the fault.
+READER_CONFLICTS = ("cupy._core.core", "matplotlib", "kiwisolver", "cuda.bindings.cydriver")
 FAULTY_READERS = ("2025.",)
 # Decompressed reports kept in the cache, at most (PERFSCOPE_CACHE_MB overrides); the
 # oldest-used are evicted first.
 CACHE_CAP_ENV = "PERFSCOPE_CACHE_MB"
 DEFAULT_CACHE_MB = 512
+# A partial decompression untouched this long is a dead process's leftover; a younger one
+# may be another perfscope decompressing right now (it writes every few milliseconds).
+STALE_PART_S = 600
 
 
 def reader_version() -> str | None:
@@ -64,10 +70,14 @@ def reader_has_import_fault(version: str | None = None) -> bool:
 
 def load_reader_first() -> None:
     """Import the reader now, before anything that conflicts with it (a no-op when absent
-    or when a conflicting module is already loaded: the refusal comes on first use)."""
+    or when a conflicting module is already loaded: the refusal comes on first use).
+
+    Found the way reader_module finds it: on the GPU machine the reader is the Nsight
+    Compute install's extras/python copy, not a wheel, and a plain import misses it.
+    """
     if not any(m in sys.modules for m in READER_CONFLICTS):
-        with contextlib.suppress(ImportError):
-            import ncu_report  # noqa: F401
+        with contextlib.suppress(PerfscopeError):
+            reader_module()
 
 
 def _conflicting_modules() -> list[str]:
@@ -107,6 +117,7 @@ def reader_module() -> Any:
 
 
 def cache_cap_bytes() -> int:
+    """How many bytes of decompressed reports the cache keeps: $PERFSCOPE_CACHE_MB, else 512 MB."""
     text = os.environ.get(CACHE_CAP_ENV)
     try:
         mb = float(text) if text else DEFAULT_CACHE_MB
@@ -128,12 +139,14 @@ def evict(folder: Path, cap: int, keep: Path | None = None) -> None:
     """Delete the least recently used reports in folder until it holds at most cap bytes
     (keep, the one just made, is never deleted; stale partial files always are)."""
     entries = []
+    now = time.time()
     for p in folder.glob("*"):
         with contextlib.suppress(OSError):
-            if p.name.endswith(".part"):
-                p.unlink()
-                continue
             st = p.stat()
+            if p.name.endswith(".part"):
+                if now - st.st_mtime > STALE_PART_S:
+                    p.unlink()
+                continue
             entries.append((max(st.st_atime, st.st_mtime), st.st_size, p))
     total = sum(size for _, size, _ in entries)
     for _, size, p in sorted(entries):
@@ -205,20 +218,37 @@ def _varint(b: bytes, i: int) -> tuple[int, int]:
 
 def _announced_size(record: bytes) -> int | None:
     """The size a block header announces for the record after it (its field 5), if the
-    record is such a header: ncu writes (type 0, version 1, size) before each result."""
+    record is such a header.
+
+    ncu writes a protobuf record before each block (fields 1 and 2 are 0 or 1, field 5
+    the next record's size with its length prefix; most are 45-47 bytes, the one before
+    the first result also carries the metric names). In every capture committed here
+    (52 files, 756 headers) each one announces exactly the record after it; records
+    whose field 5 is 0 announce nothing.
+    """
+    fields: dict[int, int | bytes] = {}
+    i = 0
     try:
-        fields: dict[int, int] = {}
-        i = 0
-        while i < len(record) and len(fields) < 3:
+        while i < len(record):
             key, i = _varint(record, i)
-            if key & 7 != 0:
+            if key & 7 == 0:
+                value: int | bytes
+                value, i = _varint(record, i)
+            elif key & 7 == 2:
+                size, i = _varint(record, i)
+                value, i = record[i:i + size], i + size
+                if i > len(record):
+                    return None
+            else:
                 return None
-            value, i = _varint(record, i)
-            fields[key >> 3] = value
+            if key >> 3 == 1 and value not in (0, 1):
+                return None          # a result or a module, not a header: stop reading it
+            fields.setdefault(key >> 3, value)
     except IndexError:
         return None
-    if fields.get(1) == 0 and fields.get(2) == 1 and 5 in fields:
-        return fields[5]
+    size = fields.get(5)
+    if fields.get(1) in (0, 1) and fields.get(2) in (0, 1) and isinstance(size, int) and size > 0:
+        return size
     return None
 
 
@@ -240,7 +270,7 @@ def framing_problem(data: bytes) -> str | None:
         off += 4 + size
     if off != len(data):
         return f"truncated: its last record runs past the end of the file ({len(data)} bytes)"
-    if len(last) < 64 and _announced_size(last):
+    if _announced_size(last):
         return (f"truncated: it ends after the header of a result whose data is missing "
                 f"({len(data)} bytes)")
     return None
@@ -289,7 +319,9 @@ def open_report(path: Path) -> tuple[ReportHandle, str | None]:
     warning = None
     if why is not None:
         warning = f"{path} is incomplete: {why}; only the launches before the cut are read."
-        log.warning("%s", warning)
+        # Every launch carries the sentence (Identity.incomplete) and diagnose, diff and
+        # report print it once per file; a log warning would say it twice.
+        log.info("%s", warning)
     return handle, warning
 
 

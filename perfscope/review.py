@@ -3,25 +3,31 @@
 ``build(records, ...)`` is pure: over Diagnosed records it finds each stage's parent
 stage and cuBLAS reference in the same set and diffs against them, and builds the ladder
 overview from the run manifests (or a ``bench.json``). ``collect(paths)`` is the loader
-around it: it diagnoses the reports under paths and reads the bench file beside them.
+around it: it diagnoses the reports under paths and reads the bench file beside them, and
+the tune results (``tune/results.json``) for the page's Tuning section.
 Rendering reads the Review only, so the HTML page and the PR comment say the same thing.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
+from perfscope.calibration import Calibration, calibrate
 from perfscope.diagnosis import default_catalogue, diagnose
 from perfscope.diff import ProfileDiff, compare
+from perfscope.documents import TUNE_RESULTS, TuneDocument
 from perfscope.errors import PerfscopeError
 from perfscope.manifest import BENCH_NAME, BenchFile, Environment, RunManifest, Spread, run_key
 from perfscope.profile import KernelProfile
-from perfscope.record import Catalogue, Diagnosed
+from perfscope.record import Catalogue, Diagnosed, incomplete_reports, machine_notes
 from perfscope.rules import Evaluation
+from perfscope.source import SourceView, source_view
 
 log = logging.getLogger(__name__)
 
@@ -47,31 +53,46 @@ class Entry:
 
     @property
     def label(self) -> str:
+        """The record's label."""
         return self.record.label
 
     @property
     def stage(self) -> str | None:
+        """The registry stage's name, None for a kernel that is no stage."""
         return self.record.stage.name if self.record.stage is not None else None
 
     @property
     def dtype(self) -> str | None:
+        """The record's element type, when known."""
         return self.record.dtype
 
     @property
     def profile(self) -> KernelProfile:
+        """The record's kernel profile."""
         return self.record.profile
 
     @property
     def manifest(self) -> RunManifest | None:
+        """The record's run manifest, None when there is none beside the report."""
         return self.record.manifest
 
     @property
     def evaluation(self) -> Evaluation:
+        """The rules' verdict on the record's kernel."""
         return self.record.evaluation
+
+    @cached_property
+    def source(self) -> SourceView:
+        """The kernel's hottest source lines, read from its report when first asked for
+        (only a page needs them; diagnose and diff never pay for the read)."""
+        m = self.record.manifest
+        return source_view(self.record.profile, m.compile if m is not None else None)
 
 
 @dataclass(frozen=True)
 class LadderPoint:
+    """One stage on a dtype's ladder: its event-timed TFLOP/s, verdict and ratio to the reference."""
+
     label: str
     stage: str
     tflops: Spread | None         # None: not timed, or not a correct result
@@ -79,6 +100,34 @@ class LadderPoint:
     variant: bool
     sm_clock_mhz: float | None
     ratio_to_reference: float | None
+    params_note: str = ""         # parameters that differ from the stage's defaults
+    beats: str | None = None      # the label of the default it beats (see VariantWin)
+
+
+@dataclass(frozen=True)
+class VariantWin:
+    """A variant, or a row with non-default parameters, faster than its stage's default."""
+
+    dtype: str
+    label: str
+    default: str                  # the row it beats: the stage at its defaults, or its parent
+    tflops: Spread
+    default_tflops: Spread
+    against_parent: bool          # a declared variant, held against the stage it varies
+    default_note: str = ""        # the defaults of the parameters the variant changes
+
+    @property
+    def ratio(self) -> float:
+        """How many times faster the variant is than the row it beats (medians)."""
+        return self.tflops.median / self.default_tflops.median
+
+    def sentence(self) -> str:
+        """The win as the page says it, with what to do about it."""
+        what = "the stage it varies" if self.against_parent else "its stage's default"
+        default = self.default + (f" ({self.default_note})" if self.default_note else "")
+        return (f"{self.label} ({self.dtype}) beats {what}, {default}: "
+                f"{self.tflops.median:,.1f} against {self.default_tflops.median:,.1f} TFLOP/s "
+                f"({self.ratio:.2f}x, spreads apart); make it the default, or say why not.")
 
 
 @dataclass(frozen=True)
@@ -91,6 +140,7 @@ class Ladder:
     reference_tflops: Spread | None
     peak_tflops: float | None
     peak_note: str
+    wins: tuple[VariantWin, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -105,6 +155,8 @@ class Comparison:
 
 @dataclass(frozen=True)
 class Review:
+    """The review the HTML page and the PR comment render: every kernel, the ladders, the comparisons."""
+
     title: str
     entries: tuple[Entry, ...]
     ladders: tuple[Ladder, ...]
@@ -114,9 +166,21 @@ class Review:
     command: str | None
     warnings: tuple[str, ...]
     kind: str = "review"
+    # `perfscope tune` results to show in the page's Tuning section (None: no section).
+    tune: TuneDocument | None = None
+    machine: tuple[str, ...] = ()  # the machine's settings shared by every launch (record.machine_notes)
+    # Every ladder step's predicted saving against the one bench measured (None: no bench
+    # file, or no step with both stages timed).
+    calibration: Calibration | None = None
 
     def comparisons_of(self, entry: Entry) -> tuple[Comparison, ...]:
+        """The comparisons that hold this entry against another."""
         return tuple(c for c in self.comparisons if c.a.key == entry.key)
+
+    @property
+    def variant_wins(self) -> tuple[VariantWin, ...]:
+        """Every variant faster than its stage's default, ladder by ladder."""
+        return tuple(w for ld in self.ladders for w in ld.wins)
 
 
 def _display_path(path: Path, roots: Sequence[Path]) -> str:
@@ -172,12 +236,20 @@ def _comparisons(entries: Sequence[Entry]) -> list[Comparison]:
     return out
 
 
-def _find_bench(paths: Sequence[Path]) -> Path | None:
+def _find_beside(paths: Sequence[Path], name: str | Path) -> Path | None:
     for p in paths:
-        candidate = p / BENCH_NAME if p.is_dir() else p.parent / BENCH_NAME
+        candidate = p / name if p.is_dir() else p.parent / name
         if candidate.is_file():
             return candidate
     return None
+
+
+def _find_bench(paths: Sequence[Path]) -> Path | None:
+    return _find_beside(paths, BENCH_NAME)
+
+
+def _find_tune(paths: Sequence[Path]) -> Path | None:
+    return _find_beside(paths, TUNE_RESULTS)
 
 
 def _peak(env: Environment | None, dtype: str, clock_mhz: float | None) -> tuple[float | None, str]:
@@ -207,7 +279,8 @@ def _ladders(manifests: Sequence[RunManifest], env: Environment | None,
     order = list(catalogue.stages)
     out = []
     for dtype in DTYPE_ORDER:
-        runs = [m for m in manifests if m.dtype == dtype]
+        # A ladder holds stages; program captures and external workloads are no rung.
+        runs = [m for m in manifests if m.dtype == dtype and m.family not in ("program", "external")]
         if not runs:
             continue
         ref_name = _reference_name(catalogue, dtype)
@@ -225,28 +298,77 @@ def _ladders(manifests: Sequence[RunManifest], env: Environment | None,
                 label=m.stage + (f" ({note})" if note else ""), stage=m.stage,
                 tflops=t.tflops if t else None, verdict=m.verification.verdict, variant=m.variant,
                 sm_clock_mhz=t.sm_clock_mhz.median if t and t.sm_clock_mhz else None,
-                ratio_to_reference=t.ratio_to_reference.median if t and t.ratio_to_reference else None))
+                ratio_to_reference=t.ratio_to_reference.median if t and t.ratio_to_reference else None,
+                params_note=note))
+        wins = _variant_wins(dtype, points, catalogue)
+        beaten = {w.label: w.default for w in wins}
+        points = [dataclasses.replace(p, beats=beaten.get(p.label)) for p in points]
         clocks = sorted(p.sm_clock_mhz for p in points if p.sm_clock_mhz is not None)
         clock = clocks[len(clocks) // 2] if clocks else None
         peak, peak_note = _peak(env or next((m.environment for m in runs if m.environment), None),
                                 dtype, clock)
         out.append(Ladder(dtype, tuple(points), ref_name if ref_tflops else None, ref_tflops,
-                          peak, peak_note))
+                          peak, peak_note, tuple(wins)))
     return out
+
+
+# A variant "beats" its default when its median is this much faster and the two spreads
+# (min to max over the bench rounds) do not overlap: timing noise is not a win.
+VARIANT_MARGIN = 0.02
+
+
+def _timed(p: LadderPoint) -> bool:
+    return p.verdict == "ok" and p.tflops is not None
+
+
+def _variant_wins(dtype: str, points: Sequence[LadderPoint], catalogue: Catalogue
+                  ) -> list[VariantWin]:
+    """Rows with non-default parameters, and declared variant stages, that are faster than
+    the stage at its defaults (for a declared variant: the stage it varies, its parent)."""
+    defaults = {p.stage: p for p in points if not p.params_note and _timed(p)}
+    out = []
+    for p in points:
+        info = catalogue.get(p.stage)
+        if not _timed(p) or info is None:
+            continue
+        note = ""
+        if p.params_note:
+            base, parent = defaults.get(p.stage), False
+            changed = [kv.split("=", 1)[0] for kv in p.params_note.split(", ")]
+            note = ", ".join(f"{k}={info.defaults[k]}" for k in changed if k in info.defaults)
+        elif p.variant and info.parent is not None:
+            base, parent = defaults.get(info.parent), True
+        else:
+            continue
+        if base is None or base is p:
+            continue
+        fast, slow = p.tflops, base.tflops
+        if fast.median > slow.median * (1 + VARIANT_MARGIN) and fast.min > slow.max:
+            out.append(VariantWin(dtype, p.label, base.label, fast, slow, parent, note))
+    return out
+
+
+def _calibration(records: Sequence[Diagnosed], bench: BenchFile | None, catalogue: Catalogue,
+                 shown: str | None) -> Calibration | None:
+    if bench is None:
+        return None
+    table = calibrate(records, bench, catalogue, source=shown or "the bench file")
+    return table if table.steps else None
 
 
 def build(records: Sequence[Diagnosed], *, catalogue: Catalogue, roots: Sequence[Path] = (),
           bench: BenchFile | None = None, bench_shown: str | None = None, title: str | None = None,
-          command: str | None = None) -> Review:
+          command: str | None = None, tune: TuneDocument | None = None) -> Review:
     """The review of records (pure): entries in ladder order, comparisons, ladders.
 
     bench: the bench file for the ladder overview (bench_shown: its path as the page shows
-    it); the records' own run manifests add the stages it lacks.
+    it); the records' own run manifests add the stages it lacks. tune: the tune results
+    the page's Tuning section shows (None: no section).
     """
     if not records:
         raise PerfscopeError("no kernel launch to review.")
     entries = _entries(records, roots, catalogue)
-    warnings: list[str] = []
+    warnings: list[str] = list(incomplete_reports(records))
     manifests: list[RunManifest] = list(bench.manifests) if bench else []
     timed = {run_key(m)[:2] + run_key(m)[5:] for m in manifests}
     for e in entries:
@@ -273,15 +395,18 @@ def build(records: Sequence[Diagnosed], *, catalogue: Catalogue, roots: Sequence
     return Review(title=title or "perfscope diagnosis report", entries=tuple(entries),
                   ladders=tuple(ladders), timing_source=source,
                   comparisons=tuple(_comparisons(entries)), bench=bench, command=command,
-                  warnings=tuple(warnings))
+                  warnings=tuple(warnings), tune=tune, machine=machine_notes(records),
+                  calibration=_calibration(records, bench, catalogue, bench_shown))
 
 
 def collect(paths: Iterable[str | os.PathLike[str]], *, bench: str | os.PathLike[str] | None = None,
-            kernel: str | None = None, title: str | None = None, command: str | None = None) -> Review:
+            kernel: str | None = None, title: str | None = None, command: str | None = None,
+            tune: str | os.PathLike[str] | None = None) -> Review:
     """Diagnose the reports under paths (files or folders) and review them.
 
     bench: a ``bench.json`` for the ladder overview; by default the one in (or beside)
-    the first folder given, if any.
+    the first folder given, if any. tune: a tune document (``tune --json``) for the Tuning
+    section; by default ``tune/results.json`` in (or beside) the first folder given, if any.
     """
     given = [Path(p) for p in paths]
     if not given:
@@ -291,6 +416,8 @@ def collect(paths: Iterable[str | os.PathLike[str]], *, bench: str | os.PathLike
     roots = [p if p.is_dir() else p.parent for p in given]
     bench_path = Path(bench) if bench is not None else _find_bench(given)
     bench_file = BenchFile.read(bench_path) if bench_path is not None else None
+    tune_path = Path(tune) if tune is not None else _find_tune(given)
+    tune_doc = TuneDocument.read(tune_path) if tune_path is not None else None
     return build(records, catalogue=catalogue, roots=roots, bench=bench_file,
                  bench_shown=_display_path(bench_path, roots) if bench_path is not None else None,
-                 title=title, command=command)
+                 title=title, command=command, tune=tune_doc)

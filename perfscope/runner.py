@@ -46,6 +46,7 @@ class RunnerJob:
     params: dict[str, int]
 
     def to_dict(self) -> dict[str, Any]:
+        """The job as JSON-ready values, the way write_jobs stores it."""
         return {"stem": self.stem, "stage": self.stage, "dtype": self.dtype,
                 "shape": self.shape, "params": self.params}
 
@@ -56,11 +57,20 @@ def stem_for(stage: str, dtype: str, shape: str, params: dict[str, int] | None =
     return f"{stage}{tag}-{dtype}-{shape}"
 
 
+def nvtx_range(stem: str) -> str:
+    """The NVTX range a job's launch runs in: its stem with '@' spelled '+', because ncu's
+    --nvtx-include reads '@' as "domain@range" (a tuned stage's "stage@BN=256-..." filter
+    would name a domain and match nothing)."""
+    return stem.replace("@", "+")
+
+
 def write_jobs(path: Path, jobs: list[RunnerJob]) -> None:
+    """Write the jobs file the child process reads."""
     path.write_text(json.dumps([j.to_dict() for j in jobs], indent=1))
 
 
 def read_jobs(path: Path) -> list[RunnerJob]:
+    """The jobs the parent wrote with write_jobs."""
     return [RunnerJob(**d) for d in json.loads(path.read_text())]
 
 
@@ -106,7 +116,7 @@ def run_job(job: RunnerJob, manifest_dir: Path, env: Any) -> str:
         prep.launch(a, b, c)
     cp.cuda.get_current_stream().synchronize()
     nvtx = _nvtx()
-    nvtx.RangePush(job.stem)
+    nvtx.RangePush(nvtx_range(job.stem))
     try:
         prep.launch(a, b, c)
         cp.cuda.get_current_stream().synchronize()
@@ -116,6 +126,7 @@ def run_job(job: RunnerJob, manifest_dir: Path, env: Any) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run every job of JOBS.json, a line per stage on stdout; exit 2 on bad usage, 3 on an error."""
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s", stream=sys.stderr)
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2:

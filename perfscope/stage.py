@@ -37,9 +37,11 @@ class StageInfo:
 
     @property
     def is_reference(self) -> bool:
+        """Whether the stage is a cuBLAS reference."""
         return self.family == "cublas"
 
     def reference_for(self, dtype: str | None) -> str | None:
+        """The cuBLAS stage this dtype is held against, None for none."""
         return self.references.get(dtype or "")
 
     def params_note(self, params: Mapping[str, int]) -> str:
@@ -61,7 +63,9 @@ class ResourceUsage:
 
     @property
     def spills(self) -> bool:
+        """Whether ptxas reported any spill store or load."""
         return self.spill_stores > 0 or self.spill_loads > 0
 
     def to_dict(self) -> dict[str, int]:
+        """The usage as plain values, for the run manifest."""
         return asdict(self)

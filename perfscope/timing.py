@@ -24,6 +24,8 @@ from perfscope.verify import make_inputs
 
 @dataclass(frozen=True)
 class BenchOptions:
+    """How bench runs: runs per round, rounds, warm-up launches, whether to time, seed, L2 flush size."""
+
     runs: int = 20
     rounds: int = 3
     warmup: int = 3

@@ -15,6 +15,7 @@ NaN or infinity anywhere fails.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from perfscope.kernels.launch import Prepared, numpy_dtype, require_gpu
@@ -36,6 +37,7 @@ CHECK_SHAPES: tuple[Shape, ...] = (
 
 
 def make_inputs(cp: Any, shape: Shape, dtype: str, seed: int | None) -> tuple[Any, Any]:
+    """Seeded standard-normal A (MxK) and B (KxN) in the element type, contiguous on the GPU."""
     rng = cp.random.default_rng(seed)
     nd = numpy_dtype(dtype)
     a = rng.standard_normal((shape.m, shape.k), dtype=cp.float32).astype(nd)
@@ -43,18 +45,41 @@ def make_inputs(cp: Any, shape: Shape, dtype: str, seed: int | None) -> tuple[An
     return cp.ascontiguousarray(a), cp.ascontiguousarray(b)
 
 
+@dataclass(frozen=True)
+class Reference:
+    """Seeded inputs with A·B and |A|·|B| in float64, made once and checked against every
+    kernel run on them (``perfscope tune`` verifies dozens of configurations per shape)."""
+
+    a: Any
+    b: Any
+    product: Any
+    scale: Any
+
+
+def reference(cp: Any, shape: Shape, dtype: str, seed: int | None) -> Reference:
+    """Seeded inputs with their float64 A·B and |A|·|B|."""
+    a, b = make_inputs(cp, shape, dtype, seed)
+    a64, b64 = a.astype(cp.float64), b.astype(cp.float64)
+    return Reference(a, b, a64 @ b64, cp.abs(a64) @ cp.abs(b64))
+
+
 def _poisoned(cp: Any, shape: Shape, dtype: str) -> Any:
     # NaN in the output's own type: an element the kernel never writes stays NaN.
     return cp.full((shape.m, shape.n), float("nan"), dtype=cp.float32).astype(numpy_dtype(dtype))
 
 
-def check_result(cp: Any, a: Any, b: Any, c: Any, dtype: str) -> Verification:
-    """Compare c with a·b in float64; see the module docstring for the two checks."""
+def check_result(cp: Any, a: Any, b: Any, c: Any, dtype: str,
+                 expected: Reference | None = None) -> Verification:
+    """Compare c with a·b in float64 (expected: already computed for these a and b); see the
+    module docstring for the two checks."""
     fro_tol, acc_tol, out_tol, abs_tol = TOLERANCES[dtype]
-    a64, b64 = a.astype(cp.float64), b.astype(cp.float64)
-    ref = a64 @ b64
-    scale = cp.abs(a64) @ cp.abs(b64)
-    del a64, b64
+    if expected is not None:
+        ref, scale = expected.product, expected.scale
+    else:
+        a64, b64 = a.astype(cp.float64), b.astype(cp.float64)
+        ref = a64 @ b64
+        scale = cp.abs(a64) @ cp.abs(b64)
+        del a64, b64
     c64 = c.astype(cp.float64)
     nonfinite = int(cp.count_nonzero(~cp.isfinite(c64)))
     if nonfinite:
@@ -81,11 +106,16 @@ def check_result(cp: Any, a: Any, b: Any, c: Any, dtype: str) -> Verification:
     return Verification(OK, err, fro_tol, worst, 0, 0, "")
 
 
-def verify(prep: Prepared, seed: int | None = None) -> Verification:
-    """Fresh inputs, poisoned output, one launch, two checks."""
+def verify(prep: Prepared, seed: int | None = None,
+           expected: Reference | None = None) -> Verification:
+    """Fresh inputs (or expected's, with their product), poisoned output, one launch, two
+    checks."""
     cp = require_gpu()
-    a, b = make_inputs(cp, prep.shape, prep.dtype, seed)
+    if expected is not None:
+        a, b = expected.a, expected.b
+    else:
+        a, b = make_inputs(cp, prep.shape, prep.dtype, seed)
     c = _poisoned(cp, prep.shape, prep.dtype)
     prep.launch(a, b, c)
     cp.cuda.get_current_stream().synchronize()
-    return check_result(cp, a, b, c, prep.dtype)
+    return check_result(cp, a, b, c, prep.dtype, expected)

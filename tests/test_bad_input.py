@@ -107,11 +107,16 @@ def test_error_after_good_file_keeps_nothing_half_written(tmp_path):
 _NARROW = real_report_bytes()
 
 
-def _record_ends(data: bytes) -> set[int]:
-    ends, off = set(), 10
+def _record_ends(data: bytes) -> dict[int, bool]:
+    """Where each record ends, and whether that record is a header announcing another."""
+    from perfscope.reader import _announced_size
+
+    ends, off = {}, 10
     while off + 4 <= len(data):
-        off += 4 + struct.unpack_from("<I", data, off)[0]
-        ends.add(off)
+        size = struct.unpack_from("<I", data, off)[0]
+        record = data[off + 4: off + 4 + size]
+        off += 4 + size
+        ends[off] = bool(_announced_size(record))
     return ends
 
 
@@ -121,10 +126,27 @@ def test_any_cut_inside_a_record_is_called_truncated(cut):
     from perfscope.reader import framing_problem
 
     problem = framing_problem(_NARROW[:cut])
-    if cut in _record_ends(_NARROW):
+    ends = _record_ends(_NARROW)
+    if cut in ends and not ends[cut]:
         assert problem is None
     else:
         assert problem is not None and problem.startswith("truncated")
+
+
+def test_every_cut_after_a_header_is_called_truncated():
+    """At a record boundary, the cuts right after a result's header are the detectable
+    ones (the file then announces a result it does not hold)."""
+    from perfscope.reader import framing_problem
+
+    data = real_report_bytes("many_launches")
+    ends = _record_ends(data)
+    assert sum(ends.values()) >= 24            # one header before each of the 24 results
+    for end, header in ends.items():
+        problem = framing_problem(data[:end])
+        if header:
+            assert problem is not None and "after the header" in problem, end
+        else:
+            assert problem is None, end
 
 
 def test_complete_report_has_no_framing_problem():

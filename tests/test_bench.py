@@ -236,3 +236,31 @@ def test_committed_h200_reference_is_consistent():
     # No ladder stage is slower than its parent, except declared variants.
     steps = bench.parent_steps(ref.manifests)
     assert steps and not [s for s in steps if s.regression]
+
+
+# ------------------------------------------------- --json prints, --out writes (issue 16)
+
+
+def test_old_json_file_form_is_pointed_to_out():
+    code, out = _cli("sgemm_naive", "--json", "bench.json")
+    assert code == 2 and out.count("\n") == 1
+    assert "bench.json is not a stage: write the bench file with --out bench.json" in out
+
+
+def test_json_output_reads_back_as_a_bench_file(tmp_path):
+    from pathlib import Path
+
+    from perfscope.render import render
+
+    reference = Path(__file__).resolve().parents[1] / "reports" / "reference" / "h200" / "bench.json"
+    manifests = BenchFile.read(reference).manifests
+    printed = render(bench.summary(manifests), "json")
+    path = tmp_path / "printed.json"
+    path.write_text(printed)
+    again = BenchFile.read(path)
+    assert again.manifests == manifests
+
+
+def test_help_names_out_and_json():
+    result = runner.invoke(app, ["bench", "--help"], env={"COLUMNS": "200"})
+    assert "--out" in result.output and "Print the bench file as JSON" in result.output

@@ -140,3 +140,43 @@ ptxas info    : Used 64 registers, used 1 barriers, 24 bytes cumulative stack si
     assert (use.registers, use.static_smem, use.stack_frame, use.spill_stores,
             use.spill_loads, use.barriers, use.cmem0) == (64, 16384, 24, 20, 16, 1, 388)
     assert use.spills
+
+
+def test_an_empty_log_leaves_the_interpreter_intact():
+    """NVRTC writes its log into the buffer it is handed. An empty log is one NUL: handed
+    `b" " * 1`, the interpreter's shared b" ", NVRTC turned every b" " of the process into
+    b"\\0" (seen on the H200: later ptxas logs came back empty, print wrote NULs)."""
+    from perfscope.build import _nvrtc, _program_log
+
+    nvrtc = _nvrtc()
+    err, prog = nvrtc.nvrtcCreateProgram(b'extern "C" __global__ void k() {}', b"k.cu", 0, [], [])
+    try:
+        (err,) = nvrtc.nvrtcCompileProgram(prog, 1, [b"--gpu-architecture=sm_90a"])
+        assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS
+        assert nvrtc.nvrtcGetProgramLogSize(prog)[1] == 1   # the case that corrupted b" "
+        assert _program_log(nvrtc, prog) == ""
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+    class Recorder:
+        """Hands back what NVRTC would, and keeps the buffers it was given."""
+
+        def __init__(self):
+            self.given = []
+
+        def nvrtcGetProgramLogSize(self, prog):
+            return nvrtc.nvrtcResult.NVRTC_SUCCESS, 1
+
+        def nvrtcGetProgramLog(self, prog, buf):
+            self.given.append(buf)
+            buf[0] = 0  # what NVRTC does: it writes into the buffer
+            return (nvrtc.nvrtcResult.NVRTC_SUCCESS,)
+
+        def __getattr__(self, name):
+            return getattr(nvrtc, name)
+
+    fake = Recorder()
+    assert _program_log(fake, None) == ""
+    # A bytes object would have taken the write (on Python 3.12 the interpreter's own b" ").
+    assert isinstance(fake.given[0], bytearray)
+    assert bytes([32]) == b" "

@@ -22,7 +22,7 @@ def test_console_shows_every_section():
     result = runner.invoke(app, ["diagnose", str(report("smem_transpose"))], terminal_width=120)
     assert result.exit_code == 0, result.output
     for text in ("Speed of light", "Top stalls", "mio_throttle", "LDS (load)", "32.0x ideal",
-                 "limited by warps", "Opcode families", "Hotspots",
+                 "100.0% theoretical (the most an SM holds)", "Opcode families", "Hotspots",
                  "Nsight Compute's own findings", "SharedMemoryConflicts"):
         assert text in result.output, text
 
@@ -78,3 +78,135 @@ def test_json_has_findings_only_when_rules_were_evaluated():
     doc = diagnose_document(diagnose([report("strided_copy")]))
     assert doc["kernels"][0]["findings"][0]["code"] == "PS101"
     assert doc["kernels"][0]["rules_not_evaluated"]
+
+
+# -- a report cut at a record boundary (issue 16, item 17) ---------------------------
+
+
+def _records(data: bytes):
+    """(end offset, record) of every record: 10 bytes of file header, then records each
+    led by a 4-byte little-endian length."""
+    import struct
+
+    off = 10
+    while off + 4 <= len(data):
+        size = struct.unpack_from("<I", data, off)[0]
+        yield off + 4 + size, data[off + 4: off + 4 + size]
+        off += 4 + size
+
+
+def _result_bounds(data: bytes) -> list[tuple[int, int]]:
+    """(end of its header, end of the result) of each result, in file order: a result is
+    the block a header with field 1 = 0 announces (field 1 = 1 announces a module)."""
+    from perfscope.reader import _announced_size
+
+    out, header_end = [], None
+    for end, record in _records(data):
+        if header_end is not None:
+            out.append((header_end, end))
+            header_end = None
+        elif _announced_size(record) and record.startswith(b"\x08\x00"):
+            header_end = end
+    return out
+
+
+def _many_launches() -> bytes:
+    import lzma
+
+    return lzma.open(report("many_launches")).read()
+
+
+def _with_capture_manifest(path, launches: int) -> None:
+    from perfscope.manifest import (
+        PROGRAM,
+        UNVERIFIED,
+        Capture,
+        RunManifest,
+        Verification,
+        manifest_path,
+    )
+
+    m = RunManifest(stage=PROGRAM, family=PROGRAM, dtype="", m=0, n=0, k=0, params={},
+                    verification=Verification(UNVERIFIED),
+                    capture=Capture(command=("python3", "many.py"), launches=launches))
+    manifest_path(path).write_text(json.dumps(m.to_dict()))
+
+
+def test_cut_after_a_result_is_said_once_in_every_format(tmp_path):
+    """Cut after the 9th whole result, the file's framing ends cleanly and the reader loads
+    9 launches: the run manifest's count (24) is what says the file is incomplete."""
+    data = _many_launches()
+    bounds = _result_bounds(data)
+    assert len(bounds) == 24
+    cut = tmp_path / "cut.ncu-rep"
+    cut.write_bytes(data[:bounds[8][1]])
+    _with_capture_manifest(cut, 24)
+    text = runner.invoke(app, ["diagnose", str(cut)], env={"COLUMNS": "250"})
+    assert text.exit_code == 0, text.output
+    assert text.output.count("is incomplete") == 1
+    assert "holds 9 of the 24 launches" in text.output
+    assert text.output.count(f"{cut}#") == 9
+    doc = json.loads(runner.invoke(app, ["diagnose", "--json", str(cut)]).stdout)
+    assert len(doc["kernels"]) == 9
+    assert len(doc["warnings"]) == 1 and "holds 9 of the 24" in doc["warnings"][0]
+    assert all(k["incomplete"] == doc["warnings"][0] for k in doc["kernels"])
+    md = runner.invoke(app, ["diagnose", "--markdown", str(cut)]).output
+    assert md.startswith("> warning: ") and md.count("is incomplete") == 1
+    page = tmp_path / "index.html"
+    result = runner.invoke(app, ["report", str(cut), "--html", str(page)])
+    assert result.exit_code == 0, result.output
+    assert "is incomplete" in result.stderr and "holds 9 of the 24" in page.read_text()
+    result = runner.invoke(app, ["diff", f"{cut}#0", str(report("float4_copy"))])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("is incomplete") == 1
+
+
+def test_cut_after_a_header_is_one_sentence(tmp_path):
+    """Cut after a result's header, the reader loads nothing; the framing says why."""
+    data = _many_launches()
+    cut = tmp_path / "cut.ncu-rep"
+    cut.write_bytes(data[:_result_bounds(data)[9][0]])
+    result = runner.invoke(app, ["diagnose", str(cut)])
+    assert result.exit_code == 2
+    assert result.output.count("\n") == 1
+    assert "truncated: it ends after the header of a result whose data is missing" in result.output
+
+
+def test_complete_report_has_no_warning(tmp_path):
+    doc = json.loads(runner.invoke(app, ["diagnose", "--json", str(report("many_launches"))]).stdout)
+    assert doc["warnings"] == [] and len(doc["kernels"]) == 24
+    whole = tmp_path / "whole.ncu-rep"
+    whole.write_bytes(_many_launches())
+    _with_capture_manifest(whole, 24)
+    doc = json.loads(runner.invoke(app, ["diagnose", "--json", str(whole)]).stdout)
+    assert doc["warnings"] == [] and doc["kernels"][0]["incomplete"] is None
+
+
+def test_a_setting_shared_by_every_launch_is_reported_once_as_the_machines():
+    """On the H200 every launch of every program carries an 11.25 MiB persisting carve-out:
+    diagnose says so once, for the machine, and no kernel gets a finding for it."""
+    result = runner.invoke(app, ["diagnose", "--json", str(report("torch_mlp"))])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    (note,) = doc["machine_settings"]
+    assert note.startswith("persisting L2 carve-out 11.25 MiB on all 6 launches here")
+    assert not any(f["code"] == "PS161" for k in doc["kernels"] for f in k["findings"])
+    text = runner.invoke(app, ["diagnose", str(report("torch_mlp"))], terminal_width=200).output
+    assert text.count("persisting L2 carve-out") == 1
+
+
+def test_a_setting_that_differs_between_launches_is_no_machine_setting():
+    import dataclasses
+    from collections import ChainMap
+
+    from perfscope.diagnosis import diagnose
+    from perfscope.record import machine_notes, machine_settings
+
+    records = diagnose([report("torch_mlp")])
+    first = records[0].profile
+    own = dataclasses.replace(first, metrics=ChainMap({"launch__persisting_l2_cache_size": (0.0, "")},
+                                                      first.metrics))
+    assert machine_settings([first, own]) == {}
+    assert machine_settings([first]) == {"launch__persisting_l2_cache_size": 11.25 * 2**20}
+    mixed = [records[0], dataclasses.replace(records[1], profile=own)]
+    assert machine_notes(mixed) == ()

@@ -143,5 +143,173 @@ def test_profiled_manifest_takes_its_timing_from_bench_json():
     manifest = manifest_beside(path)
     ratio = manifest.timing.ratio_to_reference.median
     assert 0.3 < ratio < 0.7
-    legacy = next(f for f in evaluate(resolve(path).profile, manifest).findings if f.code == "PS141")
-    assert legacy.estimated_gain == pytest.approx(1 - ratio, abs=0.01)
+    ev = evaluate(resolve(path).profile, manifest)
+    # The ratio bounds every estimate: the gap to cuBLAS plus the stated margin.
+    assert ev.reference_cap == pytest.approx(1 - ratio + 0.05, abs=1e-6)
+    legacy = next(f for f in ev.findings if f.code == "PS141")
+    assert 0 < legacy.estimated_gain <= ev.reference_cap
+
+
+# -- rough edges (issue 16, items 7 to 10) ------------------------------------------
+
+
+def test_heading_follows_the_cycle_ratio():
+    from perfscope.render.diff import verdict_heading
+
+    slower = d.compare(side("smem_transpose"), side("float4_copy"))
+    assert verdict_heading(slower).startswith("Why A is slower than B (2.68x")
+    faster = d.compare(side("float4_copy"), side("smem_transpose"))
+    assert "slower" not in verdict_heading(faster) and "(0.37x B's cycles)" in verdict_heading(faster)
+    same = d.compare(side("float4_copy"), side("float4_copy"))
+    assert verdict_heading(same).startswith("A and B take the same cycles")
+    for fmt in ([], ["--markdown"]):
+        out = runner.invoke(app, ["diff", str(report("float4_copy")), str(report("smem_transpose")),
+                                  *fmt]).output
+        assert verdict_heading(faster) in out and "Why A is slower" not in out
+
+
+def test_ratio_gate_with_b_at_zero_says_undefined_and_names_the_absolute_field():
+    result = d.compare(side("smem_transpose"), side("cublas_hgemm_4096"))
+    assert result.fields()["shared_excess_b"] == 0 and result.fields()["shared_excess_ratio"] is None
+    (why,) = d.check_gates(result, ["shared_excess_ratio>1"])
+    assert "undefined because B's shared excess % is 0" in why
+    assert "--fail-if 'shared_excess_a>N'" in why and "not collected" not in why
+    assert not d.check_gates(result, ["shared_excess_a>2000"])
+    cli = runner.invoke(app, ["diff", str(report("smem_transpose")), str(report("cublas_hgemm_4096")),
+                              "--fail-if", "shared_excess_ratio>1"])
+    assert cli.exit_code == 1 and "undefined because B's" in cli.stderr
+
+
+@needs_reference
+def test_shape_that_contradicts_a_manifest_is_refused():
+    a, b = ref("hgemm_naive", "fp16"), ref("hgemm_bcf", "fp16")
+    refused = runner.invoke(app, ["diff", a, b, "--shape", "4096x4096x512"])
+    assert refused.exit_code == 2
+    assert refused.output.count("\n") == 1
+    assert "--shape 4096x4096x512 contradicts A's run manifest, which says 4096x4096x4096" in refused.output
+    agreed = runner.invoke(app, ["diff", a, b, "--shape", "4096x4096x4096", "--json"])
+    assert agreed.exit_code == 0, agreed.output
+    assert json.loads(agreed.stdout)["unit"] == "MFLOP"
+    # Without manifests --shape is what sets the unit.
+    bare = runner.invoke(app, ["diff", str(report("strided_copy")), str(report("float4_copy")),
+                               "--shape", "64x64x64", "--json"])
+    assert bare.exit_code == 0 and json.loads(bare.stdout)["unit"] == "MFLOP"
+
+
+@needs_reference
+def test_reference_works_from_any_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["diff", "hgemm_bcf_dbf_rw", "cublas", "--reference", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["b"]["name"].startswith("nvjet_sm90")
+    local = runner.invoke(app, ["diff", "hgemm_naive", "hgemm_bcf"])
+    assert local.exit_code == 2
+    assert str(tmp_path / "reports" / "local") in local.output and "--reference" in local.output
+    missing = runner.invoke(app, ["diff", "hgemm_naive", "hgemm_bcf", "--reference-dir", "elsewhere"])
+    assert missing.exit_code == 2
+    assert "the reference run folder elsewhere does not exist" in missing.output
+
+
+def test_no_reference_run_names_the_folders_searched(tmp_path, monkeypatch):
+    from perfscope import locations
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(locations, "CHECKOUT", tmp_path / "site-packages")
+    with pytest.raises(PerfscopeError) as err:
+        locations.existing_reference_root()
+    assert str(tmp_path / "reports" / "reference") in str(err.value)
+    assert str(tmp_path / "site-packages" / "reports" / "reference") in str(err.value)
+    assert "--reference-dir" in str(err.value)
+
+
+# -- launch structure and the spread of the gap (issue 17) ------------------------------
+
+
+def _claims_fit(result) -> None:
+    """No reason claims more than the gap, and all of them together not more either."""
+    claims = [r.estimated_gain for r in result.verdict if r.estimated_gain is not None]
+    assert all(0 <= c <= result.gap + 1e-4 for c in claims)    # claims are rounded to 1e-4
+    assert sum(claims) <= result.gap + 1e-3
+
+
+def test_spread_scales_modelled_claims_and_shares_the_rest():
+    def claim(modelled, open_, group):
+        return d._Claim("lead", "", None, "fix", "finding", modelled, open_, group)
+
+    # Modelled claims above the gap are scaled down to it; nothing is left for the open one.
+    shares, rest = d._spread([claim(0.3, False, "a"), claim(0.1, False, "b"),
+                              claim(None, True, "c")], 0.2)
+    assert shares == [pytest.approx(0.15), pytest.approx(0.05), 0.0] and rest == 0.0
+    # Below the gap, the open claims share what is left in equal parts.
+    shares, _ = d._spread([claim(0.05, False, "a"), claim(None, True, "b"),
+                           claim(0.02, True, "c")], 0.13)
+    assert shares == [0.05, 0.03, 0.05]
+    # Two findings of one overlap group share the larger one's estimate, not their sum;
+    # with no open claim, the rest of the gap stays unexplained.
+    shares, rest = d._spread([claim(0.2, False, "latency"), claim(0.1, False, "latency")], 0.5)
+    assert sum(shares) == pytest.approx(0.2) and rest == pytest.approx(0.3)
+
+
+@needs_reference
+def test_reference_ws_vs_cublas_names_the_structure():
+    a = resolve(ref("hgemm_tma_wgmma_ws", "fp16"))
+    result = d.compare(a, resolve(ref("cublas_hgemm", "fp16")))
+    assert not result.improved and result.gap == pytest.approx(1 - 286802 / 330330, abs=1e-3)
+    aspects = {x.name: x for x in result.structure}
+    grid = aspects["grid"]
+    assert grid.differs and "3.88 waves" in grid.a and "1.00 wave" in grid.b and "persistent" in grid.b
+    assert aspects["cluster"].differs and "2-CTA clusters" in aspects["cluster"].b
+    assert "multicast" in aspects["cluster"].b
+    # Both specialise warps with setmaxnreg: named side by side, not a difference.
+    ws = aspects["warp specialisation"]
+    assert not ws.differs and "setmaxnreg" in ws.a and "setmaxnreg" in ws.b
+    assert aspects["epilogue"].differs and "UTMASTG" in aspects["epilogue"].b
+    assert "STG" in aspects["epilogue"].a
+    kinds = [r.kind for r in result.verdict]
+    assert {"grid", "cluster", "epilogue"} <= set(kinds)
+    assert "3.88 waves" in next(r.sentence for r in result.verdict if r.kind == "grid")
+    _claims_fit(result)
+
+
+@needs_reference
+def test_reference_child_faster_leads_with_what_it_improved():
+    from perfscope.render.diff import verdict_heading, verdict_sections
+
+    a = resolve(ref("hgemm_tma_wgmma_ws", "fp16"))
+    b = resolve(ref("hgemm_tma_wgmma", "fp16"))
+    result = d.compare(a, b)
+    assert result.improved and result.gap == pytest.approx(1 - 330330 / 508603, abs=1e-3)
+    assert "improved" in verdict_heading(result)
+    specialisation = next(r for r in result.verdict if r.kind == "warp specialisation")
+    assert "setmaxnreg" in specialisation.sentence and "of B's time" in specialisation.sentence
+    # B's findings A no longer has are what A improved; A's own are what remains.
+    gone = {f.code for f in result.gone_findings}
+    cited = " ".join(r.sentence for r in result.verdict)
+    assert gone and all(code in cited for code in gone)
+    assert [r.code for r in result.remaining] == [f.code for f in a.evaluation.findings][:5]
+    headings = [h for h, _ in verdict_sections(result)]
+    assert headings[0] == verdict_heading(result) and headings[1] == "What remains in A"
+    _claims_fit(result)
+
+
+@needs_reference
+def test_reference_path_reason_carries_the_path_structure():
+    a = resolve(ref("hgemm_bcf_dbf_rw", "fp16"))
+    result = d.compare(a, resolve(ref("cublas_hgemm", "fp16")))
+    path = [r for r in result.verdict if r.kind == "path"]
+    assert len(path) == 1 and "HGMMA (wgmma)" in path[0].sentence
+    # Clusters, setmaxnreg and the TMA store come with that path: no reasons of their own.
+    assert not {"cluster", "warp specialisation", "epilogue"} & {r.kind for r in result.verdict}
+    assert "warp specialisation" in path[0].sentence
+    _claims_fit(result)
+
+
+def test_structure_of_the_cublas_fixtures():
+    from perfscope.structure import launch_shape
+
+    h = side("cublas_hgemm_4096").profile
+    shape = launch_shape(h, None)
+    assert shape.cluster_size == 2 and shape.multicast and shape.tma_stores > 0
+    assert shape.specialised and shape.warpgroups == 3
+    # Without a manifest the shape is unknown, so persistence is not claimed either way.
+    assert shape.persistent is None and shape.tile is None

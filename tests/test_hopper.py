@@ -21,7 +21,9 @@ from perfscope.kernels.launch import capability_refusal, compile_stage
 from perfscope.kernels.spec import TmaBox
 from perfscope.kernels.tensormap import (
     DATA_TYPE,
+    INTERLEAVE_NONE,
     L2_PROMOTION_256B,
+    OOB_FILL_ZEROS,
     SWIZZLE_128B,
     MapPlan,
     TensorMap,
@@ -222,3 +224,29 @@ def test_launcher_passes_three_maps_then_c_m_n_k_and_caches_the_maps():
     assert all(isinstance(x, ctypes.c_int) for x in args[4:])
     launch(0x1000, 0x2000, 0x4000, 7)   # a new C: its maps are encoded afresh
     assert fake.encoded[-3:] == [("A", 0x1000), ("B", 0x2000), ("C", 0x4000)]
+
+
+def test_cuda_bindings_launch_config_carries_grid_block_smem_stream_and_cluster():
+    from perfscope.kernels.tensormap import bindings, launch_config
+
+    cu = bindings()
+    if cu is None:
+        pytest.skip("cuda-bindings is not installed (the ctypes structs above are the launch path)")
+    config = launch_config(cu, ((8, 4, 1), (384, 1, 1), 197632), 7, 2)
+    assert (config.gridDimX, config.gridDimY, config.gridDimZ) == (8, 4, 1)
+    assert (config.blockDimX, config.blockDimY, config.blockDimZ) == (384, 1, 1)
+    assert config.sharedMemBytes == 197632 and int(config.hStream) == 7
+    assert config.numAttrs == 1
+    attr = config.attrs[0]
+    assert attr.id == cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    assert (attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z) == (2, 1, 1)
+    assert launch_config(cu, ((1, 1, 1), (128, 1, 1), 0), 0, 1).numAttrs == 0
+    # The cuda.h values tensormap.py writes out are the ones this cuda-bindings holds.
+    types = cu.CUtensorMapDataType
+    from_bindings = {"fp16": int(types.CU_TENSOR_MAP_DATA_TYPE_FLOAT16),
+                     "bf16": int(types.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16)}
+    assert from_bindings == DATA_TYPE
+    assert int(cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B) == SWIZZLE_128B
+    assert int(cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B) == L2_PROMOTION_256B
+    assert int(cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE) == INTERLEAVE_NONE
+    assert int(cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == OOB_FILL_ZEROS

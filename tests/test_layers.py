@@ -25,13 +25,14 @@ PACKAGE = Path(__file__).resolve().parent.parent / "perfscope"
 
 # Floors, lowest first. A module may import its own floor and those below.
 FLOORS: tuple[tuple[str, ...], ...] = (
-    ("errors", "cache", "metrics", "families", "stage", "locations", "version"),
+    ("errors", "cache", "metrics", "families", "stage", "locations", "version", "digest",
+     "hardware"),
     ("reader", "manifest", "sass", "sass.disasm", "kernels.spec", "kernels.tcgen05"),
-    ("profile",),
+    ("profile", "source", "structure"),
     ("rules", "rules.*"),
     ("record", "diff", "documents"),
     ("kernels", "kernels.registry", "kernels.fused_specs", "kernels.listing"),
-    ("diagnosis", "review"),
+    ("diagnosis", "review", "calibration"),
     ("render", "render.*"),
     ("export",),
     ("build", "kernels.tensormap", "kernels.launch", "verify", "environment", "timing", "bench",
@@ -40,7 +41,8 @@ FLOORS: tuple[tuple[str, ...], ...] = (
 )
 # What the analysis must never reach for.
 ANALYSIS = ("rules", "rules.*", "record", "diff", "review", "render", "render.*", "profile",
-            "reader", "manifest", "metrics", "families", "documents", "export", "stage")
+            "reader", "manifest", "metrics", "families", "documents", "export", "stage", "source",
+            "structure", "digest", "hardware", "calibration")
 PROFILER_SIDE = ("kernels", "kernels.*", "build", "ncu", "profiling", "runner", "bench",
                  "collection", "verify", "timing", "environment", "tune", "tune.*", "audit", "cli")
 # The one loader may name the registry to attach StageInfo to a record; it does not run it.

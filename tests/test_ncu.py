@@ -131,3 +131,37 @@ def test_progress_survives_the_programs_output_inside_the_line():
     events = ncu.ProgressParser().feed(text)
     done = [(e.kernel, e.passes) for e in events if e.done]
     assert done == [("k_a", 34), ("k_w", 38), ("k_b", None)]
+
+
+def test_profiled_kernels_names_the_one_that_did_not_finish():
+    out = ('==PROF== Profiling "good": 0%....50%....100% - 38 passes\n'
+           '==PROF== Profiling "bad" - 1: 0%....50%.\n'
+           "==ERROR== An error was reported by the driver: CUDA_ERROR_ILLEGAL_ADDRESS\n")
+    assert ncu.profiled_kernels(out) == [("good", 38), ("bad", None)]
+    assert ncu.profiled_kernels('==PROF== Profiling "open": 0%..') == [("open", None)]
+    assert ncu.profiled_kernels("no kernels here") == []
+
+
+def test_interrupt_stops_ncu_and_hands_back_what_it_wrote(tmp_path, monkeypatch):
+    exe, _ = make_fake(tmp_path, "interrupt")
+    monkeypatch.setattr(ncu, "STOP_SELF_S", 0.1)
+    monkeypatch.setenv("FAKE_NCU_REPORT", str(Path(__file__).parent / "fixtures" / "h200" / "README.md"))
+
+    def ctrl_c(event):
+        if event.done:
+            raise KeyboardInterrupt
+
+    opts = ncu.NcuOptions(output=tmp_path / "r.ncu-rep")
+    with pytest.raises(ncu.NcuInterrupted) as stop:
+        ncu.execute(exe, opts, ["./app"], on_progress=ctrl_c)
+    kept = stop.value.run.report
+    assert kept == tmp_path / "r.interrupted.ncu-rep" and kept.exists()
+    assert not (tmp_path / "r.ncu-rep").exists() and not (tmp_path / "r.part.ncu-rep").exists()
+    assert "Received signal" in stop.value.run.output
+
+
+def test_pathfinder_is_the_last_place_ncu_is_looked_for(tmp_path, monkeypatch):
+    exe, _ = make_fake(tmp_path)
+    monkeypatch.setattr(ncu.glob, "glob", lambda pattern: [])
+    monkeypatch.setattr(ncu, "_pathfinder_ncu", lambda: exe)
+    assert ncu.find_ncu({"PATH": ""}) == exe

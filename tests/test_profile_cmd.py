@@ -63,6 +63,22 @@ def test_stage_mode_writes_one_report_and_manifest_per_stage(fake, tmp_path):
     assert [c[c.index("--launch-skip") + 1] for c in splits] == ["0", "1"]
 
 
+def test_a_stage_with_parameters_is_selected_by_a_range_ncu_can_match(fake, tmp_path):
+    """On the H200, `tune --profile-best` profiled nothing: the range filter of a stem with
+    parameters ("stage@BN=256-...") read as ncu's "domain@range". The range is spelled with
+    '+', and the report keeps the stem's name."""
+    log = fake("ok")
+    out = tmp_path / "out"
+    result = invoke("profile", "hgemm_tma_wgmma", "--param", "STAGES=3", "--dtype", "bf16",
+                    "--shape", "256x256x256", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    call = next(c for c in argv_log(log) if "--nvtx" in c)
+    (expr,) = [call[i + 1] for i, a in enumerate(call) if a == "--nvtx-include"]
+    assert expr == "hgemm_tma_wgmma+STAGES=3-bf16-256x256x256/" and "@" not in expr
+    stem = stem_for("hgemm_tma_wgmma", "bf16", "256x256x256", {"STAGES": 3})
+    assert (out / f"{stem}.ncu-rep").exists()
+
+
 def test_wrong_stage_is_listed_and_exit_is_nonzero(fake, tmp_path):
     fake("wrong")
     result = invoke("profile", *STAGES, "--shape", "64x64x64", "--out", str(tmp_path / "o"))
@@ -155,7 +171,7 @@ def test_gpu_slug():
 def test_ranges_by_launch_matches_whole_stems():
     csv_text = ('"ID","thread Domain:Push/Pop_Range:PL_Type","Kernel Name"\n"","",""\n'
                 '"0","1  ""<default domain>:a-fp16-8x8x8:none"" ","k"\n'
-                '"1","1  ""<default domain>:a@S=4-fp16-8x8x8:none"" ","k"\n')
+                '"1","1  ""<default domain>:a+S=4-fp16-8x8x8:none"" ","k"\n')
     assert profiling.ranges_by_launch(csv_text, ["a-fp16-8x8x8", "a@S=4-fp16-8x8x8"]) == [
         "a-fp16-8x8x8", "a@S=4-fp16-8x8x8"]
 
@@ -190,3 +206,19 @@ def test_cublas_references_get_their_own_ncu_process(fake, tmp_path):
     assert "sgemm_naive-fp32-64x64x64/" in runs[0] and "cublas_sgemm-fp32-64x64x64/" in runs[1]
     for stage in ("sgemm_naive", "cublas_sgemm"):
         assert (out / f"{stem_for(stage, 'fp32', '64x64x64')}.ncu-rep").exists()
+
+
+def test_each_reference_gets_an_ncu_process_of_its_own(fake, tmp_path):
+    """cuBLAS's 14 MB SGEMM module must not ride along in the half-precision references."""
+    log = fake("ok")
+    out = tmp_path / "o"
+    plan = profiling.plan_jobs(profiling.ProfileRequest(
+        stages=("hgemm_naive", "cublas_sgemm", "cublas_hgemm"), dtypes=(), shape="64x64x64"))
+    groups = profiling._groups(list(plan.jobs))
+    assert [[j.stage for j in g] for _, g in groups] == [["hgemm_naive"], ["cublas_sgemm"],
+                                                         ["cublas_hgemm"]]
+    assert len({name for name, _ in groups}) == 3
+    result = invoke("profile", "cublas_hgemm", "cublas_sgemm", "--shape", "64x64x64", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    runs = [c for c in argv_log(log) if "--nvtx" in c]
+    assert [c.count("--nvtx-include") for c in runs] == [1, 1]

@@ -58,9 +58,11 @@ def test_kernel_names_are_escaped():
 def test_page_is_self_contained():
     page = build_report([report("cublas_hgemm_4096")])
     assert page.count("<svg") >= 2        # duration overview and the kernel's panels
-    # Links only within the page, CSS/SVG references only to ids in it: nothing is fetched.
-    # (Nsight Compute's rule messages mention its docs' URL as text; text fetches nothing.)
-    assert re.findall(r'\b(?:src|href)\s*=\s*"(?!#)([^"]*)"', page) == []
+    # Links within the page, or to the Nsight Compute documentation its own rule messages
+    # cite (followed by the reader, never fetched); CSS/SVG references only to ids in it.
+    assert re.findall(r'\bsrc\s*=\s*"(?!#)([^"]*)"', page) == []
+    assert [u for u in re.findall(r'\bhref\s*=\s*"(?!#)([^"]*)"', page)
+            if not u.startswith("https://docs.nvidia.com/")] == []
     assert re.findall(r"url\((?!#)", page) == []
     for tag in ("<script", "<link", "<img", "<iframe", "<object", "<embed", "@import"):
         assert tag not in page
@@ -206,3 +208,152 @@ def test_committed_reference_page_is_regenerated_unchanged():
 
     _assert_unchanged(index, reference_page(REFERENCE),
                       "perfscope.render.html.reference_page (benchmarks/reference_run.py)")
+
+
+# ------------------------------------------------------------ source view (issue 17)
+
+
+def _reference_entry(stage: str, dtype: str):
+    from perfscope.diagnosis import diagnose
+
+    [record] = diagnose([REFERENCE / f"{stage}-{dtype}-4096x4096x4096.ncu-rep.xz"])
+    return record
+
+
+needs_reference = pytest.mark.skipif(not any(REFERENCE.glob("*.ncu-rep.xz")),
+                                     reason="the reference run's reports are not committed")
+
+
+@needs_reference
+def test_source_view_of_a_ladder_stage_shows_cuda_beside_sass():
+    from perfscope.source import RUN, source_view
+
+    r = _reference_entry("hgemm_bcf_dbf_rw", "fp16")
+    view = source_view(r.profile, r.manifest.compile)
+    assert view.coverage == pytest.approx(1.0) and view.lines
+    # The reference run keeps the sources it compiled beside its reports.
+    [file] = view.files
+    assert file.origin == RUN and r.manifest.compile.source_hash in file.note
+    hot = view.lines[0]
+    assert hot.file == "sources/hgemm.cu" and hot.text
+    # The hottest line is an inline-asm operand list: the statement above it comes along.
+    assert any("mma.sync" in line for line in (*hot.context, hot.text))
+    assert all(s.sass.startswith("HMMA") for s in hot.sass)
+    assert hot.samples == sum(s.samples for s in hot.sass) + hot.other_samples
+    assert sum(line.samples for line in view.lines) <= view.total_samples
+
+
+def _lone_report(tmp_path: Path, stage: str, dtype: str) -> Path:
+    """A reference report and its manifest in a folder of their own (no sources/ beside)."""
+    stem = f"{stage}-{dtype}-4096x4096x4096"
+    folder = tmp_path / "run"
+    folder.mkdir()
+    shutil.copy(REFERENCE / f"{stem}.ncu-rep.xz", folder)
+    shutil.copy(REFERENCE / f"{stem}.json", folder)
+    return folder / f"{stem}.ncu-rep.xz"
+
+
+@needs_reference
+def test_source_view_checks_the_checkout_against_the_compile(tmp_path):
+    from perfscope.diagnosis import diagnose
+    from perfscope.source import CHECKOUT, DIFFERS, source_view
+
+    [r] = diagnose([_lone_report(tmp_path, "hgemm_bcf", "fp16")])
+    kernels = tmp_path / "kernels"
+    shutil.copytree(REFERENCE / "sources", kernels)
+    same = source_view(r.profile, r.manifest.compile, kernel_dir=kernels)
+    assert [f.origin for f in same.files] == [CHECKOUT] and same.lines[0].text
+    assert same.lines[0].file == "perfscope/kernels/hgemm.cu"
+    # An edited checkout is not what was compiled: its lines would point at other code.
+    (kernels / "hgemm.cu").write_text("// edited\n" + (kernels / "hgemm.cu").read_text())
+    view = source_view(r.profile, r.manifest.compile, kernel_dir=kernels)
+    [file] = view.files
+    assert file.origin == DIFFERS and "differs from the source this kernel was compiled from" in file.note
+    assert all(line.text is None for line in view.lines) and view.lines[0].sass
+
+
+def test_source_view_of_user_reports():
+    from perfscope.source import EMBEDDED, MISSING, source_view
+
+    triton = ROOT / "tests" / "fixtures" / "external" / "triton_good.ncu-rep.xz"
+    if triton.exists():
+        [r] = collect([triton]).entries
+        assert {f.origin for f in r.source.files} == {EMBEDDED}
+        assert any("tl.dot" in (line.text or "") for line in r.source.lines)
+    # A kernel compiled to a temporary .cu that no longer exists: lines, samples, no text.
+    [transpose] = collect([report("smem_transpose")]).entries
+    view = transpose.source
+    assert view.lines and view.files[0].origin == MISSING
+    assert "not on this machine" in view.files[0].note and view.lines[0].text is None
+    # cuBLAS carries no line table: the view says so and the page keeps the SASS hotspots.
+    [cublas] = collect([report("cublas_hgemm_4096")]).entries
+    assert not cublas.source.lines and "-lineinfo" in cublas.source.note
+    assert source_view(cublas.profile).note == cublas.source.note
+
+
+# ------------------------------------------------------------- the page's layout
+
+
+@needs_reference
+def test_reference_review_flags_the_variant_that_beats_its_default():
+    rep = collect([REFERENCE])
+    wins = {(w.dtype, w.label): w for w in rep.variant_wins}
+    win = wins[("fp16", "hgemm_tma_wgmma (STAGES=3)")]
+    assert win.default == "hgemm_tma_wgmma" and win.default_note == "STAGES=4"
+    assert win.tflops.median == pytest.approx(612.8, abs=0.1)
+    assert win.default_tflops.median == pytest.approx(471.7, abs=0.1)
+    # Noise is not a win: sgemm_pipe at STAGES=2 and 4 sits on its default's spread.
+    assert not any(label.startswith("sgemm_pipe") for _, label in wins)
+    fp16 = next(ld for ld in rep.ladders if ld.dtype == "fp16")
+    assert [p.label for p in fp16.points if p.beats] == ["hgemm_tma_wgmma (STAGES=3)"]
+    assert win.sentence() in render(rep, "markdown").replace("&lt;", "<").replace("&gt;", ">")
+
+
+@needs_reference
+def test_reference_page_cards_fold_filter_and_name_the_change():
+    from perfscope.render.html import OPEN_CARDS, render_html
+
+    rep = collect([REFERENCE])
+    page = render_html(rep)
+    cards = re.findall(r'<details class="card kernel([^"]*)" id="(k\d+)"( open)?>', page)
+    assert len(cards) == len(rep.entries)
+    assert [bool(o) for _, _, o in cards] == [i < OPEN_CARDS for i in range(len(cards))]
+    # A filter per finding code, in CSS: its anchor, its rule, and the cards' classes.
+    codes = sorted({f.code for e in rep.entries for f in e.evaluation.findings})
+    for code in codes:
+        assert f'id="only-{code}"' in page
+        assert f"#only-{code}:target ~ details.kernel:not(.f-{code})" in page
+    assert all(f"f-{f.code}" in cls for (cls, key, _), e in zip(cards, rep.entries, strict=True)
+               for f in e.evaluation.findings)
+    # Each comparison header says what the stage changes (KernelSpec.change).
+    rw = next(e for e in rep.entries if e.label == "hgemm_bcf_dbf_rw · fp16")
+    assert f"What A changes against B: {rw.record.stage.change}" in page.replace("&#39;", "'")
+    # Per-kernel bars are drawn by the template: inline SVG without matplotlib's markup.
+    assert page.count('<figure class="bars">') == 3 * len(rep.entries)
+    # matplotlib's ladder charts, and the tune sweep's one overview plot per stage and dtype.
+    tuned = {(r.stage, r.dtype) for r in rep.tune.results} if rep.tune else set()
+    assert page.count("<svg xmlns") == len(rep.ladders) + len(tuned)
+    assert page.count('id="tuning"') == (1 if rep.tune else 0)
+    assert "beats its default" in page
+
+
+@needs_reference
+def test_reference_markdown_fits_a_comment_with_every_kernel():
+    rep = collect([REFERENCE])
+    md = render(rep, "markdown")
+    assert len(md) < 65_000 and "left out" not in md
+    for e in rep.entries:
+        assert f"<details><summary>{e.label}:" in md
+    assert md.count("<details>") == len(rep.entries) + 1     # one per kernel, one of fixes
+    assert "What A improved over B" in md and "What remains in A" in md
+
+
+def test_tuning_section_only_with_tune_results():
+    from perfscope.documents import TuneDocument, TuneStats
+
+    rep = collect([report("float4_copy")])
+    assert 'id="tuning"' not in render_html(rep)
+    tuned = dataclasses.replace(rep, tune=TuneDocument((), TuneStats(), command="perfscope tune <x>"))
+    page = render_html(tuned)
+    assert page.count('id="tuning"') == 1 and "perfscope tune &lt;x&gt;" in page
+    assert "<script" not in page

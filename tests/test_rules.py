@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from functools import cache
 
 import pytest
-from conftest import report
+from conftest import FIXTURES, report
 from typer.testing import CliRunner
 
 from perfscope.cli import app
@@ -25,10 +25,11 @@ from perfscope.rules import BY_CODE, REGISTRY, SEVERITIES, TAGS, Context, evalua
 from perfscope.rules.model import DOC_SECTIONS
 
 ISSUE_TAGS = {
-    "uncoalesced-global", "no-data-reuse", "smem-bandwidth", "bank-conflicts",
-    "uncoalesced-shared", "latency-exposed", "register-spills", "occupancy-limited",
-    "no-tensor-cores", "legacy-mma", "no-tma", "tail-effect", "l2-locality",
-    "store-inefficiency", "incorrect-result",
+    "uncoalesced-global", "narrow-loads", "no-data-reuse", "small-tile", "smem-bandwidth",
+    "bank-conflicts", "uncoalesced-shared", "latency-exposed", "epilogue-exposed",
+    "register-spills", "occupancy-limited", "no-tensor-cores", "legacy-mma", "no-tma",
+    "tail-effect", "small-grid", "l2-locality", "dram-bound", "store-inefficiency",
+    "incorrect-result",
 }
 
 
@@ -100,283 +101,229 @@ def hmma_kernel(cc: str = "9.0") -> KernelProfile:
     return with_families(one("cublas_hgemm_4096"), fams, executed, cc=cc)
 
 
-# ------------------------------------------------------------- cases: fire / silent
-# Each entry: code -> (firing case, silent case); a case is a function returning
-# (profile, evaluate() keyword arguments).
+# ------------------------------------------------------------- the case table
+# One row per (rule, outcome): the rule fires on the first kind of case and stays silent
+# on the second. "real" cases are captures as they are (H200 fixtures, the external set,
+# the committed reference run); "synthetic" ones change a real capture where no capture
+# shows the symptom, and say what they change.
 
-def _ps101_fire():
-    """Real: the strided copy reads 8x its ideal sectors."""
-    return one("strided_copy"), {}
-
-
-def _ps101_silent():
-    """Real: the float4 copy moves 16-byte vectors at ideal sectors."""
-    return one("float4_copy"), {}
+EXTERNAL = FIXTURES.parent / "external"
+REFERENCE = FIXTURES.parents[2] / "reports" / "reference" / "h200"
 
 
-def _ps102_fire():
-    """Synthetic: the uncapped FFMA kernel (scalar LDG.E.CONSTANT) made to wait on its loads;
-    no capture holds a GEMM waiting on scalar loads."""
-    return with_stalls(one("spill", 0), long_scoreboard=5.0, lg_throttle=2.0, not_selected=1.0), {}
+@cache
+def _records(path: str) -> tuple:
+    from perfscope.diagnosis import diagnose
+
+    return tuple(diagnose([path]))
 
 
-def _ps102_silent():
-    """Real: the same kernel as captured is compute-bound (3% long-scoreboard stalls)."""
-    return one("spill", 0), {}
+def external(name: str, index: int = 0):
+    """A launch of the external set with its run manifest (the H200 timing)."""
+    r = _records(str(EXTERNAL / f"{name}.ncu-rep.xz"))[index]
+    return r.profile, {"manifest": r.manifest}
 
 
-def _ps103_fire():
-    """Synthetic: the uncapped FFMA kernel with two LDGs per FFMA (a naive GEMM's mix) and
-    long-scoreboard stalls; no capture holds a naive GEMM."""
-    kp = one("spill", 0)
-    fams = dict(kp.opcodes.families, ldg=2 * kp.opcodes.families["ffma"])
-    return with_stalls(with_families(kp, fams), long_scoreboard=5.0, not_selected=1.0), {}
+def reference(stage: str, dtype: str):
+    """A ladder stage of the committed reference run, with its manifest and stage."""
+    r = _records(str(REFERENCE / f"{stage}-{dtype}-4096x4096x4096.ncu-rep.xz"))[0]
+    return r.profile, {"manifest": r.manifest, "context": Context(stage=r.stage)}
 
 
-def _ps103_silent():
-    """Real: cuBLAS's SGEMM issues one LDG per 260k FFMAs."""
-    return one("cublas_sgemm_4096"), {}
+@dataclasses.dataclass(frozen=True)
+class Case:
+    code: str
+    fires: bool
+    kind: str                 # "real" or "synthetic"
+    why: str
+    make: object              # () -> (profile, evaluate() keyword arguments)
 
 
-def _ps105_fire():
-    """Synthetic: the strided copy with the excess moved from its loads to its stores."""
+def _shift_global_excess_to_stores():
     kp = one("strided_copy")
     g = kp.memory.global_
     ops = tuple(dataclasses.replace(o, actual=o.ideal * (1 if o.kind == "load" else 8.0))
                 for o in g.by_opcode)
     mem = dataclasses.replace(kp.memory, global_=dataclasses.replace(g, by_opcode=ops))
-    return dataclasses.replace(kp, memory=mem), {}
+    return dataclasses.replace(kp, memory=mem)
 
 
-def _ps105_silent():
-    """Real: the strided copy's STG.E stores are at ideal sectors."""
-    return one("strided_copy"), {}
-
-
-def _ps110_fire():
-    """Real: the transpose's LDS read 32x the ideal wavefronts."""
-    return one("smem_transpose"), {}
-
-
-def _ps110_silent():
-    """Real: nvjet's shared loads (LDS, HGMMA operands) are at ideal wavefronts."""
-    return one("cublas_hgemm_4096"), {}
-
-
-def _ps111_fire():
-    """Synthetic: the transpose with its 32-way excess on the STS instead of the LDS; the
-    conflicting-store capture does not exist."""
+def _shift_shared_excess_to_stores():
     kp = one("smem_transpose")
     s = kp.memory.shared
     ops = tuple(dataclasses.replace(o, actual=o.ideal * (32.0 if o.kind == "store" else 1.0))
                 for o in s.by_opcode)
     mem = dataclasses.replace(kp.memory, shared=dataclasses.replace(s, by_opcode=ops))
-    return dataclasses.replace(kp, memory=mem), {}
-
-
-def _ps111_silent():
-    """Real: nvjet has 130k raw store "conflicts" but its STS/STSM wavefronts are ideal."""
-    return one("cublas_hgemm_4096"), {}
-
-
-def _ps112_fire():
-    """Real: cuBLAS's SGEMM writes shared memory with 4-byte cp.async at 3x ideal."""
-    return one("cublas_sgemm_4096"), {}
-
-
-def _ps112_silent():
-    """Real: the transpose's excess is on LDS loads, which is a bank conflict, not this."""
-    return one("smem_transpose"), {}
-
-
-def _ps113_fire():
-    """Synthetic: the uncapped FFMA kernel given two LDS per FFMA and MIO-throttle stalls;
-    no capture holds an unblocked shared-memory GEMM."""
-    kp = one("spill", 0)
-    executed = dict(kp.opcodes.executed, LDS=2 * kp.opcodes.families["ffma"])
-    return with_stalls(with_families(kp, dict(kp.opcodes.families), executed),
-                       mio_throttle=4.0, short_scoreboard=2.0, not_selected=1.0), {}
-
-
-def _ps113_silent():
-    """Real: cuBLAS's SGEMM reads LDS.128 fragments, 0.05 shared loads per FFMA."""
-    return one("cublas_sgemm_4096"), {}
-
-
-def _ps120_fire():
-    """Synthetic: the uncapped FFMA kernel with nothing busy and warps on long scoreboard."""
-    return idle_uncapped(), {}
-
-
-def _ps120_silent():
-    """Synthetic: the same, but L2 at 90%: bandwidth-bound kernels need less traffic, not
-    more overlap."""
-    return with_sol(idle_uncapped(), l2_pct=90.0), {}
-
-
-def _ps121_fire():
-    """Synthetic: the uncapped FFMA kernel idling at CTA barriers."""
-    kp = with_sol(one("spill", 0), sm_pct=20.0, l1tex_pct=20.0, l2_pct=20.0, dram_pct=10.0)
-    return with_stalls(kp, issue_active=20.0, barrier=5.0, long_scoreboard=1.0, not_selected=0.5), {}
-
-
-def _ps121_silent():
-    """Real: nvjet waits at barriers 32% of its stall time, by design (warp-specialised)."""
-    return one("cublas_hgemm_4096"), {}
-
-
-def _ps130_fire():
-    """Real: the kernel built with --maxrregcount=32 spills."""
-    return one("spill", 1), {}
-
-
-def _ps130_silent():
-    """Real: the same code uncapped (80 registers) does not."""
-    return one("spill", 0), {}
-
-
-def _ps131_fire():
-    """Synthetic: the uncapped kernel (registers limit it to 37.5%) made latency-bound."""
-    return idle_uncapped(), {}
-
-
-def _ps131_silent():
-    """Real: cuBLAS's SGEMM at 254 registers and 12.5% occupancy keeps its FMA pipe busy."""
-    return one("cublas_sgemm_4096"), {}
+    return dataclasses.replace(kp, memory=mem)
 
 
 def smem_limited(kp: KernelProfile) -> KernelProfile:
-    return dataclasses.replace(kp, launch=dataclasses.replace(kp.launch, occupancy_limiter="shared memory"))
-
-
-def _ps132_fire():
-    """Synthetic: as PS131's case, with shared memory as the limiter."""
-    return smem_limited(idle_uncapped()), {}
-
-
-def _ps132_silent():
-    """Synthetic: nvjet with shared memory as the limiter and its stalls: still silent,
-    it is warp-specialised and its tensor pipe is busy."""
-    return smem_limited(one("cublas_hgemm_4096")), {}
-
-
-def _ps140_fire():
-    """Synthetic input: the FFMA-only uncapped kernel declared as an fp16 GEMM."""
-    return one("spill", 0), {"context": Context(dtype="fp16")}
-
-
-def _ps140_silent():
-    """Real: nvjet computes fp16 with HGMMA."""
-    return one("cublas_hgemm_4096"), {"context": Context(dtype="fp16")}
-
-
-def _ps141_fire():
-    """Synthetic: an HMMA kernel on sm_90."""
-    return hmma_kernel("9.0"), {}
-
-
-def _ps141_silent():
-    """Synthetic: the same HMMA kernel on sm_89, where mma.sync is the right path."""
-    return hmma_kernel("8.9"), {}
-
-
-def _ps142_fire():
-    """Synthetic: an HMMA kernel fed by LDGSTS on sm_90."""
-    return hmma_kernel("9.0"), {}
-
-
-def _ps142_silent():
-    """Real: nvjet loads its tiles with UTMALDG."""
-    return one("cublas_hgemm_4096"), {}
-
-
-def _ps150_fire():
-    """Real: a 256-CTA transpose in the 24-launch capture fills a quarter of one wave."""
-    return one("many_launches", 14), {}
-
-
-def _ps150_silent():
-    """Real: cuBLAS's SGEMM runs 3.88 waves (3% idle)."""
-    return one("cublas_sgemm_4096"), {}
-
-
-def _ps151_fire():
-    """Manifest: 4100x4100 on 128x128 tiles pads 5.8% of the work."""
-    return one("cublas_hgemm_4096"), {"manifest": manifest(m=4100, n=4100)}
-
-
-def _ps151_silent():
-    """Manifest: 4096x4096 on 128x128 tiles."""
-    return one("cublas_hgemm_4096"), {"manifest": manifest()}
+    la = dataclasses.replace(kp.launch, occupancy_limiter="shared memory",
+                             occupancy_limits={**kp.launch.occupancy_limits, "registers": 9.0,
+                                               "shared memory": 3.0})
+    return dataclasses.replace(kp, launch=la)
 
 
 def _low_l2(carve: float) -> KernelProfile:
     kp = with_sol(one("spill", 0), dram_pct=70.0)
     kp = dataclasses.replace(kp, memory=dataclasses.replace(kp.memory, l2_hit_rate_pct=30.0))
+    kp = with_metric(kp, "dram__bytes_read.sum", 36e6)
+    kp = with_metric(kp, "dram__bytes_write.sum", 4e6)
     return with_metric(kp, "launch__persisting_l2_cache_size", carve)
 
 
-def _ps160_fire():
-    """Synthetic: the FFMA kernel with 30% L2 hits, DRAM at 70%, no persisting carve-out."""
-    return _low_l2(0.0), {}
+def _reread_manifest():
+    return manifest(stage="ps_regs_uncapped", dtype="fp32", m=1024, n=1024, k=1024)
 
 
-def _ps160_silent():
-    """Real: cuBLAS's SGEMM hits L2 91% of the time."""
-    return one("cublas_sgemm_4096"), {}
+CASES: tuple[Case, ...] = (
+    Case("PS101", True, "real", "the strided copy reads 8x its ideal sectors",
+         lambda: (one("strided_copy"), {})),
+    Case("PS101", False, "real", "the float4 copy moves 16-byte vectors at ideal sectors",
+         lambda: (one("float4_copy"), {})),
+    Case("PS101", False, "real", "cuBLAS's bf16 GEMM through PyTorch loads its tiles by TMA",
+         lambda: external("torch_bf16_4096")),
+    Case("PS102", True, "real", "sgemm_naive waits on scalar LDG.E.CONSTANT (86% of stalls)",
+         lambda: reference("sgemm_naive", "fp32")),
+    Case("PS102", False, "real", "the uncapped FFMA kernel is compute-bound (3% long scoreboard)",
+         lambda: (one("spill", 0), {})),
+    Case("PS103", True, "real", "sgemm_naive: 2 LDG per FFMA, operands re-read 23x from the caches",
+         lambda: reference("sgemm_naive", "fp32")),
+    Case("PS103", False, "real", "cuBLAS's SGEMM issues one LDG per 260k FFMAs",
+         lambda: (one("cublas_sgemm_4096"), {})),
+    Case("PS103", False, "real", "cuBLAS's split-K reduction reads each byte once: no GEMM",
+         lambda: external("torch_kheavy", 1)),
+    Case("PS104", True, "real", "Triton 64x64 tiles: 2.5x the L2 bytes per FLOP, L2 at 87%",
+         lambda: external("triton_64x64")),
+    Case("PS104", False, "real", "Triton 128x256 tiles: L2 at 44%", lambda: external("triton_good")),
+    Case("PS104", False, "real", "a decode GEMM (M=16) streams its weight once: no tile can reuse it",
+         lambda: external("torch_decode_m16")),
+    Case("PS105", True, "synthetic", "the strided copy with its excess moved from loads to stores",
+         lambda: (_shift_global_excess_to_stores(), {})),
+    Case("PS105", False, "real", "the strided copy's STG.E stores are at ideal sectors",
+         lambda: (one("strided_copy"), {})),
+    Case("PS110", True, "real", "the transpose's LDS read 32x the ideal wavefronts",
+         lambda: (one("smem_transpose"), {})),
+    Case("PS110", False, "real", "nvjet's shared loads (LDS, HGMMA operands) are at ideal wavefronts",
+         lambda: (one("cublas_hgemm_4096"), {})),
+    Case("PS111", True, "synthetic", "the transpose with its 32-way excess moved to the STS",
+         lambda: (_shift_shared_excess_to_stores(), {})),
+    Case("PS111", False, "real", "nvjet has 130k raw store conflicts but ideal STS/STSM wavefronts",
+         lambda: (one("cublas_hgemm_4096"), {})),
+    Case("PS112", True, "real", "cuBLAS's SGEMM writes shared memory with 4-byte cp.async at 3x ideal",
+         lambda: (one("cublas_sgemm_4096"), {})),
+    Case("PS112", False, "real", "the transpose's excess is on LDS loads, a bank conflict",
+         lambda: (one("smem_transpose"), {})),
+    Case("PS113", True, "real", "sgemm_smem: 1.25 shared loads per FFMA, MIO-throttled",
+         lambda: reference("sgemm_smem", "fp32")),
+    Case("PS113", False, "real", "cuBLAS's SGEMM reads LDS.128 fragments, 0.05 shared loads per FFMA",
+         lambda: (one("cublas_sgemm_4096"), {})),
+    Case("PS120", True, "real", "Triton's 1-stage loop: long scoreboard 54%, L1 78% with no throttle",
+         lambda: external("triton_one_stage")),
+    Case("PS120", False, "real", "the persistent wgmma stage: long scoreboard 48% but the tensor pipe at 89%",
+         lambda: reference("hgemm_tma_wgmma_persistent", "bf16")),
+    Case("PS121", True, "real", "hgemm_tma_wgmma drains its wgmmas behind a CTA barrier (54% of stalls)",
+         lambda: reference("hgemm_tma_wgmma", "bf16")),
+    Case("PS121", False, "real",
+         "nvjet waits at barriers 32% of its stall time, by design (warp-specialised)",
+         lambda: (one("cublas_hgemm_4096"), {})),
+    Case("PS122", True, "real", "sgemm_warptile stages tiles LDG -> STS: long scoreboard 20%",
+         lambda: reference("sgemm_warptile", "fp32")),
+    Case("PS122", False, "real", "sgemm_pipe copies with cp.async into a 3-stage ring",
+         lambda: reference("sgemm_pipe", "fp32")),
+    Case("PS123", True, "real", "hgemm_tma_wgmma_ws: 3.88 waves, tensor pipe 78%",
+         lambda: reference("hgemm_tma_wgmma_ws", "bf16")),
+    Case("PS123", False, "real", "the persistent stage runs one wave",
+         lambda: reference("hgemm_tma_wgmma_persistent", "bf16")),
+    Case("PS130", True, "real", "the kernel built with --maxrregcount=32 spills",
+         lambda: (one("spill", 1), {})),
+    Case("PS130", False, "real", "the same code uncapped (80 registers) does not",
+         lambda: (one("spill", 0), {})),
+    Case("PS131", True, "real", "hgemm_bcf: registers alone cap 2 blocks, 74% latency stalls, issue 20%",
+         lambda: reference("hgemm_bcf", "bf16")),
+    Case("PS131", False, "real", "cuBLAS's SGEMM at 254 registers keeps its FMA pipe busy",
+         lambda: (one("cublas_sgemm_4096"), {})),
+    Case("PS131", False, "real", "nvjet: registers and shared memory both cap it at one block",
+         lambda: (one("cublas_bgemm_4096"), {})),
+    Case("PS132", True, "real", "hgemm_tma_wgmma: a 4-stage ring allows one CTA per SM, latency unhidden",
+         lambda: reference("hgemm_tma_wgmma", "bf16")),
+    Case("PS132", False, "synthetic", "nvjet with shared memory as the only limiter: still silent, "
+         "it is warp-specialised and its tensor pipe is busy",
+         lambda: (smem_limited(one("cublas_hgemm_4096")), {})),
+    Case("PS140", True, "real", "triton_fma_bf16: bf16 inferred from the SASS (F2FP.BF16), FFMA math",
+         lambda: external("triton_fma_bf16")),
+    Case("PS140", False, "real", "nvjet computes fp16 with HGMMA", lambda: (one("cublas_hgemm_4096"), {})),
+    Case("PS140", False, "real", "an FP32 GEMM is right to use FFMA", lambda: (one("cublas_sgemm_4096"), {})),
+    Case("PS140", False, "real", "PyTorch's GELU kernel packs bf16 but is no GEMM",
+         lambda: external("torch_gelu_after_mm", 1)),
+    Case("PS141", True, "real", "hgemm_bcf_dbf_rw runs mma.sync on sm_90",
+         lambda: reference("hgemm_bcf_dbf_rw", "bf16")),
+    Case("PS141", False, "synthetic", "the same HMMA kernel on sm_89, where mma.sync is the right path",
+         lambda: (hmma_kernel("8.9"), {})),
+    Case("PS142", True, "real", "Triton's 64x64 kernel feeds wgmma with cp.async on sm_90",
+         lambda: external("triton_64x64")),
+    Case("PS142", False, "real", "nvjet loads its tiles with UTMALDG",
+         lambda: (one("cublas_hgemm_4096"), {})),
+    Case("PS150", True, "synthetic", "cuBLAS's SGEMM with its grid cut to 1.5 waves",
+         lambda: (dataclasses.replace(one("cublas_sgemm_4096"), launch=dataclasses.replace(
+             one("cublas_sgemm_4096").launch, waves_per_sm=1.5)), {})),
+    Case("PS150", False, "real", "cuBLAS's SGEMM runs 3.88 waves (3% idle)",
+         lambda: (one("cublas_sgemm_4096"), {})),
+    Case("PS151", True, "synthetic", "manifest: 4100x4100 on 128x128 tiles pads 5.8% of the work",
+         lambda: (one("cublas_hgemm_4096"), {"manifest": manifest(m=4100, n=4100)})),
+    Case("PS151", False, "synthetic", "manifest: 4096x4096 on 128x128 tiles",
+         lambda: (one("cublas_hgemm_4096"), {"manifest": manifest()})),
+    Case("PS152", True, "real", "a 256-CTA transpose in the 24-launch capture fills a quarter of one wave",
+         lambda: (one("many_launches", 14), {})),
+    Case("PS152", False, "real", "cuBLAS's SGEMM runs 3.88 waves", lambda: (one("cublas_sgemm_4096"), {})),
+    Case("PS160", True, "synthetic", "the FFMA kernel: 30% L2 hits, DRAM at 70%, 3x its compulsory bytes",
+         lambda: (_low_l2(0.0), {"manifest": _reread_manifest()})),
+    Case("PS160", False, "real", "a decode GEMM streams its weight once (8% hits, no re-reads)",
+         lambda: external("torch_decode_m16")),
+    Case("PS161", True, "synthetic", "the low-hit kernel with a carve-out of its own (the machine's is 0)",
+         lambda: (_low_l2(11796480.0),
+                  {"context": Context(machine={"launch__persisting_l2_cache_size": 0.0})})),
+    Case("PS161", False, "real", "every launch on the H200 has the 11.25 MiB carve-out: the machine's",
+         lambda: (one("many_launches", 3), {})),
+    Case("PS170", True, "real", "PyTorch's GELU after the GEMM moves its bytes at 53% of the DRAM rate",
+         lambda: external("torch_gelu_after_mm", 1)),
+    Case("PS170", False, "real", "cuBLAS's decode GEMM streams its weight at 91% of the DRAM rate",
+         lambda: external("torch_decode_m16")),
+    Case("PS190", True, "synthetic", "manifest: verdict WRONG",
+         lambda: (one("cublas_hgemm_4096"), {"manifest": manifest("WRONG")})),
+    Case("PS190", False, "synthetic", "manifest: verdict ok",
+         lambda: (one("cublas_hgemm_4096"), {"manifest": manifest("ok")})),
+    Case("PS191", True, "synthetic", "manifest: verdict error",
+         lambda: (one("cublas_hgemm_4096"), {"manifest": manifest("error")})),
+    Case("PS191", False, "synthetic", "manifest: verdict ok",
+         lambda: (one("cublas_hgemm_4096"), {"manifest": manifest("ok")})),
+)
 
 
-def _ps161_fire():
-    """Synthetic: the same low-hit kernel with the captures' real 11.25 MiB carve-out."""
-    return _low_l2(11796480.0), {}
-
-
-def _ps161_silent():
-    """Synthetic: the same without a carve-out (PS160 answers instead)."""
-    return _low_l2(0.0), {}
-
-
-def _ps190_fire():
-    return one("cublas_hgemm_4096"), {"manifest": manifest("WRONG")}
-
-
-def _ps190_silent():
-    return one("cublas_hgemm_4096"), {"manifest": manifest("ok")}
-
-
-def _ps191_fire():
-    return one("cublas_hgemm_4096"), {"manifest": manifest("error")}
-
-
-def _ps191_silent():
-    return one("cublas_hgemm_4096"), {"manifest": manifest("ok")}
-
-
-CASES = {"PS" + name[3:6]: (fn, globals()[name.replace("_fire", "_silent")])
-         for name, fn in list(globals().items()) if name.startswith("_ps") and name.endswith("_fire")}
+def _case_id(c: Case) -> str:
+    return f"{c.code}-{'fires' if c.fires else 'silent'}-{c.why[:40]}"
 
 
 def test_every_rule_has_a_firing_and_a_silent_case():
-    assert set(CASES) == set(BY_CODE)
+    assert {c.code for c in CASES if c.fires} == set(BY_CODE)
+    assert {c.code for c in CASES if not c.fires} == set(BY_CODE)
 
 
-@pytest.mark.parametrize("code", sorted(BY_CODE))
-def test_rule_fires(code):
-    kp, kw = CASES[code][0]()
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_case(case: Case):
+    kp, kw = case.make()
     ev = evaluate(kp, **kw)
-    found = [f for f in ev.findings if f.code == code]
-    assert found, (code, [f.code for f in ev.findings], ev.not_evaluated)
-    f = found[0]
-    assert f.tag == BY_CODE[code].tag and f.evidence and f.fix
-    assert "{" not in f.fix, f.fix   # every placeholder filled
-    assert f.estimated_gain is None or 0 < f.estimated_gain <= 0.95
-
-
-@pytest.mark.parametrize("code", sorted(BY_CODE))
-def test_rule_silent(code):
-    kp, kw = CASES[code][1]()
-    ev = evaluate(kp, **kw)
-    assert code in ev.silent, (code, [f.code for f in ev.findings], ev.not_evaluated)
+    found = [f for f in ev.findings if f.code == case.code]
+    if case.fires:
+        assert found, (case.code, [f.code for f in ev.findings], ev.not_evaluated)
+        f = found[0]
+        assert f.tag == BY_CODE[case.code].tag and f.evidence and f.fix
+        assert "{" not in f.fix, f.fix   # every placeholder filled
+        assert f.estimated_gain is None or 0 < f.estimated_gain <= 1
+        room = ev.headroom.fraction if ev.headroom is not None else 1.0
+        assert f.estimated_gain is None or f.estimated_gain <= room + 1e-9
+    else:
+        assert case.code in ev.silent, (case.code, [f.code for f in ev.findings], ev.not_evaluated)
 
 
 # ------------------------------------------------------------------- the table itself
@@ -398,6 +345,10 @@ def test_rules_are_documented_data():
         assert rule.severity in SEVERITIES
         for section in DOC_SECTIONS:
             assert f"{section}:" in rule.doc, (rule.code, section)
+        # A before/after fragment, and a citation a user can open (seeds stay in the doc).
+        example = rule.doc.split("Example:", 1)[1]
+        assert "before:" in example and "after:" in example, rule.code
+        assert "seed" not in rule.reference.lower(), (rule.code, rule.reference)
         assert rule.reference and rule.fix and rule.title
         # A pure predicate of one argument.
         assert list(inspect.signature(rule.check).parameters) == ["inputs"]
@@ -469,7 +420,8 @@ def test_cpasync_excess_is_uncoalesced_shared_not_bank_conflicts():
     ev = evaluate(one("cublas_sgemm_4096"))
     assert "bank-conflicts" not in ev.tags
     f = next(f for f in ev.findings if f.tag == "uncoalesced-shared")
-    assert f.severity == "optimization" and "LDGSTS" in f.fix
+    # A real but small cost: its FMA pipe is 77% busy, so the replays cost ~2% of its time.
+    assert f.severity in ("info", "optimization") and "LDGSTS" in f.fix
 
 
 def test_many_launches_judged_per_launch():
@@ -585,3 +537,17 @@ def test_diagnose_reads_the_manifest_beside_the_report(tmp_path):
     (tmp_path / "hgemm_naive-fp16-4096x4096x4096.json").write_text("{broken")
     result = runner.invoke(app, ["diagnose", "--json", str(rep)])
     assert result.exit_code == 0
+
+
+def test_exposed_latency_fix_knows_whether_the_loads_are_already_asynchronous():
+    """hgemm_bcf stages its tiles with cp.async (LDGSTS) into one buffer: the advice is more
+    stages, not "use cp.async". Triton's one-stage kernel stages them with LDG + STS: there
+    the async ring is the fix."""
+    from perfscope.diagnosis import diagnose
+
+    (bcf,) = diagnose([REFERENCE / "hgemm_bcf-fp16-4096x4096x4096.ncu-rep.xz"])
+    (one,) = diagnose([FIXTURES.parent / "external" / "triton_one_stage.ncu-rep.xz"])
+    fix = {d.label: next(f.fix for f in d.evaluation.findings if f.code == "PS120") for d in (bcf, one)}
+    assert "already arrive asynchronously (cp.async in the SASS)" in fix[bcf.label]
+    assert "add stages" in fix[bcf.label] and "3-4 stage cp.async ring" not in fix[bcf.label]
+    assert "3-4 stage cp.async ring" in fix[one.label]

@@ -128,15 +128,7 @@ _NS_PER = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "mse
 
 def spans(owners: Sequence[str | None]) -> dict[str, tuple[int, int]]:
     """name -> (first launch, count); a workload's launches must be contiguous."""
-    found: dict[str, tuple[int, int]] = {}
-    for i, owner in enumerate(owners):
-        if owner is None:
-            continue
-        first, count = found.get(owner, (i, 0))
-        if first + count != i:
-            raise PerfscopeError(f"the launches of {owner} are not contiguous in the combined report")
-        found[owner] = (first, count + 1)
-    return found
+    return profiling.launch_spans(owners, "the combined report")
 
 
 def label_launches(w: wl.Workload, kernels: Sequence[str]) -> list[str]:

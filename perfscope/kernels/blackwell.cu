@@ -1,5 +1,8 @@
 // perfscope Blackwell stage: tcgen05.mma with the accumulator in tensor memory (seed 000 §4).
 //
+// What each stage changes against its parent is written once, in its KernelSpec
+// (perfscope/kernels/registry.py; `perfscope kernels` prints it); the headers here say how.
+//
 // COMPILED, NEVER RUN. No Blackwell GPU has executed this file; perfscope builds it for
 // sm_100a and sm_103a and audits its SASS (`perfscope sass hgemm_tcgen05`). Its
 // descriptor encodings are unit-tested against the PTX ISA tables; its results are not.
@@ -33,7 +36,7 @@
 //   SASS     UTMALDG (TMA) + UTCHMMA (tcgen05.mma kind::f16) + UTCBAR (tcgen05.commit)
 //            + LDTM (tcgen05.ld) + tensor-memory alloc/dealloc; SYNCS for the mbarriers.
 //   parent   hgemm_bcf_dbf_rw (the mma.sync ladder's last stage)
-//   change   Operands reach shared memory by TMA (one thread, 128B hardware swizzle), one
+//   how      Operands reach shared memory by TMA (one thread, 128B hardware swizzle), one
 //            thread issues 128xBNx16 tcgen05.mma into a tensor-memory accumulator, each
 //            stage is released by tcgen05.commit on an mbarrier, and the epilogue reads
 //            the accumulator with tcgen05.ld.

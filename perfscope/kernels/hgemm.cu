@@ -1,5 +1,8 @@
 // perfscope FP16/BF16 HGEMM ladder: mma.sync.m16n8k16 on tensor cores (seed 004).
 //
+// What each stage changes against its parent is written once, in its KernelSpec
+// (perfscope/kernels/registry.py; `perfscope kernels` prints it); the headers here say how.
+//
 // C[M][N] = A[M][K] * B[K][N], all row-major (numpy `a @ b`), T = __half or
 // __nv_bfloat16, fp32 accumulation, C rounded to T (round to nearest even).
 //
@@ -431,7 +434,7 @@ __device__ __forceinline__ void hgemm_body(const T* __restrict__ A, const T* __r
 //     aligned, that operand is loaded with predicated scalar loads and zero fill
 //     instead; C stores are predicated per element.
 //   parent: none (first stage of the FP16/BF16 ladder).
-//   change: cp.async + ldmatrix + mma.sync m16n8k16 with a 2x4-warp 128x128x32 tile and a
+//   how: cp.async + ldmatrix + mma.sync m16n8k16 with a 2x4-warp 128x128x32 tile and a
 //     grid swizzle; shared tiles are NOT swizzled, so ldmatrix hits 4-way (A) and 8-way
 //     (B) bank conflicts on purpose.
 //   seed 004 section 1 (hgemm_naive).
@@ -455,7 +458,7 @@ hgemm_naive(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
 //     tile edges are zero-filled (cp.async src-size 0) and C stores predicated;
 //     A, B, C 16-byte aligned.
 //   parent: hgemm_naive.
-//   change: XOR-swizzles the A and B shared tiles (16-byte chunk ^ row bits) so every
+//   how: XOR-swizzles the A and B shared tiles (16-byte chunk ^ row bits) so every
 //     ldmatrix phase hits 8 distinct bank groups, i.e. conflict-free.
 //   seed 004 section 2 (hgemm_bcf).
 //   SASS: LDGSTS, LDSM, LDSM.T, HMMA.16816.F32[.BF16], BAR.SYNC, STG.E (32-bit).
@@ -476,7 +479,7 @@ hgemm_bcf(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
 //   shapes: K % 8 == 0 and N % 8 == 0; any M; edges zero-filled, C stores predicated;
 //     A, B, C 16-byte aligned.
 //   parent: hgemm_bcf.
-//   change: double-buffers the shared tiles, issuing tile k+1's cp.async before the
+//   how: double-buffers the shared tiles, issuing tile k+1's cp.async before the
 //     tensor-core work on tile k, with one barrier per k tile instead of two.
 //   seed 004 section 3 (hgemm_bcf_dbf).
 //   SASS: LDGSTS, LDSM, LDSM.T, HMMA.16816.F32[.BF16], BAR.SYNC, STG.E (32-bit).
@@ -499,7 +502,7 @@ hgemm_bcf_dbf(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ 
 //   shapes: K % 8 == 0 and N % 8 == 0; any M; edges zero-filled, C stored per 16-byte
 //     chunk with row/column predication; A, B, C 16-byte aligned.
 //   parent: hgemm_bcf_dbf.
-//   change: stages the C tile through swizzled shared memory and writes it with 16-byte
+//   how: stages the C tile through swizzled shared memory and writes it with 16-byte
 //     coalesced stores (STS + LDS.128 + STG.E.128) instead of 4-byte fragment stores.
 //   seed 004 section 4 (hgemm_bcf_dbf_rw).
 //   SASS: LDGSTS, LDSM, LDSM.T, HMMA.16816.F32[.BF16], BAR.SYNC, STS, LDS.128, STG.E.128.

@@ -5,7 +5,8 @@ both use, for the ladder kernels (a cubin from :mod:`perfscope.build`, loaded wi
 ``cupy.RawModule``; pointer-ABI stages launched by CuPy, tensor-map stages through
 :mod:`perfscope.kernels.tensormap` and ``cuLaunchKernelEx``) and for the cuBLAS references
 (``cupy.matmul``, which CuPy 14 sends to cuBLAS for float32, float16 and
-ml_dtypes.bfloat16 arrays).
+ml_dtypes.bfloat16 arrays); the cuBLASLt references go through nvmath-python's stateful
+``Matmul`` (planned once per set of operands, then executed in place into C).
 
 CuPy is imported only here and only when a GPU is asked for, so the CPU-only parts of
 perfscope (compiling, the registry, reading reports) work without it.
@@ -21,8 +22,10 @@ from typing import Any
 
 from perfscope.build import CompiledModule, CompileRequest, check_arch, compile_cubin
 from perfscope.errors import PerfscopeError
+from perfscope.kernels.registry import LT_REFERENCES
 from perfscope.kernels.spec import KERNEL_DIR, KernelSpec, Shape
 from perfscope.kernels.tensormap import Driver, TensorMapLauncher, persistent_grid, plan_maps
+from perfscope.locations import install_hint
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +95,8 @@ def require_gpu() -> Any:
         import cupy
     except ImportError:
         raise PerfscopeError("no GPU: CuPy is not installed (install perfscope with the "
-                             "'cuda13' or 'cuda12' extra on a machine with an NVIDIA GPU)"
+                             f"'cuda13' or 'cuda12' extra on a machine with an NVIDIA GPU: "
+                             f"{install_hint('cuda13')})"
                              ) from None
     try:
         count = cupy.cuda.runtime.getDeviceCount()
@@ -114,6 +118,7 @@ def device_arch(cupy: Any) -> tuple[str, int]:
 
 
 def numpy_dtype(dtype: str) -> Any:
+    """The NumPy dtype of an element type (bf16 through ml_dtypes); PerfscopeError for another."""
     import numpy as np
 
     if dtype == "fp32":
@@ -160,8 +165,15 @@ class Prepared:
     raw_module: Any = None
     # Set for tensor-map stages: encodes A, B and C's maps and calls cuLaunchKernelEx.
     tensormap: Any = None
+    # Set for the cuBLASLt references: an LtMatmul.
+    library: Any = None
 
     def launch(self, a: Any, b: Any, c: Any) -> None:
+        """Enqueue C = A·B on the current stream: through cuBLASLt, cuBLAS, a tensor-map launch or
+        the kernel itself."""
+        if self.library is not None:
+            self.library(a, b, c)
+            return
         if self.function is None:
             import cupy
 
@@ -192,7 +204,8 @@ def prepare(spec: KernelSpec, dtype: str, shape: Shape) -> Prepared:
     if refusal:
         raise PerfscopeError(refusal)
     if spec.is_reference:
-        return Prepared(spec, dtype, shape, None, None, (0, 0, 0), (0, 0, 0), 0)
+        lt = LtMatmul(nvmath_advanced()) if spec.name in _LT_NAMES else None
+        return Prepared(spec, dtype, shape, None, None, (0, 0, 0), (0, 0, 0), 0, library=lt)
     module = compile_stage(spec, dtype, arch)
     raw = cupy.RawModule(path=str(module.cubin_path))
     fn = raw.get_function(module.mangled(spec.name_expression(dtype)))
@@ -234,3 +247,63 @@ def capability_refusal(spec: KernelSpec, cc: int) -> str | None:
         return (f"{spec.name} runs only on compute capability {need} (its instructions exist "
                 f"on {', '.join(spec.archs)} alone); this GPU has {cc / 10:.1f}")
     return None
+
+
+# ------------------------------------------------------------------ cuBLASLt (nvmath)
+
+_LT_NAMES = frozenset(s.name for s in LT_REFERENCES)
+
+
+def nvmath_advanced() -> Any:
+    """nvmath.linalg.advanced, or a one-sentence refusal that says how to get it."""
+    try:
+        import nvmath.linalg.advanced as advanced
+    except Exception as exc:  # ImportError, or a CUDA library missing behind it
+        raise PerfscopeError(f"the cuBLASLt references need nvmath-python, which does not import "
+                             f"here ({type(exc).__name__}: {exc}); pip install nvmath-python, or "
+                             "diff against 'cublas' instead") from None
+    if not hasattr(advanced, "Matmul"):
+        raise PerfscopeError("this nvmath-python has no stateful nvmath.linalg.advanced.Matmul; "
+                             "install nvmath-python 0.5 or newer")
+    return advanced
+
+
+class LtMatmul:
+    """C = A·B through cuBLASLt, planned once per (A, B, C) and executed per call.
+
+    In place (``inplace=True``, C as the operand with beta 0), so execute() writes the
+    row-major C it is given and allocates nothing: no copy kernel lands beside cuBLASLt's
+    inside a profiled range. nvmath's one-shot ``matmul`` would re-plan on every call.
+    """
+
+    def __init__(self, advanced: Any) -> None:
+        self._advanced = advanced
+        self._plans: dict[tuple[int, int, int], Any] = {}
+        # nvmath logs to the root logger unless given one; keep its INFO lines out of the
+        # profiled runner's output.
+        self._log = logging.getLogger("perfscope.nvmath")
+        self._log.setLevel(logging.WARNING)
+
+    def _plan(self, a: Any, b: Any, c: Any) -> Any:
+        try:
+            mm = self._advanced.Matmul(a, b, c=c, alpha=1.0, beta=0.0,
+                                       options={"inplace": True, "logger": self._log})
+        except TypeError as exc:
+            raise PerfscopeError(f"this nvmath-python cannot multiply in place ({exc}); install "
+                                 "nvmath-python 0.5 or newer") from None
+        mm.plan()
+        return mm
+
+    def __call__(self, a: Any, b: Any, c: Any) -> None:
+        """C = A·B, planned on the first call with these three arrays and executed from then on."""
+        key = (a.data.ptr, b.data.ptr, c.data.ptr)
+        mm = self._plans.get(key)
+        if mm is None:
+            mm = self._plans[key] = self._plan(a, b, c)
+        mm.execute()
+
+    def free(self) -> None:
+        """Release every plan."""
+        for mm in self._plans.values():
+            mm.free()
+        self._plans.clear()

@@ -16,11 +16,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from perfscope.errors import PerfscopeError
+from perfscope.kernels.fused_specs import FUSED
 from perfscope.kernels.spec import (
     KernelSpec,
     Params,
+    SearchSpace,
     Shape,
     ShapeConstraint,
+    SpaceRule,
     TmaBox,
     TmaBoxes,
     tile_grid,
@@ -129,6 +132,63 @@ _HOPPER = {"family": "hgemm", "dtypes": HALF, "source": "hopper.cu", "min_cc": 9
            "tma_boxes": _tma_boxes, "constraints": (_K8_TMA, _N8_TMA),
            "absent": ("hmma", "ldgsts")}
 
+# ------------------------------------------------------------------ search spaces
+# What `perfscope tune` may vary, read off each template's static_asserts. Limits common to
+# every stage (shared memory per block, 48 KiB of static shared memory, TMA boxes of at
+# most 256 per dimension, 1024 threads, ptxas spills) are checked by the tuner itself, so
+# e.g. BN=256 with 4 or more STAGES is declared here and pruned there (it needs more than
+# the 227 KiB an H200 block may opt into).
+_WGMMA_N = (128, 256)   # the Wgmma<T, N> specialisations hopper.cuh provides
+_RING_STAGES = (2, 3, 4, 5, 6)
+
+_SPACE_TMA_WGMMA = SearchSpace(values=(
+    ("BM", (64, 128, 192, 256)), ("BN", _WGMMA_N), ("BK", (64,)), ("STAGES", _RING_STAGES)))
+# The warp-specialised stages split BM over two 64-row consumer warpgroups: BM is 128.
+_SPACE_WS = SearchSpace(values=(
+    ("BM", (128,)), ("BN", _WGMMA_N), ("BK", (64,)), ("STAGES", (2, 3, 4, 5, 6, 7))))
+_SPACE_PERSISTENT = SearchSpace(values=(
+    ("BM", (128,)), ("BN", _WGMMA_N), ("BK", (64,)), ("STAGES", _RING_STAGES),
+    ("GROUP", (1, 2, 4, 8, 16))))
+_SPACE_CLUSTER = SearchSpace(
+    values=(("BM", (128,)), ("BN", _WGMMA_N), ("BK", (64,)), ("STAGES", _RING_STAGES),
+            ("GROUP", (2, 4, 8, 16))),
+    rules=(SpaceRule("GROUP must hold whole CTA pairs (a multiple of 2)",
+                     lambda p: p["GROUP"] % 2 == 0),))
+
+
+def _warp_threads(p: Params) -> int:
+    return (p["BM"] // p["WM"]) * (p["BN"] // p["WN"]) * 32
+
+
+_SPACE_PIPE = SearchSpace(
+    values=(("BM", (64, 128, 256)), ("BN", (64, 128, 256)), ("BK", (8, 16)),
+            ("WM", (16, 32, 64)), ("WN", (32, 64, 128)), ("TM", (4, 8)), ("TN", (4, 8)),
+            ("STAGES", (2, 3, 4))),
+    rules=(
+        SpaceRule("the block tile must split into whole warp tiles and each warp tile into "
+                  "whole thread tiles (BM % WM, BN % WN, WM % TM, WN % TN)",
+                  lambda p: not (p["BM"] % p["WM"] or p["BN"] % p["WN"] or p["WM"] % p["TM"]
+                                 or p["WN"] % p["TN"])),
+        SpaceRule("a warp tile must hold exactly 32 lanes ((WM / TM) * (WN / TN) == 32)",
+                  lambda p: (p["WM"] // max(p["TM"], 1)) * (p["WN"] // max(p["TN"], 1)) == 32),
+        SpaceRule("A's 4-byte copies must cover the tile evenly (threads % BK, BM * BK % threads)",
+                  lambda p: _warp_threads(p) % p["BK"] == 0
+                  and (p["BM"] * p["BK"]) % _warp_threads(p) == 0),
+        SpaceRule("B's 16-byte copies must cover the tile evenly (BK * BN / 4 % threads)",
+                  lambda p: (p["BK"] * p["BN"] // 4) % _warp_threads(p) == 0),
+    ))
+
+_SPACE_BCF = SearchSpace(
+    values=(("BM", (64, 128, 256)), ("BN", (64, 128, 256)), ("BK", (16, 32, 64)),
+            ("GROUP", (4, 8, 16))),
+    rules=(
+        SpaceRule("each of the 256 threads must copy a whole number of 16-byte chunks of A, "
+                  "B and the C tile", lambda p: (p["BM"] * p["BK"] // 8) % 256 == 0
+                  and (p["BK"] * p["BN"] // 8) % 256 == 0 and (p["BM"] * p["BN"] // 8) % 256 == 0),
+        SpaceRule("the C staging tile (BM * BN * 2 bytes) must fit in 48 KiB of static shared "
+                  "memory", lambda p: p["BM"] * p["BN"] * 2 <= 48 * 1024),
+    ))
+
 REGISTRY: tuple[KernelSpec, ...] = (
     # ------------------------------------------------------------------ FP32 ladder
     KernelSpec(name="sgemm_naive", entry="sgemm_naive", parent=None,
@@ -184,7 +244,8 @@ REGISTRY: tuple[KernelSpec, ...] = (
                static_smem=_tiles_smem("STAGES", 4, pad_m=4),
                change="Feeds the warp-tiled kernel through a STAGES-deep cp.async ring of "
                       "shared buffers (STAGES = 2, 3 or 4).",
-               seed="002 §4; 000 §3.1-3.2", **{**_SGEMM_BASE, "fingerprint": ("ffma", "ldgsts")}),
+               seed="002 §4; 000 §3.1-3.2", **{**_SGEMM_BASE, "fingerprint": ("ffma", "ldgsts")},
+               space=_SPACE_PIPE),
     # ------------------------------------------------------------------ FP16/BF16 ladder
     KernelSpec(name="hgemm_naive", entry="hgemm_naive", parent=None,
                change="cp.async, ldmatrix and mma.sync m16n8k16 on a 128x128x32 tile with "
@@ -204,7 +265,8 @@ REGISTRY: tuple[KernelSpec, ...] = (
                constraints=(_K8, _N8),
                change="Stages the C tile through swizzled shared memory and writes it back "
                       "with 16-byte coalesced stores.",
-               seed="004 §4", **{**_HGEMM, "static_smem": _tiles_smem(2, 2)}),
+               seed="004 §4", **{**_HGEMM, "static_smem": _tiles_smem(2, 2)},
+               space=_SPACE_BCF),
     # ------------------------------------------------------------------ Hopper (hopper.cu)
     KernelSpec(name="hgemm_tma_wgmma", entry="hgemm_tma_wgmma", parent="hgemm_bcf_dbf_rw",
                params=(("BM", 128), ("BN", 128), ("BK", 64), ("STAGES", 4)),
@@ -213,7 +275,7 @@ REGISTRY: tuple[KernelSpec, ...] = (
                change="TMA brings 128B-swizzled A and B tiles into a 4-deep mbarrier ring and "
                       "one warpgroup issues wgmma m64n128k16 straight from shared memory, "
                       "waiting for each k tile's wgmmas before its slot is refilled.",
-               seed="000 §4; 004 §5", **_HOPPER),
+               seed="000 §4; 004 §5", **_HOPPER, space=_SPACE_TMA_WGMMA),
     KernelSpec(name="hgemm_tma_wgmma_ws", entry="hgemm_tma_wgmma_ws", parent="hgemm_tma_wgmma",
                params=(("BM", 128), ("BN", 256), ("BK", 64), ("STAGES", 4)),
                block=_threads(384), grid=tile_grid(), dynamic_smem=_ring_smem(),
@@ -222,7 +284,7 @@ REGISTRY: tuple[KernelSpec, ...] = (
                       "against empty/full mbarriers while two consumer warpgroups "
                       "(setmaxnreg.inc) keep one wgmma m64n256k16 group in flight; 128x256 "
                       "tiles.",
-               seed="000 §4", **_HOPPER),
+               seed="000 §4", **_HOPPER, space=_SPACE_WS),
     KernelSpec(name="hgemm_tma_wgmma_persistent", entry="hgemm_tma_wgmma_persistent",
                parent="hgemm_tma_wgmma_ws",
                params=(("BM", 128), ("BN", 256), ("BK", 64), ("STAGES", 3), ("GROUP", 8)),
@@ -232,7 +294,7 @@ REGISTRY: tuple[KernelSpec, ...] = (
                change="Persistent CTAs, one per multiprocessor, walk the tiles in grouped "
                       "L2-friendly order; the producer runs ahead into the next tile while the "
                       "consumers store C through swizzled shared memory by TMA.",
-               seed="000 §4", **_HOPPER),
+               seed="000 §4", **_HOPPER, space=_SPACE_PERSISTENT),
     KernelSpec(name="hgemm_tma_wgmma_cluster", entry="hgemm_tma_wgmma_cluster",
                parent="hgemm_tma_wgmma_persistent",
                params=(("BM", 128), ("BN", 256), ("BK", 64), ("STAGES", 3), ("GROUP", 8)),
@@ -247,7 +309,8 @@ REGISTRY: tuple[KernelSpec, ...] = (
                      "of cuBLAS at 4096^3 against the persistent stage's 1.00 (bf16 and fp16), "
                      "0.98 against 1.02 at 8192^3. The persistent stage is not short of L2 "
                      "bandwidth, so halving B's L2 reads buys nothing while the pair's shared "
-                     "slots make each CTA wait for the slower one.", **_HOPPER),
+                     "slots make each CTA wait for the slower one.", **_HOPPER,
+               space=_SPACE_CLUSTER),
     # ------------------------------------------------------------------ cuBLAS references
     KernelSpec(name="cublas_sgemm", family="cublas", dtypes=("fp32",),
                change="cuBLAS FP32 GEMM through cupy.matmul (TF32 off).",
@@ -260,6 +323,18 @@ REGISTRY: tuple[KernelSpec, ...] = (
                       "ml_dtypes.bfloat16 arrays.",
                seed="004 §5", fingerprint=("gmma",)),
 )
+
+# cuBLASLt through nvmath-python's stateful Matmul (planned once, executed per call), for
+# `perfscope diff A cublaslt`: profiled on demand, never under "all" (nvmath is optional).
+# REFERENCE_FOR_DTYPE stays cuBLAS: these are a second opinion, not the ladder's line.
+LT_REFERENCES: tuple[KernelSpec, ...] = tuple(
+    KernelSpec(name=f"cublaslt_{letter}gemm", family="cublas", dtypes=(dtype,),
+               change=f"cuBLASLt {what} GEMM (fp32 accumulate, no epilogue) through nvmath-python's "
+                      "stateful Matmul, planned once, written in place into row-major C.",
+               seed="000 §6", fingerprint=fingerprint)
+    for letter, dtype, what, fingerprint in (("s", "fp32", "FP32", ("ffma",)),
+                                             ("h", "fp16", "FP16", ("gmma",)),
+                                             ("b", "bf16", "BF16", ("gmma",))))
 
 # ------------------------------------------------------------------ compiled, never run
 COMPILED_ONLY: tuple[KernelSpec, ...] = (
@@ -286,8 +361,14 @@ COMPILED_ONLY: tuple[KernelSpec, ...] = (
 REFERENCE_FOR_DTYPE: Mapping[str, str] = {
     "fp32": "cublas_sgemm", "fp16": "cublas_hgemm", "bf16": "cublas_bgemm"}
 
-_BY_NAME: Mapping[str, KernelSpec] = {s.name: s for s in REGISTRY + COMPILED_ONLY}
-if len(_BY_NAME) != len(REGISTRY) + len(COMPILED_ONLY):
+# The fused-epilogue stages (kernels/fused_specs.py) take bias/residual pointers after the
+# tensor-map ABI: perfscope sass audits them and benchmarks/fused_check.py runs and times
+# them; bench and profile do not launch that ABI yet, so they are no runnable stage.
+EPILOGUE_STAGES: tuple[KernelSpec, ...] = FUSED
+
+_BY_NAME: Mapping[str, KernelSpec] = {s.name: s for s in REGISTRY + LT_REFERENCES + COMPILED_ONLY
+                                      + EPILOGUE_STAGES}
+if len(_BY_NAME) != len(REGISTRY) + len(LT_REFERENCES) + len(COMPILED_ONLY) + len(EPILOGUE_STAGES):
     raise ImportError("two stages share a name")
 if any(not s.never_run for s in COMPILED_ONLY) or any(s.never_run for s in REGISTRY):
     raise ImportError("COMPILED_ONLY holds exactly the never-run stages")
@@ -300,7 +381,7 @@ def all_specs() -> tuple[KernelSpec, ...]:
 
 def audit_specs() -> tuple[KernelSpec, ...]:
     """Every stage with CUDA source, runnable or compiled-only: what `perfscope sass` audits."""
-    return tuple(s for s in REGISTRY + COMPILED_ONLY if not s.is_reference)
+    return tuple(s for s in REGISTRY + COMPILED_ONLY + EPILOGUE_STAGES if not s.is_reference)
 
 
 def names() -> tuple[str, ...]:
@@ -318,19 +399,43 @@ def get_spec(name: str) -> KernelSpec:
     return spec
 
 
+# What each stage's change addresses among its parent's findings (KernelSpec.addresses),
+# kept beside the rows so the table above stays the stages' own data.
+ADDRESSES: Mapping[str, tuple[str, ...]] = {
+    "sgemm_smem": ("PS101", "PS102", "PS103"),
+    "sgemm_reg4x4": ("PS113",),
+    "sgemm_reg8x8": ("PS113",),
+    "sgemm_float4": ("PS102", "PS110"),
+    "sgemm_warptile": ("PS110",),
+    "sgemm_pipe": ("PS120", "PS122"),
+    "hgemm_bcf": ("PS110", "PS111"),
+    "hgemm_bcf_dbf": ("PS120", "PS121"),
+    "hgemm_bcf_dbf_rw": ("PS105",),
+    "hgemm_tma_wgmma": ("PS141", "PS142"),
+    "hgemm_tma_wgmma_ws": ("PS121",),
+    "hgemm_tma_wgmma_persistent": ("PS123", "PS150"),
+    "hgemm_tma_wgmma_cluster": ("PS104", "PS160"),
+}
+
+
+def _addresses(spec: KernelSpec) -> tuple[str, ...]:
+    return spec.addresses or ADDRESSES.get(spec.name, ())
+
+
 def stage_info(spec: KernelSpec) -> StageInfo:
     """What analysis needs of a stage, as a plain value (rules and pages never import this
     registry; the loader attaches it to each report of a stage)."""
-    order = {s.name: i for i, s in enumerate(REGISTRY + COMPILED_ONLY)}
+    order = {s.name: i for i, s in enumerate(REGISTRY + LT_REFERENCES + COMPILED_ONLY)}
     refs = {} if spec.is_reference else {d: REFERENCE_FOR_DTYPE[d] for d in spec.dtypes
                                          if d in REFERENCE_FOR_DTYPE}
     return StageInfo(name=spec.name, family=spec.family, dtypes=spec.dtypes, change=spec.change,
                      seed=spec.seed, parent=spec.parent, references=refs,
                      fingerprint=spec.fingerprint, absent=spec.absent, defaults=spec.param_dict,
                      variant=spec.variant, archs=spec.archs, order=order.get(spec.name, len(order)),
-                     notes=spec.notes)
+                     addresses=_addresses(spec), notes=spec.notes)
 
 
 def stage_catalogue() -> dict[str, StageInfo]:
-    """StageInfo of every runnable stage, by name, in registry order."""
-    return {s.name: stage_info(s) for s in REGISTRY}
+    """StageInfo of every runnable stage (the cuBLASLt references included), by name, in
+    registry order."""
+    return {s.name: stage_info(s) for s in REGISTRY + LT_REFERENCES}

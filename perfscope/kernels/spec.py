@@ -42,6 +42,7 @@ Params = Mapping[str, int]
 
 
 def normalize_dtype(name: str) -> str:
+    """The canonical dtype name for an alias ("half" -> "fp16"); an unknown one is refused."""
     key = DTYPE_ALIASES.get(name.strip().lower())
     if key is None:
         raise PerfscopeError(f"unknown dtype {name!r}; use one of {', '.join(DTYPES)}")
@@ -67,9 +68,11 @@ class Shape:
 
     @property
     def flops(self) -> int:
+        """Floating-point operations of the product: one multiply and one add per M·N·K."""
         return 2 * self.m * self.n * self.k
 
     def dim(self, name: str) -> int:
+        """The size of dimension "M", "N" or "K"."""
         return {"M": self.m, "N": self.n, "K": self.k}[name]
 
     def __str__(self) -> str:
@@ -112,6 +115,7 @@ class ShapeConstraint:
     why: str  # the reason, finishing the sentence "... because ..."
 
     def check(self, stage: str, shape: Shape) -> None:
+        """Refuse, in one sentence naming the reason, a shape this dimension does not divide."""
         value = shape.dim(self.dim)
         if value % self.multiple_of:
             raise PerfscopeError(
@@ -130,6 +134,7 @@ def tile_grid(bm: str = "BM", bn: str = "BN") -> Callable[[Params, Shape], tuple
 
 
 def no_smem(_params: Params) -> int:
+    """No shared memory of this kind, whatever the parameters."""
     return 0
 
 
@@ -148,6 +153,46 @@ class TmaBoxes:
     a: TmaBox
     b: TmaBox
     c: TmaBox
+
+
+@dataclass(frozen=True)
+class SpaceRule:
+    """A relation between template parameters the kernel needs (one of its static_asserts,
+    or its design), for ``perfscope tune`` to prune configurations before compiling."""
+
+    why: str  # the reason a pruned configuration is given, as a clause: "BM must split ..."
+    holds: Callable[[Params], bool]
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """The values ``perfscope tune`` may give each template parameter of a stage.
+
+    Every parameter of the stage is named, a fixed one with its single value, so a pinned
+    ``--param`` is checked against the same table. Limits that hold for every stage
+    (shared memory, TMA boxes, threads, registers and spills) are not repeated here: the
+    tuner derives them from the spec and from ptxas.
+    """
+
+    values: tuple[tuple[str, tuple[int, ...]], ...]
+    rules: tuple[SpaceRule, ...] = ()
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The parameters, in the stage's order."""
+        return tuple(name for name, _ in self.values)
+
+    def choices(self, name: str) -> tuple[int, ...]:
+        """The values name may take."""
+        return dict(self.values)[name]
+
+    @property
+    def size(self) -> int:
+        """Configurations before any rule or limit prunes them."""
+        n = 1
+        for _, vals in self.values:
+            n *= len(vals)
+        return n
 
 
 @dataclass(frozen=True)
@@ -194,10 +239,16 @@ class KernelSpec:
     persistent: bool = False
     # CTAs per thread-block cluster, along x (a cuLaunchKernelEx launch attribute).
     cluster: int = 1
+    # The values `perfscope tune` searches (None: the stage is not tunable).
+    space: SearchSpace | None = field(default=None, compare=False)
+    # Finding codes of the parent stage that this stage's change addresses: the rows of
+    # the calibration table (predicted by the parent's estimates, measured by bench).
+    addresses: tuple[str, ...] = ()
     notes: str = field(default="", compare=False)
 
     @property
     def is_reference(self) -> bool:
+        """Whether this is a cuBLAS reference rather than a stage of ours."""
         return self.family == "cublas"
 
     @property
@@ -218,6 +269,7 @@ class KernelSpec:
 
     @property
     def param_dict(self) -> dict[str, int]:
+        """The template parameters as a fresh dict, in declaration order."""
         return dict(self.params)
 
     def with_params(self, **overrides: int) -> KernelSpec:
@@ -232,46 +284,56 @@ class KernelSpec:
         return replace(self, params=tuple(known.items()))
 
     def name_expression(self, dtype: str) -> str:
+        """The C++ name NVRTC instantiates, e.g. ``sgemm_smem<float, 32>``."""
         if self.entry is None:
             raise PerfscopeError(f"{self.name} is a library call and has no CUDA source")
         args = ", ".join([DTYPES[dtype], *(str(v) for _, v in self.params)])
         return f"{self.entry}<{args}>"
 
     def block_dims(self) -> tuple[int, int, int]:
+        """The thread block's (x, y, z) at the stage's parameters."""
         if self.block is None:
             raise PerfscopeError(f"{self.name} is a library call and has no launch geometry")
         return self.block(self.param_dict)
 
     def block_threads(self) -> int:
+        """Threads per block."""
         x, y, z = self.block_dims()
         return x * y * z
 
     def grid_dims(self, shape: Shape) -> tuple[int, int, int]:
+        """The grid's (x, y, z) for a shape at the stage's parameters."""
         if self.grid is None:
             raise PerfscopeError(f"{self.name} is a library call and has no launch geometry")
         return self.grid(self.param_dict, shape)
 
     def boxes(self) -> TmaBoxes:
+        """The TMA boxes of A, B and C at the stage's parameters (tensor-map stages only)."""
         if self.tma_boxes is None:
             raise PerfscopeError(f"{self.name} takes pointers, not tensor maps")
         return self.tma_boxes(self.param_dict)
 
     def dynamic_smem_bytes(self) -> int:
+        """Dynamic shared memory the launch asks for, in bytes."""
         return self.dynamic_smem(self.param_dict)
 
     def static_smem_bytes(self) -> int:
+        """Shared memory the kernel declares statically, in bytes."""
         return self.static_smem(self.param_dict)
 
     def check_dtype(self, dtype: str) -> None:
+        """Refuse, in one sentence, a dtype the stage has no instantiation for."""
         if dtype not in self.dtypes:
             raise PerfscopeError(
                 f"{self.name} does not support dtype {dtype}; it takes {', '.join(self.dtypes)}")
 
     def check_shape(self, shape: Shape) -> None:
+        """Refuse, in one sentence, a shape one of the stage's constraints rules out."""
         for c in self.constraints:
             c.check(self.name, shape)
 
     def source_path(self) -> Path:
+        """The stage's CUDA source file (library calls have none)."""
         if self.source is None:
             raise PerfscopeError(f"{self.name} is a library call and has no CUDA source")
         return KERNEL_DIR / self.source

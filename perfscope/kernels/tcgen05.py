@@ -37,6 +37,7 @@ class Field(NamedTuple):
     width: int
 
     def get(self, word: int) -> int:
+        """This field's value in a descriptor word."""
         return (word >> self.lo) & ((1 << self.width) - 1)
 
 
@@ -102,6 +103,7 @@ def instr_desc_f16(ab: str, d_f32: bool, m: int, n: int, a_mn_major: bool, b_mn_
 
 
 def decode(word: int, fields: dict[str, Field]) -> dict[str, int]:
+    """Every named field's value in a descriptor word."""
     return {name: f.get(word) for name, f in fields.items()}
 
 

@@ -3,18 +3,28 @@
 The TMA stages (hopper.cu, blackwell.cu) take ``(TensorMap2D tmap_a, tmap_b, tmap_c, T* C,
 int M, int N, int K)`` with the maps passed by value as ``__grid_constant__`` parameters.
 Their descriptions (dimensions, strides, boxes) are planned here by pure functions that
-the unit tests assert on; only :class:`Driver` touches the GPU, through the CUDA driver
-library (``libcuda.so.1``) with ctypes, so no extra package is needed beside CuPy, which
-allocates the matrices and loads the cubin.
+the unit tests assert on; only :class:`Driver` touches the GPU. CuPy allocates the
+matrices and loads the cubin.
+
+The launch goes through ``cuda.bindings.driver`` (cuda-bindings, in the ``build`` extra):
+``cuLaunchKernelEx`` with a ``CUlaunchConfig`` and, for clusters, a
+``CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION`` attribute, and ``cuOccupancyMaxActiveClusters``;
+enum values come from the same module. The maps themselves are encoded into a buffer of
+our own through ``libcuda.so.1`` with ctypes, because cuda-bindings 13.3 keeps a
+``CUtensorMap`` inside its Python object at an address 48 bytes past a 64-byte boundary
+(checked on x86-64), and the driver requires 64 (cuda-python pull request 1692). Without
+cuda-bindings, the launch falls back to hand-laid ``CUlaunchConfig`` structs (x86-64
+layout, tested).
 
 References: CUDA Driver API, ``cuTensorMapEncodeTiled`` (its constraints on addresses,
 strides, boxes and swizzle) and ``cuLaunchKernelEx`` / ``CUlaunchConfig``; enum values
-from ``cuda.h`` of CUDA 13.0.
+from ``cuda.h`` of CUDA 13.0 where cuda-bindings is absent.
 """
 
 from __future__ import annotations
 
 import ctypes
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,7 +32,23 @@ from typing import Any
 from perfscope.errors import PerfscopeError
 from perfscope.kernels.spec import KernelSpec, Shape, TmaBox
 
-# CUtensorMapDataType, CUtensorMapSwizzle, CUtensorMapL2promotion, ... (cuda.h).
+log = logging.getLogger(__name__)
+
+
+def bindings() -> Any:
+    """cuda.bindings.driver, or None where cuda-bindings is not installed."""
+    try:
+        from cuda.bindings import driver
+    except ImportError:
+        return None
+    return driver
+
+
+# cuda.h's CUtensorMapDataType, CUtensorMapInterleave, CUtensorMapSwizzle,
+# CUtensorMapL2promotion and CUtensorMapFloatOOBfill values: driver ABI, fixed since CUDA 12.0
+# (tests/test_hopper.py holds them against cuda.bindings). Written out rather than read from
+# cuda.bindings at import: its extension loaded before Nsight Compute's 2025.3 report reader
+# crashes the reader's first string call on a GPU machine, and every profile imports this.
 DATA_TYPE = {"fp16": 6, "bf16": 9}
 INTERLEAVE_NONE = 0
 SWIZZLE_128B = 3
@@ -91,6 +117,28 @@ def persistent_grid(ctas: int, capacity: int, cluster: int = 1) -> int:
 LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4
 
 
+def launch_config(cu: Any, geometry: Sequence[tuple[int, int, int] | int], stream: int,
+                  cluster: int) -> Any:
+    """A cuda.bindings CUlaunchConfig: grid, block, dynamic shared memory, stream and, for
+    cluster > 1, the cluster shape (cluster, 1, 1) as its one attribute."""
+    (gx, gy, gz), (bx, by, bz), smem = geometry
+    config = cu.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = gx, gy, gz
+    config.blockDimX, config.blockDimY, config.blockDimZ = bx, by, bz
+    config.sharedMemBytes = smem
+    config.hStream = cu.CUstream(stream)
+    if cluster > 1:
+        attr = cu.CUlaunchAttribute()
+        attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        dim = attr.value.clusterDim
+        dim.x, dim.y, dim.z = cluster, 1, 1
+        config.attrs = [attr]
+        config.numAttrs = 1
+    else:
+        config.numAttrs = 0
+    return config
+
+
 class _LaunchAttribute(ctypes.Structure):
     # CUlaunchAttribute: the id, padding to 8 bytes, a 64-byte value union whose
     # clusterDim member is three unsigned ints.
@@ -125,11 +173,13 @@ class TensorMap:
         self.address = base + (-base % TENSOR_MAP_ALIGN)
 
     def bytes(self) -> bytes:
+        """The map's 128 bytes, as the driver filled them."""
         return ctypes.string_at(self.address, TENSOR_MAP_BYTES)
 
 
 class Driver:
-    """cuTensorMapEncodeTiled and cuLaunchKernelEx from libcuda.so.1."""
+    """cuTensorMapEncodeTiled (libcuda.so.1, into our aligned buffer), cuLaunchKernelEx and
+    cuOccupancyMaxActiveClusters (cuda.bindings.driver, else libcuda.so.1)."""
 
     def __init__(self) -> None:
         try:
@@ -137,6 +187,7 @@ class Driver:
         except OSError:
             raise PerfscopeError("no GPU: the CUDA driver library libcuda.so.1 is not "
                                  "installed") from None
+        self._cu = bindings()
         self._lib.cuGetErrorString.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
         self._lib.cuTensorMapEncodeTiled.argtypes = [
             ctypes.c_void_p, ctypes.c_int, ctypes.c_uint, ctypes.c_void_p,
@@ -156,6 +207,7 @@ class Driver:
             raise PerfscopeError(f"{what} failed: {reason}")
 
     def encode(self, plan: MapPlan, address: int) -> TensorMap:
+        """The tensor map of one operand at this address; PerfscopeError unless it is 16-byte aligned."""
         if address % STRIDE_ALIGN:
             raise PerfscopeError(f"{plan.operand} starts at an address that is not 16-byte "
                                  "aligned, which TMA needs")
@@ -179,19 +231,47 @@ class Driver:
                                ctypes.cast(attrs, ctypes.c_void_p) if attrs else None, count)
         return config, attrs   # attrs must outlive the call that reads config
 
+    def _check_bound(self, result: Any, what: str) -> Any:
+        """The value of a cuda.bindings call, whose first element is its CUresult."""
+        err, *rest = result if isinstance(result, tuple) else (result,)
+        if int(err) != 0:
+            _, text = self._cu.cuGetErrorString(err)
+            reason = text.decode() if isinstance(text, bytes) and text else f"error {int(err)}"
+            raise PerfscopeError(f"{what} failed: {reason}")
+        return rest[0] if rest else None
+
     def launch(self, function: int, geometry: Sequence[tuple[int, int, int] | int],
                stream: int, args: Sequence[Any], cluster: int = 1) -> None:
         """Launch ``function`` (a CUfunction handle) with grid, block, dynamic smem and,
         for cluster > 1, cluster dimensions (cluster, 1, 1)."""
-        config, _attrs = self._config(geometry, stream, cluster)
         params = (ctypes.c_void_p * len(args))(
             *[a.address if isinstance(a, TensorMap) else ctypes.addressof(a) for a in args])
+        if self._cu is not None:
+            cu = self._cu
+            try:
+                # kernelParams as the address of our void*[] (args stay alive until return).
+                result = cu.cuLaunchKernelEx(launch_config(cu, geometry, stream, cluster),
+                                             cu.CUfunction(function), ctypes.addressof(params), 0)
+            except TypeError as exc:
+                # A cuda-bindings whose signature differs: the hand-laid structs still work.
+                log.warning("cuda.bindings cuLaunchKernelEx refused its arguments (%s); "
+                            "launching through libcuda.so.1", exc)
+                self._cu = None
+            else:
+                self._check_bound(result, "cuLaunchKernelEx")
+                return
+        config, _attrs = self._config(geometry, stream, cluster)
         self._check(self._lib.cuLaunchKernelEx(ctypes.byref(config), function, params, None),
                     "cuLaunchKernelEx")
 
     def max_active_clusters(self, function: int, block: tuple[int, int, int], smem: int,
                             cluster: int) -> int:
         """How many clusters of `cluster` CTAs of this kernel the GPU runs at once."""
+        if self._cu is not None:
+            cu = self._cu
+            return int(self._check_bound(cu.cuOccupancyMaxActiveClusters(
+                cu.CUfunction(function), launch_config(cu, ((cluster, 1, 1), block, smem), 0, cluster)),
+                "cuOccupancyMaxActiveClusters"))
         config, _attrs = self._config(((cluster, 1, 1), block, smem), 0, cluster)
         count = ctypes.c_int(0)
         self._check(self._lib.cuOccupancyMaxActiveClusters(ctypes.byref(count), function,
@@ -213,6 +293,7 @@ class TensorMapLauncher:
     _maps: dict[tuple[int, int, int], tuple[TensorMap, ...]] = field(default_factory=dict)
 
     def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int, stream: int) -> None:
+        """Launch the kernel on A, B and C at these addresses, encoding their maps on first use."""
         key = (a_ptr, b_ptr, c_ptr)
         maps = self._maps.get(key)
         if maps is None:

@@ -4,10 +4,11 @@
     text = render(document, "markdown")
 
 A document is any value with a ``kind`` ("diagnose", "diff", "review", "rules", "audit",
-"kernels", "bench", "profile"). Each format is one module here with a ``RENDERERS`` table
-from kind to function; ``render`` picks the module by format name and the function by
+"kernels", "bench", "profile", "tune"). Each format is one module here with a ``RENDERERS``
+table from kind to function; ``render`` picks the module by format name and the function by
 kind. Format modules are imported when first asked for, so printing a rule table does not
-load matplotlib.
+load matplotlib. (render/tune.py holds the tune document's console, Markdown and HTML-section
+renderers; console and markdown list them in their tables.)
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from perfscope.errors import PerfscopeError
 FORMATS: dict[str, str] = {"console": "perfscope.render.console",
                            "markdown": "perfscope.render.markdown",
                            "json": "perfscope.render.jsondoc",
-                           "html": "perfscope.render.html"}
+                           "html": "perfscope.render.html",
+                           "github": "perfscope.render.github"}
 
 
 def render(document: Any, fmt: str = "console", **options: Any) -> str:

@@ -1,8 +1,15 @@
 """The terminal: rich tables and panels rendered to text (ANSI colour only on a terminal).
 
 diagnose prints one panel per kernel (perfscope's findings, then Nsight Compute's own
-below them, marked as Nsight Compute's); diff a side-by-side table and its verdict; the
-rule table, bench and profile results, and the static SASS audit each their table.
+below them, marked as Nsight Compute's), or one row per kernel; diff a side-by-side table
+and its verdict; the rule table, bench and profile results, and the static SASS audit
+each their table.
+
+A table never cuts the cells that say which row is which (stage, dtype, shape, launch):
+those columns do not wrap, and where the table cannot fit beside them (under
+``LIST_BELOW`` columns, as on an 80-column terminal) each row becomes a short block of
+"column: value" lines instead. Piped output is laid out for 120 columns unless COLUMNS
+says otherwise.
 """
 
 from __future__ import annotations
@@ -18,8 +25,17 @@ from rich.table import Table
 from rich.text import Text
 
 from perfscope.families import FAMILY_BY_KEY
+from perfscope.render import tune
 from perfscope.render.diff import table_rows, verdict_heading, verdict_lines
-from perfscope.render.summary import finding_texts, not_evaluated_text, sections
+from perfscope.render.summary import (
+    SUMMARY_COLUMNS,
+    evidence_value,
+    finding_texts,
+    headroom_text,
+    not_evaluated_text,
+    sections,
+    summary_row,
+)
 
 if TYPE_CHECKING:
     from perfscope.diff import DiffDocument
@@ -31,6 +47,10 @@ if TYPE_CHECKING:
 
 _RULE_STYLE = {"warning": "yellow", "error": "red", "optimization": "cyan", "ok": "green",
                "info": "dim"}
+# Narrower than this, a table that does not fit is printed as one block per row.
+LIST_BELOW = 100
+# The least a wrapping column keeps beside the key columns before the list layout wins.
+MIN_COLUMN = 8
 
 
 def _text(parts: Iterable[RenderableType], color: bool = False, width: int | None = None) -> str:
@@ -44,11 +64,52 @@ def _text(parts: Iterable[RenderableType], color: bool = False, width: int | Non
     return buf.getvalue()
 
 
+def _width(width: int | None) -> int:
+    return width or shutil.get_terminal_size((120, 24)).columns
+
+
+def _table(columns: tuple[str, ...], rows: Iterable[tuple[str, ...]], width: int, keys: int = 1,
+           title: str | None = None) -> list[RenderableType]:
+    """A table whose first `keys` columns are never cut, or, where it cannot fit, a list.
+
+    The key columns name the row (stage, dtype, shape); a cut "hgemm… fp16 4096x…" makes
+    two rows look alike, so they keep their full width and only the others wrap.
+    """
+    rows = list(rows)
+    widths = [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(columns)]
+    frame = 3 * len(columns) + 1            # rich's borders and one space of padding a side
+    key_width = sum(widths[:keys]) + frame + MIN_COLUMN * (len(columns) - keys)
+    if sum(widths) + frame > width and (width < LIST_BELOW or key_width > width):
+        return _as_list(columns, rows, keys, title)
+    table = Table(title=title, title_justify="left")
+    for i, c in enumerate(columns):
+        if i < keys:
+            table.add_column(c, no_wrap=True, min_width=widths[i])
+        else:
+            table.add_column(c, overflow="fold")
+    for r in rows:
+        table.add_row(*(Text(cell) for cell in r))
+    return [table]
+
+
+def _as_list(columns: tuple[str, ...], rows: list[tuple[str, ...]], keys: int,
+             title: str | None) -> list[RenderableType]:
+    parts: list[RenderableType] = [Text(title, style="bold")] if title else []
+    for r in rows:
+        parts.append(Text(" · ".join(cell for cell in r[:keys] if cell), style="bold"))
+        parts += [Text(f"  {c}: {cell}") for c, cell in zip(columns[keys:], r[keys:], strict=True)
+                  if cell]
+    return parts
+
+
 # ------------------------------------------------------------------------ diagnose
 
 
 def _findings(evaluation: Evaluation) -> list[RenderableType]:
     parts: list[RenderableType] = [Text("perfscope findings", style="bold magenta")]
+    if (room := headroom_text(evaluation)) is not None:
+        parts.append(Text(f"  {room}", style="dim"))
+    parts += [Text(f"  {note}", style="dim") for note in getattr(evaluation, "notes", ())]
     texts = finding_texts(evaluation)
     if not texts:
         parts.append(Text("  none", style="green"))
@@ -67,8 +128,10 @@ def _findings(evaluation: Evaluation) -> list[RenderableType]:
     return parts
 
 
-def kernel_panel(kp: KernelProfile, evaluation: Evaluation | None = None) -> Panel:
-    """One kernel's panel: its summary sections, findings and Nsight Compute's findings."""
+def kernel_panel(kp: KernelProfile, evaluation: Evaluation | None = None,
+                 untrusted: str | None = None) -> Panel:
+    """One kernel's panel: its summary sections, findings and Nsight Compute's findings
+    (untrusted: why its counters must not be believed, shown first)."""
     table = Table(show_header=False, box=None, pad_edge=False, expand=True)
     table.add_column(style="bold", no_wrap=True, min_width=24)
     table.add_column(overflow="fold")
@@ -77,6 +140,8 @@ def kernel_panel(kp: KernelProfile, evaluation: Evaluation | None = None) -> Pan
         for label, value in sec.rows:
             table.add_row(f"  {label}", Text(value, style="dim" if value == "not collected" else ""))
     parts: list[RenderableType] = [table]
+    if untrusted:
+        parts.insert(0, Text(f"NOT TRUSTWORTHY: {untrusted}", style="bold red"))
     if evaluation is not None:
         parts += _findings(evaluation)
     rules = [r for r in kp.ncu_rules if r.type != "ok"]
@@ -90,12 +155,23 @@ def kernel_panel(kp: KernelProfile, evaluation: Evaluation | None = None) -> Pan
             parts.append(line)
             parts.append(Text(f"      {r.message}", style="dim"))
     ident = kp.identity
-    title = f"{kp.name}  [{ident.source}#{ident.range_index}:{ident.action_index}]"
+    # FILE#ID: the name diff and the summary rows use for this launch.
+    title = f"{kp.name}  [{ident.source}#{ident.launch_index}]"
     return Panel(Group(*parts), title=Text(title, style="bold"), title_align="left")
 
 
 def _diagnose(doc: DiagnoseDocument, color: bool = False, width: int | None = None) -> str:
-    return _text((kernel_panel(r.profile, r.evaluation) for r in doc.records), color, width)
+    if doc.full:
+        parts: list[RenderableType] = [kernel_panel(r.profile, r.evaluation, r.untrusted)
+                                       for r in doc.records]
+    else:
+        title = (f"{len(doc.records)} kernel launches (perfscope diagnose --full for the panels, "
+                 "or name one launch as FILE#ID)")
+        parts = _table(SUMMARY_COLUMNS, (summary_row(r) for r in doc.records), _width(width),
+                       keys=2, title=title)
+    parts += [Text.assemble(("warning: ", "yellow"), w) for w in doc.warnings]
+    parts += [Text(f"machine setting: {m}.") for m in doc.machine]
+    return _text(parts, color, width)
 
 
 # ---------------------------------------------------------------------------- diff
@@ -103,13 +179,13 @@ def _diagnose(doc: DiagnoseDocument, color: bool = False, width: int | None = No
 
 def _diff(doc: DiffDocument, color: bool = False, width: int | None = None) -> str:
     diff = doc.diff
-    t = Table("", f"A: {diff.a.label}", f"B: {diff.b.label}", "A/B",
-              title="perfscope diff", title_justify="left")
+    # The labels stand above the table, whole: as column headers they would wrap or be cut.
+    t = Table("", "A", "B", "A/B", title="perfscope diff", title_justify="left")
     for q, a, b, r in table_rows(diff):
         # Text, not markup: "[time]" would read as a rich style tag.
         t.add_row(Text(q), Text(a), Text(b), Text(r),
                   style="bold magenta" if q.startswith("[") else None)
-    parts: list[RenderableType] = [t]
+    parts: list[RenderableType] = [Text(f"A: {diff.a.label}"), Text(f"B: {diff.b.label}"), t]
     parts += [Text.assemble(("warning: ", "yellow"), w) for w in diff.warnings]
     if diff.only_a or diff.only_b:
         parts.append(Text("instruction families only in A: " + (", ".join(diff.only_a) or "none")
@@ -123,10 +199,11 @@ def _diff(doc: DiffDocument, color: bool = False, width: int | None = None) -> s
 
 
 def _rules(doc: RuleTable, color: bool = False, width: int | None = None) -> str:
-    table = Table("code", "tag", "severity", "title", "source")
-    for r in doc.rules:
-        table.add_row(r.code, r.tag, r.severity, r.title, r.reference)
-    return _text([table], color, width)
+    rows = ((r.code, r.tag, r.severity, r.title,
+             ", ".join(f"{name}={value:g}" for name, value in r.thresholds) or "-", r.reference)
+            for r in doc.rules)
+    return _text(_table(("code", "tag", "severity", "title", "thresholds", "source"), rows,
+                        _width(width), keys=2), color, width)
 
 
 BENCH_COLUMNS = ("stage", "dtype", "MxNxK", "verdict", "rel err", "TFLOP/s median (min-max)",
@@ -156,25 +233,21 @@ def bench_rows(doc: BenchSummary) -> list[tuple[str, ...]]:
 
 
 def _bench(doc: BenchSummary, color: bool = False, width: int | None = None) -> str:
-    table = Table(*BENCH_COLUMNS, title=doc.title)
-    for row in bench_rows(doc):
-        table.add_row(*row)
-    return _text([table], color, width)
+    return _text(_table(BENCH_COLUMNS, bench_rows(doc), _width(width), keys=3, title=doc.title),
+                 color, width)
 
 
 def _profile(doc: ProfileSummary, color: bool = False, width: int | None = None) -> str:
-    table = Table("stage", "verdict", "report", "detail", title=f"perfscope profile -> {doc.out_dir}")
-    for r in doc.results:
-        table.add_row(r.stem, r.verdict, r.report.name if r.report else "-", r.detail)
-    return _text([table], color, width)
+    rows = ((r.stem, r.verdict, r.report.name if r.report else "-", r.detail) for r in doc.results)
+    return _text(_table(("stage", "verdict", "report", "detail"), rows, _width(width),
+                        title=f"perfscope profile -> {doc.out_dir}"), color, width)
 
 
 def _kernels(doc: KernelsTable, color: bool = False, width: int | None = None) -> str:
-    table = Table("stage", "parent", "arch", "best vs cuBLAS", "what it changes")
-    for row in doc.rows:
-        table.add_row(row.name + (" (variant)" if row.variant else ""), row.parent or "-",
-                      ", ".join(row.archs), row.ratio_text, row.change)
-    return _text([table], color, width)
+    rows = ((row.name + (" (variant)" if row.variant else ""), row.parent or "-",
+             ", ".join(row.archs), row.ratio_text, row.change) for row in doc.rows)
+    return _text(_table(("stage", "parent", "arch", "best vs cuBLAS", "what it changes"), rows,
+                        _width(width)), color, width)
 
 
 # ------------------------------------------------------------------------ sass audit
@@ -227,7 +300,7 @@ def _audit(doc: AuditDocument, color: bool = False, width: int | None = None) ->
         for f in a.evaluation.findings:
             out.append(f"  {f.code} {f.severity}: {f.title}")
             for e in f.evidence:
-                out.append(f"      {e.metric} = {e.value} ({e.threshold})")
+                out.append(f"      {e.metric} = {evidence_value(e.value)} ({e.threshold})")
             out.append(f"      fix: {f.fix}")
         for n in a.evaluation.not_evaluated:
             out.append(f"  {n.code} not evaluated: {n.reason}")
@@ -241,5 +314,5 @@ def _audit(doc: AuditDocument, color: bool = False, width: int | None = None) ->
 
 RENDERERS: dict[str, Callable[..., str]] = {
     "diagnose": _diagnose, "diff": _diff, "rules": _rules, "bench": _bench,
-    "profile": _profile, "kernels": _kernels, "audit": _audit,
+    "profile": _profile, "kernels": _kernels, "audit": _audit, "tune": tune.render_console,
 }

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from perfscope.diff import ProfileDiff, Row
 from perfscope.families import FAMILY_BY_KEY
-from perfscope.render.summary import NOT_COLLECTED
+from perfscope.render.summary import NOT_COLLECTED, clock
+
+# Cycle ratios this close to 1 are "the same": clocks and sampling move them by that much.
+SAME_CYCLES = 0.02
+# Rows whose numbers are counts (printed as integers) or a clock (printed in GHz); their
+# names stay the field names --fail-if reads.
+COUNT_ROWS = ("duration ns", "cycles", "registers", "shared bytes per block", "cluster size", "local bytes",
+              "shared excess wavefronts", "global excess sectors")
+CLOCK_ROWS = {"SM clock Hz": "SM clock"}
 
 
 def _num(v: float | None) -> str:
@@ -16,7 +24,19 @@ def _num(v: float | None) -> str:
 
 
 def ratio_text(r: Row) -> str:
+    """A row's ratio as "1.23x", empty when there is none."""
     return "" if r.ratio is None else f"{r.ratio:.2f}x"
+
+
+def row_text(r: Row) -> tuple[str, str, str]:
+    """(quantity, A, B) of one row as printed: counts as integers, clocks in GHz."""
+    if r.name in CLOCK_ROWS:
+        return CLOCK_ROWS[r.name], clock(r.a), clock(r.b)
+    if r.name in COUNT_ROWS:
+        return r.name, *(NOT_COLLECTED if v is None else f"{v:,.0f}" for v in (r.a, r.b))
+    if r.name.endswith("%"):
+        return r.name, *(NOT_COLLECTED if v is None else f"{v:,.1f}" for v in (r.a, r.b))
+    return r.name, _num(r.a), _num(r.b)
 
 
 def table_rows(diff: ProfileDiff) -> list[tuple[str, str, str, str]]:
@@ -25,7 +45,7 @@ def table_rows(diff: ProfileDiff) -> list[tuple[str, str, str, str]]:
     for title, rows in (("time", diff.time), ("speed of light", diff.sol), ("memory", diff.memory),
                         ("launch", diff.launch)):
         out.append((f"[{title}]", "", "", ""))
-        out += [(r.name, _num(r.a), _num(r.b), ratio_text(r)) for r in rows]
+        out += [(*row_text(r), ratio_text(r)) for r in rows]
     out.append(("[stall share]", "", "", ""))
     for s in diff.stalls[:6]:
         out.append((s.reason, "" if s.share_a is None else f"{s.share_a:.0%}",
@@ -38,9 +58,65 @@ def table_rows(diff: ProfileDiff) -> list[tuple[str, str, str, str]]:
 
 
 def verdict_heading(diff: ProfileDiff) -> str:
-    return "Why A is slower than B"
+    """The verdict's heading, from the cycle ratio (durations mix in the clocks)."""
+    cycles = next((r.ratio for r in diff.time if r.name == "cycles"), None)
+    if cycles is None:
+        return "What differs between A and B"
+    if cycles > 1 + SAME_CYCLES:
+        return f"Why A is slower than B ({cycles:.2f}x B's cycles)"
+    if cycles < 1 - SAME_CYCLES:
+        # The verdict then lists what A improved (ProfileDiff.improved), and what remains after.
+        return f"What A improved over B ({cycles:.2f}x B's cycles)"
+    return f"A and B take the same cycles ({cycles:.2f}x); what differs"
+
+
+def _numbered(reasons, fixes: bool) -> list[str]:
+    return [f"{i}. {r.sentence}" + (f" Fix: {r.fix}" if fixes and r.fix else "")
+            for i, r in enumerate(reasons, 1)]
 
 
 def verdict_lines(diff: ProfileDiff) -> list[str]:
-    lines = [f"{i}. {r.sentence} Fix: {r.fix}" for i, r in enumerate(diff.verdict, 1)]
-    return lines or ["No finding explains a difference: compare the tables above."]
+    """The verdict under verdict_heading: why A is slower, or what A improved (no fixes:
+    A made them), each with its share of the cycle gap."""
+    lines = _numbered(diff.verdict, fixes=not diff.improved)
+    if lines:
+        return lines
+    if diff.improved:
+        return ["No finding, instruction path or launch structure accounts for the improvement: "
+                "compare the tables."]
+    return ["No finding explains a difference: compare the tables above."]
+
+
+REMAINING_HEADING = "What remains in A"
+
+
+def remaining_lines(diff: ProfileDiff) -> list[str]:
+    """When A improved on B: A's own findings, with their fixes (empty otherwise)."""
+    if not diff.improved:
+        return []
+    return _numbered(diff.remaining, fixes=True) or ["No perfscope finding is left in A."]
+
+
+def verdict_sections(diff: ProfileDiff) -> list[tuple[str, list[str]]]:
+    """(heading, lines) in reading order: the verdict first, then what remains in A."""
+    out = [(verdict_heading(diff), verdict_lines(diff))]
+    if diff.improved:
+        out.append((REMAINING_HEADING, remaining_lines(diff)))
+    return out
+
+
+def gap_line(diff: ProfileDiff) -> str | None:
+    """How much of the cycle gap the verdict's reasons account for, in one sentence."""
+    if diff.gap is None or diff.gap <= 0:
+        return None
+    claimed = min(diff.gap, sum(r.estimated_gain or 0.0 for r in diff.verdict))
+    if diff.improved:
+        return (f"A saves {diff.gap:.0%} of B's cycles; the reasons above account for "
+                f"{claimed:.0%} of B's time.")
+    return (f"B needs {diff.gap:.0%} fewer cycles than A; the reasons above account for "
+            f"{claimed:.0%} of A's time.")
+
+
+def structure_rows(diff: ProfileDiff) -> list[tuple[str, str, str, str]]:
+    """(aspect, A, B, "differs" or "") for the launch-structure table."""
+    return [(x.name, x.a, x.b, "differs" if x.differs else "") for x in diff.structure]

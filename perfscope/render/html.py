@@ -7,17 +7,20 @@
 the convenience that collects the review first.
 
 Jinja2 with autoescaping on renders the template in ``templates/``; every name (C++
-kernel names carry ``<``, ``>`` and quotes) reaches the page escaped. Plots are inline
-SVG (``perfscope.render.plots``), styles are inline, and there is no script and no
-external resource: the file works opened from disk with the network off. The same input
-gives byte-identical output, so the committed reference page can be checked by
-regenerating it.
+kernel names carry ``<``, ``>`` and quotes) reaches the page escaped. The ladder charts
+are matplotlib's inline SVG (``perfscope.render.plots``); the per-kernel bars are plain
+SVG the template draws from the numbers laid out here; styles are inline, and there is no
+script and no external resource: the file works opened from disk with the network off.
+Kernel cards are native ``<details>`` (the first OPEN_CARDS open) and the filter by
+finding is CSS (``:target``), so nothing needs a script. The same input gives
+byte-identical output, so the committed reference page can be checked by regenerating it.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Sequence
 from functools import cache
@@ -26,14 +29,24 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+from markupsafe import Markup
 
+from perfscope.calibration import SIGNIFICANT_SAVING
 from perfscope.errors import PerfscopeError
 from perfscope.families import FAMILY_BY_KEY
 from perfscope.reader import REPORT_SUFFIXES
-from perfscope.render import plots
-from perfscope.render.diff import table_rows
+from perfscope.render import plots, tune
+from perfscope.render.diff import (
+    REMAINING_HEADING,
+    gap_line,
+    structure_rows,
+    table_rows,
+    verdict_heading,
+    verdict_lines,
+)
 from perfscope.render.summary import (
     NOT_COLLECTED,
+    Section,
     clock,
     duration,
     finding_texts,
@@ -42,14 +55,18 @@ from perfscope.render.summary import (
     sections,
 )
 from perfscope.review import Entry, Ladder, Review, collect
+from perfscope.rules import SEVERITIES
+from perfscope.source import MIN_LINE_SHARE
 from perfscope.version import __version__
 
 log = logging.getLogger(__name__)
 
 TEMPLATE = "report.html.j2"
-TOP_STALLS = 8
-TOP_FAMILIES = 8
+TOP_STALLS = 6
+TOP_FAMILIES = 6
 TOP_TRAFFIC = 8
+# Kernel cards open on arrival; the rest are closed (<details>) and open on a click.
+OPEN_CARDS = 3
 
 
 @cache
@@ -95,11 +112,14 @@ def _ladder_view(ladder: Ladder, index: int) -> dict[str, Any]:
             ratio = p.ratio_to_reference if p.ratio_to_reference is not None else (
                 p.tflops.median / ref.median if ref else None)
             note = f"{p.tflops.median:,.1f}" + ("" if ratio is None else f" ({ratio:.0%} of cuBLAS)")
+            if p.beats:
+                note += ", beats its default"
         bars.append(plots.Bar(p.label, p.tflops.median if ok else None,
                               p.tflops.min if ok else None, p.tflops.max if ok else None,
                               note, muted=p.variant))
         rows.append({
             "label": p.label + (" (variant)" if p.variant else ""), "verdict": p.verdict,
+            "beats": p.beats,
             "tflops": f"{p.tflops.median:,.1f}" if ok else "-",
             "spread": f"{p.tflops.min:,.1f} – {p.tflops.max:,.1f}" if ok else "",
             "vs_ref": f"{p.ratio_to_reference:.1%}" if ok and p.ratio_to_reference is not None else "-",
@@ -114,6 +134,7 @@ def _ladder_view(ladder: Ladder, index: int) -> dict[str, Any]:
                                 dashed=True))
     svg = plots.ladder(f"ladder{index}", f"{ladder.dtype}: TFLOP/s per stage", "TFLOP/s", bars, lines)
     return {"dtype": ladder.dtype, "svg": svg, "rows": rows,
+            "wins": [w.sentence() for w in ladder.wins],
             "reference": ladder.reference, "reference_tflops": _tflops(ref),
             "reference_spread": "" if ref is None else f"{ref.min:,.1f} – {ref.max:,.1f}",
             "peak": "-" if ladder.peak_tflops is None else f"{ladder.peak_tflops:,.0f}",
@@ -130,7 +151,8 @@ def _duration_view(entries: Sequence[Entry]) -> dict[str, Any]:
 
 
 def _traffic_rows(kind: str, unit: str, traffic) -> list[dict[str, str]]:
-    rows = [o for o in traffic.by_opcode if o.excess > 0] or list(traffic.by_opcode[:3])
+    # Only the opcodes that move more than their ideal: the rest are at it.
+    rows = [o for o in traffic.by_opcode if o.excess > 0]
     return [{"memory": kind, "opcode": o.opcode, "kind": o.kind, "instructions": f"{o.instructions:,}",
              "actual": num(o.actual), "ideal": num(o.ideal), "excess": num(o.excess),
              "unit": unit, "ratio": "-" if o.ratio is None else f"{o.ratio:.2f}x"}
@@ -177,6 +199,100 @@ def _family_shares(kp) -> list[tuple[str, float]]:
     return [(FAMILY_BY_KEY[k].label, v / total) for k, v in fams if v > 0][:TOP_FAMILIES]
 
 
+# The per-kernel bar panels are drawn by the template as plain SVG from these numbers
+# (matplotlib took most of the page's build time for 27 cards of three panels each).
+PANEL_WIDTH = 330
+LABEL_WIDTH = 118
+BAR_WIDTH = 160
+ROW_HEIGHT = 16
+LABEL_CHARS = 20
+# Bar colours, as classes of the page's style sheet.
+SOL_COLOUR, MEMORY_COLOUR, STALL_COLOUR, FAMILY_COLOUR = "sol", "mem", "stall", "fam"
+
+
+def _short(label: str, chars: int = LABEL_CHARS) -> str:
+    return label if len(label) <= chars else label[: chars - 1] + "\u2026"
+
+
+def _bar(y: int, width: float) -> str:
+    """One bar as an SVG path segment (a panel's bars of one colour are one path)."""
+    return f"M{LABEL_WIDTH} {y + 1}h{width:.4g}v12H{LABEL_WIDTH}z"
+
+
+def _panel(title: str, rows: Sequence[tuple[str, float | None, str]]) -> dict[str, Any]:
+    """One bar panel: (label, percent or None, colour) rows, laid out for the template."""
+    out, paths = [], {}
+    for i, (label, pct, colour) in enumerate(rows):
+        y = i * ROW_HEIGHT
+        if pct is not None:
+            paths.setdefault(colour, []).append(_bar(y, BAR_WIDTH * max(0.0, min(pct, 100.0)) / 100))
+        out.append({"y": y, "short": _short(label),
+                    "text": NOT_COLLECTED if pct is None else f"{pct:.0f}%"})
+    return {"title": title, "rows": out if paths else [], "height": len(out) * ROW_HEIGHT,
+            "paths": [(colour, "".join(d)) for colour, d in paths.items()]}
+
+
+def _panels(kp) -> list[dict[str, Any]]:
+    sol = [("compute (SM)", kp.sol.sm_pct, SOL_COLOUR), ("memory", kp.sol.memory_pct, MEMORY_COLOUR),
+           ("DRAM", kp.sol.dram_pct, MEMORY_COLOUR), ("L1/TEX", kp.sol.l1tex_pct, MEMORY_COLOUR),
+           ("L2", kp.sol.l2_pct, MEMORY_COLOUR)]
+    return [_panel("Speed of light (% of peak)", sol),
+            _panel("Warp stalls (share of stall cycles)",
+                   [(k, 100 * v, STALL_COLOUR) for k, v in _stall_shares(kp)]),
+            _panel("Executed opcode families (share)",
+                   [(k, 100 * v, FAMILY_COLOUR) for k, v in _family_shares(kp)])]
+
+
+# What the card's facts leave out because another part of the card shows it: the panels
+# (speed of light, opcode mix), the source view (hotspots), the card's title line (the name)
+# and the memory-traffic table (excess per opcode, the indented rows).
+_SHOWN_ELSEWHERE = ("Hotspots", "Speed of light", "Opcode families", "Top stalls")
+
+
+def _facts(kp) -> list[Section]:
+    out = []
+    for sec in sections(kp):
+        if sec.title in _SHOWN_ELSEWHERE:
+            continue
+        rows = tuple(r for r in sec.rows if r[0] != "name" and not r[0].startswith("  "))
+        out.append(Section(sec.title, rows))
+    return out
+
+
+# The side-by-side table keeps the rows where A and B differ: by this factor, or one side
+# only; the time rows always.
+SBS_DIFFERS = 1.10
+
+
+def _differing_rows(rows: Sequence[tuple[str, str, str, str]]) -> list[tuple[str, str, str, str]]:
+    """The side-by-side rows worth a reader's eye (SBS_DIFFERS), with their group headings."""
+    out: list[tuple[str, str, str, str]] = []
+    group = ""
+    for q, a, b, r in rows:
+        if q.startswith("["):
+            group = q
+            out.append((q, a, b, r))
+            continue
+        if group == "[time]" or (a != b and (not r or _far(r))):
+            out.append((q, a, b, r))
+    # A group whose rows all matched is dropped with its heading.
+    return [row for i, row in enumerate(out)
+            if not row[0].startswith("[") or (i + 1 < len(out) and not out[i + 1][0].startswith("["))]
+
+
+def _far(ratio: str) -> bool:
+    """Whether a ratio cell ("1.40x", "+12%") says the two sides differ enough to show."""
+    try:
+        if ratio.endswith("x"):
+            v = float(ratio[:-1].replace(",", ""))
+            return v >= SBS_DIFFERS or v <= 1 / SBS_DIFFERS
+        if ratio.endswith("%"):
+            return abs(float(ratio[:-1])) >= 100 * (SBS_DIFFERS - 1)
+    except ValueError:
+        return True
+    return True
+
+
 def _hotspot_rows(kp) -> list[dict[str, str]]:
     total = kp.stalls.total_samples
     return [{"address": f"0x{h.address:04x}", "sass": h.sass or h.opcode,
@@ -187,59 +303,223 @@ def _hotspot_rows(kp) -> list[dict[str, str]]:
             for h in kp.hotspots]
 
 
-def _comparison_view(c) -> dict[str, Any]:
+def _reasons_text(reasons) -> str:
+    return ", ".join(f"{r} {n:,}" for r, n in reasons)
+
+
+def _source_view(e: Entry) -> dict[str, Any]:
+    """The hottest source lines with their SASS, as the template shows them side by side."""
+    view = e.source
+    lines = []
+    for ln in view.lines:
+        lines.append({
+            "where": f"{ln.file.rsplit('/', 1)[-1]}:{ln.line}", "text": ln.text,
+            "context": list(ln.context),
+            "samples": f"{ln.samples:,}", "share": "" if ln.share is None else f"{ln.share:.1%}",
+            "reasons": _reasons_text(ln.reasons),
+            "sass": [{"address": f"0x{s.address:04x}", "sass": s.sass, "samples": f"{s.samples:,}",
+                      "reasons": _reasons_text(s.reasons)} for s in ln.sass],
+            "more": "" if not ln.other_sass else
+            f"+{ln.other_sass} more instruction{'s' if ln.other_sass != 1 else ''} of this line, "
+            f"{ln.other_samples:,} samples",
+        })
+    cover = view.coverage
+    return {"lines": lines, "note": view.note,
+            "files": [{"origin": f.origin, "note": f.note, "text": f.has_text} for f in view.files],
+            "coverage": "" if cover is None or not lines else
+            f"{view.line_samples:,} of {view.total_samples:,} samples ({cover:.0%}) sit on source "
+            f"lines; the {len(lines)} hottest are shown (those with {MIN_LINE_SHARE:.0%} of the "
+            "samples or more)"}
+
+
+def _change_line(c, parent_shown: bool) -> str:
+    """What the comparison holds against what: the stages' own one-sentence intents (A's
+    only once per card: the parent comparison says it, the cuBLAS one then names B)."""
+    a, b = c.a.record.stage, c.b.record.stage
+    if a is None:
+        return ""
+    if c.kind == "parent stage":
+        return f"What A changes against B: {a.change}"
+    text = "" if parent_shown else f"A: {a.change}"
+    if b is not None and b.change:
+        text += (" " if text else "") + f"B: {b.change}"
+    return text
+
+
+def _comparison_view(c, parent_shown: bool = False) -> dict[str, Any]:
     diff = c.diff
     cyc = next((r for r in diff.time if r.name == "cycles"), None)
     dur = next((r for r in diff.time if r.name == "duration ns"), None)
     parts = []
     if cyc is not None and cyc.ratio is not None:
-        parts.append(f"{cyc.ratio:.2f}x B's cycles")
+        saved = f" ({1 - cyc.ratio:.0%} fewer)" if cyc.ratio < 1 else ""
+        parts.append(f"{cyc.ratio:.2f}x B's cycles{saved}")
     if dur is not None and dur.ratio is not None:
         parts.append(f"{dur.ratio:.2f}x its time under ncu")
     return {"kind": c.kind, "a": c.a.label, "b": c.b.label, "b_key": c.b.key,
+            "change": _change_line(c, parent_shown), "improved": diff.improved,
             "headline": "A takes " + " and ".join(parts) if parts else "",
-            "verdict": [f"{r.sentence} Fix: {r.fix}" for r in diff.verdict]
-            or ["No finding explains a difference: compare the side-by-side table."],
+            "sections": _verdict_sections(c),
+            "gap": gap_line(diff),
+            # Aspects that read the same on both sides are named in one line, not a row each.
+            "structure": [r for r in structure_rows(diff) if r[1] != r[2]]
+            if any(x.differs for x in diff.structure) else [],
+            "same_structure": "; ".join(f"{x.name} ({x.a})" for x in diff.structure if x.a == x.b),
             "warnings": list(diff.warnings),
-            "only_a": ", ".join(FAMILY_BY_KEY[f].label for f in diff.only_a),
-            "only_b": ", ".join(FAMILY_BY_KEY[f].label for f in diff.only_b),
-            "rows": table_rows(diff)}
+            "rows": _differing_rows(table_rows(diff))}
 
 
-def _entry_view(report: Review, e: Entry) -> dict[str, Any]:
+_CLASS_SAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def _verdict_sections(c) -> list[tuple[str, list[str]]]:
+    """The verdict under its heading, then (when A improved) what remains in A.
+
+    The card shows A's findings with their evidence and fixes just above, so a reason that
+    is one of them points there instead of repeating its fix, and what remains is named
+    by code and estimate only."""
+    diff = c.diff
+    shown = {f.code for f in c.a.evaluation.findings}
+    lines = []
+    for r in diff.verdict:
+        fix = "" if diff.improved or not r.fix else (
+            " (fix above)" if r.code in shown else f" Fix: {r.fix}")
+        lines.append(r.sentence + fix)
+    if not lines:
+        lines = [_NUMBERED.sub("", x) for x in verdict_lines(diff)]
+    out = [(verdict_heading(diff), lines)]
+    if diff.improved:
+        remaining = [f"{f.code} {f.title}" + ("" if f.estimated_gain is None else
+                                               f" (est. {f.estimated_gain:.0%} of A's time)")
+                     for f in c.a.evaluation.findings]
+        out.append((REMAINING_HEADING, remaining or ["No perfscope finding is left in A."]))
+    return out
+
+
+# The shared text lines carry "1. " for plain text; the page numbers reasons with <ol>.
+_NUMBERED = re.compile(r"^\d+\. ")
+
+
+def _code_class(code: str) -> str:
+    """A finding code as a CSS class and id part (codes are PS1xx; anything else is made safe)."""
+    return _CLASS_SAFE.sub("_", code)
+
+
+def _bounds(evaluation) -> str:
+    """The rules' bounds on this kernel's estimates, in one line (when the rules give them)."""
+    room = getattr(evaluation, "headroom", None)
+    fraction = getattr(room, "fraction", None)
+    combined = getattr(evaluation, "combined_gain", getattr(evaluation, "combined", None))
+    parts = []
+    if fraction is not None:
+        parts.append(f"headroom {fraction:.0%} of its time (1 - t_min/t at the roofline)")
+    if combined is not None:
+        parts.append(f"its findings together est. {combined:.0%} (overlapping fixes counted once)")
+    return "; ".join(parts)
+
+
+def _entry_view(report: Review, e: Entry, index: int) -> dict[str, Any]:
     kp = e.profile
-    sol = [("compute (SM)", kp.sol.sm_pct), ("memory", kp.sol.memory_pct), ("DRAM", kp.sol.dram_pct),
-           ("L1/TEX", kp.sol.l1tex_pct), ("L2", kp.sol.l2_pct)]
-    secs = [s for s in sections(kp) if s.title not in ("Hotspots",)]
+    secs = _facts(kp)
     mem = kp.memory
     spill = []
     if mem.spill_instructions is not None:
         spill.append(("spilling instructions executed", num(mem.spill_instructions)))
     rules = [r for r in kp.ncu_rules if r.type != "ok"]
+    codes = sorted({f.code for f in e.evaluation.findings})
+    stage = e.record.stage
     return {
         "key": e.key, "label": e.label, "name": kp.identity.demangled or kp.name, "file": e.file,
-        "stage": e.stage, "duration": duration(kp.sol.duration_ns), "cycles": num(kp.identity.cycles),
+        "stage": e.stage, "change": stage.change if stage is not None else "",
+        "open": index < OPEN_CARDS,
+        "classes": " ".join(f"f-{_code_class(c)}" for c in codes),
+        "duration": duration(kp.sol.duration_ns), "cycles": num(kp.identity.cycles),
         "clock": clock(kp.identity.sm_clock_hz), "device": kp.identity.device or NOT_COLLECTED,
         "findings_count": len(e.evaluation.findings),
         "worst": e.evaluation.findings[0].severity if e.evaluation.findings else "none",
-        "panels": plots.kernel_panels(e.key, sol, _stall_shares(kp), _family_shares(kp)),
+        "panels": _panels(kp),
         "sections": secs,
         "traffic": _traffic_rows("shared", "wavefronts", mem.shared)
         + _traffic_rows("global", "sectors", mem.global_),
         "spill": spill,
         "hotspots": _hotspot_rows(kp),
+        "source": _source_view(e),
         "findings": finding_texts(e.evaluation),
+        "bounds": _bounds(e.evaluation),
         "not_evaluated": not_evaluated_text(e.evaluation),
-        "ncu_rules": [{"type": r.type, "id": r.identifier, "title": r.title, "message": r.message,
+        "ncu_rules": [{"type": r.type, "id": r.identifier, "title": r.title,
+                       "message": _abridged(r.message),
+                       # A reference Nsight Compute's text names, as a link (to its docs:
+                       # a link is followed by the reader, nothing is fetched by the page).
+                       "links": [(label, url) for label, url in r.links
+                                 if label in _abridged(r.message)],
                        "speedup": "" if r.speedup_pct is None else
                        f"est. {r.speedup_pct:.1f}% {r.speedup_type or ''}".rstrip()} for r in rules],
         "manifest": _manifest_rows(e.manifest) if e.manifest is not None else [],
-        "comparisons": [_comparison_view(c) for c in report.comparisons_of(e)],
+        "comparisons": _comparisons(report, e),
     }
+
+
+NCU_MESSAGE_CHARS = 120
+
+
+def _abridged(message: str, limit: int = NCU_MESSAGE_CHARS) -> str:
+    """Nsight Compute's message up to the last sentence that fits in limit characters."""
+    if len(message) <= limit:
+        return message
+    cut = message[:limit]
+    end = cut.rfind(". ")
+    return (cut[: end + 1] if end > limit // 3 else cut.rstrip()) + " \u2026"
+
+
+def _comparisons(report: Review, e: Entry) -> list[dict[str, Any]]:
+    out, parent = [], False
+    for c in report.comparisons_of(e):
+        out.append(_comparison_view(c, parent))
+        parent = parent or c.kind == "parent stage"
+    return out
+
+
+def _finding_index(report: Review) -> list[dict[str, Any]]:
+    """Every finding code on the page, with the kernels it fires on: the filter by finding."""
+    by_code: dict[str, dict[str, Any]] = {}
+    for e in report.entries:
+        for f in e.evaluation.findings:
+            row = by_code.setdefault(f.code, {"code": f.code, "id": _code_class(f.code),
+                                              "title": f.title, "kernels": [], "worst": f.severity})
+            if all(k["key"] != e.key for k in row["kernels"]):
+                row["kernels"].append({"key": e.key, "label": e.label})
+            if SEVERITIES.index(f.severity) > SEVERITIES.index(row["worst"]):
+                row["worst"] = f.severity
+    return [by_code[c] for c in sorted(by_code)]
+
+
+def _tuning_section(report: Review) -> Markup | None:
+    """The "Tuning" section: perfscope.render.tune's fragment (a whole <section> of its own)
+    for the review's tune results; None, and nothing on the page, while it has none."""
+    return None if report.tune is None else tune.html_section(report.tune, per_shape=False)
 
 
 def _metric(kp, name: str) -> float | None:
     return kp.metric(name)
+
+
+def _calibration_view(report: Review) -> dict[str, Any] | None:
+    """The calibration table: each ladder step's predicted saving against the measured one."""
+    cal = report.calibration
+    if cal is None:
+        return None
+    rows = [{"step": f"{s.parent} → {s.child}", "dtype": s.dtype,
+             "estimates": ", ".join(f"{c} {g:.0%}" for c, g in s.estimates) or "none fired",
+             "addresses": ", ".join(s.codes) or "-", "predicted": f"{s.predicted:.0%}",
+             "measured": f"{s.measured:.0%}", "error": f"{s.error:.2f}", "variant": s.variant,
+             "missed": s.missed} for s in cal.steps]
+    median = cal.median_abs_error
+    return {"rows": rows, "source": cal.source, "counted": len(cal.counted),
+            "median": "-" if median is None else f"{median:.3f}",
+            "missed": [f"{s.parent} → {s.child} ({s.dtype})" for s in cal.missed],
+            "per_rule": [(code, f"{err:.3f}") for code, err in cal.per_rule().items()],
+            "significant": f"{SIGNIFICANT_SAVING:.0%}"}
 
 
 def _conditions(report: Review) -> dict[str, Any]:
@@ -279,7 +559,8 @@ def _conditions(report: Review) -> dict[str, Any]:
         timing_rows += [("bench command", bench.command or NOT_COLLECTED),
                         ("bench created", bench.created or NOT_COLLECTED)]
     return {"gpus": list(gpus.values()), "kernels": kernels, "environment": env_rows,
-            "timing": timing_rows, "command": report.command, "generator": generator()}
+            "timing": timing_rows, "command": report.command, "generator": generator(),
+            "machine": list(report.machine)}
 
 
 def render_html(report: Review) -> str:
@@ -289,20 +570,29 @@ def render_html(report: Review) -> str:
         "title": report.title,
         "generator": generator(),
         "ladders": ladders,
+        "variant_wins": [w.sentence() for w in report.variant_wins],
         "timing_source": report.timing_source,
         "durations": None if ladders else _duration_view(report.entries),
-        "entries": [_entry_view(report, e) for e in report.entries],
+        "entries": [_entry_view(report, e, i) for i, e in enumerate(report.entries)],
+        "finding_index": _finding_index(report),
+        "tuning": _tuning_section(report),
+        "calibration": _calibration_view(report),
         "conditions": _conditions(report),
         "warnings": list(report.warnings),
         "comparison_count": len(report.comparisons),
+        "open_cards": OPEN_CARDS,
+        "panel": {"width": PANEL_WIDTH, "label": LABEL_WIDTH, "bar": BAR_WIDTH, "row": ROW_HEIGHT},
     }
     return _environment().get_template(TEMPLATE).render(**context)
 
 
 def build_report(paths: Iterable[str | os.PathLike[str]], *, bench: str | os.PathLike[str] | None = None,
-                 kernel: str | None = None, title: str | None = None, command: str | None = None) -> str:
-    """The HTML report of every kernel in the reports under paths (files or folders)."""
-    return render_html(collect(paths, bench=bench, kernel=kernel, title=title, command=command))
+                 kernel: str | None = None, title: str | None = None, command: str | None = None,
+                 tune: str | os.PathLike[str] | None = None) -> str:
+    """The HTML report of every kernel in the reports under paths (files or folders), with the
+    Tuning section when tune results are given or lie in the first folder (review.collect)."""
+    return render_html(collect(paths, bench=bench, kernel=kernel, title=title, command=command,
+                               tune=tune))
 
 
 def write_atomic(path: str | os.PathLike[str], text: str) -> Path:
@@ -313,14 +603,19 @@ def write_atomic(path: str | os.PathLike[str], text: str) -> Path:
     anything else (a terminal, /dev/stdout, a FIFO) is written through, never replaced.
     """
     out = Path(path)
-    if out.is_symlink():
-        out = out.resolve()
-    if out.exists() and not out.is_file():
-        if out.is_dir():
-            raise PerfscopeError(f"{path} is a folder; name the HTML file to write.")
+    if out.is_dir():
+        raise PerfscopeError(f"{path} is a folder; name the HTML file to write.")
+    # /dev/stdout links through /proc/self/fd to a pipe ("pipe:[123]", no real path) or to
+    # the file the shell redirected into, whose open descriptor a rename would orphan:
+    # whatever sits under /dev or /proc is written through, as is any non-regular file.
+    special = str(out.absolute()).startswith(("/dev/", "/proc/")) or (
+        out.exists() and not Path(os.path.realpath(out)).is_file())
+    if special:
         with open(out, "w", encoding="utf-8", newline="\n") as f:
             f.write(text)
         return out
+    if out.is_symlink():
+        out = Path(os.path.realpath(out))
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
     try:

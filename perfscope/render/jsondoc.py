@@ -2,13 +2,18 @@
 
 Schemas, versioned by name (a field that changes bumps the version):
 
-- ``perfscope.diagnose/1`` (``diagnose --json``, ``perfscope.to_json``)::
+- ``perfscope.diagnose/2`` (``diagnose --json``, ``perfscope.to_json``)::
 
         {
-          "schema": "perfscope.diagnose/1",
+          "schema": "perfscope.diagnose/2",
+          "warnings": [str],            # one per report file cut short
+          "machine_settings": [str],    # launch attributes equal on every launch: the machine's
+          "failures": [str],            # what --fail-on found, one per kernel
           "kernels": [
             {
               "name": str, "demangled": str, "mangled": str, "source": str,
+              "launch_index": int,      # the ID of FILE#ID
+              "incomplete": str|null,   # why its report file is cut short
               "duration_ns": float|null,
               "identity": {grid, block, cluster, device, compute_capability, sm_count,
                            sm_clock_hz, cycles, mem_clock_hz, reader_version, range_index,
@@ -28,9 +33,14 @@ Schemas, versioned by name (a field that changes bumps the version):
               "opcodes": {opcode: count}, "opcodes_with_modifiers": {opcode: count},
               "opcode_families": {family: count},
               "hotspots": [{address, sass, opcode, file, line, samples, reasons: [[r, n]]}],
-              "ncu_rules": [{identifier, section, title, type, message, speedup_pct,
-                             speedup_type}],
-              "findings": [FINDING],            # present when rules were evaluated
+              "ncu_rules": [{identifier, section, title, type, message (plain text),
+                             speedup_pct, speedup_type, links: [[label, url]]}],
+              "launch_id": "FILE#ID",           # these five when rules were evaluated
+              "headroom": {fraction, bound, t_ns, t_min_ns, t_math_ns, t_bytes_ns, flops,
+                           flops_source, bytes, bytes_source, dtype, dtype_source}|null,
+              "combined_gain": float|null, "reference_cap": float|null,
+              "severity_notes": [str],
+              "findings": [FINDING],
               "rules_not_evaluated": [{code, title, reason}]   # likewise
             }
           ]
@@ -40,18 +50,26 @@ Schemas, versioned by name (a field that changes bumps the version):
                    by_opcode: [{opcode, kind, instructions, actual, ideal, excess, ratio}]}
         FINDING = {code, tag, title, severity, estimated_gain (fraction of kernel time|null),
                    evidence: [{metric, value, threshold}], fix, reference,
-                   ncu_rule (str|null), ncu_speedup_pct (float|null)}
+                   ncu_rule (str|null), ncu_speedup_pct (float|null),
+                   raw_gain (the rule's own estimate before the caps), capped_by
+                   ("headroom"|"reference gap"|null)}
 
     Every value the report lacks is null.
 
 - ``perfscope.diff/1`` (``diff --json``): ``a``/``b`` (label, report, name, demangled,
   manifest, hotspots), ``fields`` (every gateable number), ``time``/``sol``/``memory``/
   ``launch`` rows ``{name, a, b, ratio}``, ``stalls``, ``families``, ``only_a``/``only_b``,
-  ``new_findings``/``gone_findings`` (FINDING), ``verdict``, ``warnings``,
+  ``new_findings``/``gone_findings`` (FINDING), ``verdict`` (each with its ``kind``),
+  ``improved``, ``gap``, ``remaining``, ``structure`` (launch aspects A/B), ``warnings``,
   ``gate_failures``.
+- ``perfscope.bench`` (``bench --json``): the bench file ``bench --out FILE``
+  writes (``kind``, ``version``, ``environment``, ``manifests``: one run manifest each), so
+  the printed document reads back as a bench file.
 - ``perfscope.rules/1`` (``rules --json``): one row per rule.
 - ``perfscope.sass/1`` (``sass --json``): one object per audited kernel.
 - ``perfscope.kernels/1`` (``kernels --json``): one row per stage.
+- ``perfscope.tune/1`` (``tune --json``, ``tune/results.json``): see ``tune_document``;
+  ``TuneDocument.read`` / ``from_dict`` (perfscope.documents) read it back.
 """
 
 from __future__ import annotations
@@ -61,16 +79,19 @@ import json
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from perfscope.documents import TUNE_SCHEMA
 from perfscope.families import FAMILY_BY_KEY
+from perfscope.manifest import BenchFile
 from perfscope.profile import KernelProfile, Traffic
+from perfscope.record import machine_notes
 
 if TYPE_CHECKING:
     from perfscope.diff import DiffDocument, ProfileDiff, Row
-    from perfscope.documents import AuditDocument, KernelsTable, SassAudit
+    from perfscope.documents import AuditDocument, BenchSummary, KernelsTable, SassAudit, TuneDocument
     from perfscope.record import Diagnosed, DiagnoseDocument
     from perfscope.rules import RuleTable
 
-DIAGNOSE_SCHEMA = "perfscope.diagnose/1"
+DIAGNOSE_SCHEMA = "perfscope.diagnose/2"
 DIFF_SCHEMA = "perfscope.diff/1"
 
 
@@ -104,7 +125,8 @@ def kernel_dict(kp: KernelProfile) -> dict[str, Any]:
     mem["global"] = _traffic(kp.memory.global_)
     return {
         "name": kp.name, "demangled": ident.pop("demangled"), "mangled": ident.pop("mangled"),
-        "source": ident.pop("source"), "duration_ns": kp.sol.duration_ns,
+        "source": ident.pop("source"), "launch_index": kp.identity.launch_index,
+        "incomplete": kp.identity.incomplete, "duration_ns": kp.sol.duration_ns,
         "identity": {k: v for k, v in ident.items() if k not in ("name", "launch_index", "incomplete")},
         "sol": dataclasses.asdict(kp.sol),
         "stalls": {
@@ -128,6 +150,7 @@ def kernel_dict(kp: KernelProfile) -> dict[str, Any]:
 
 
 def finding_dict(f: Any) -> dict[str, Any]:
+    """One finding as JSON-ready values."""
     return {
         "code": f.code, "tag": f.tag, "title": f.title, "severity": f.severity,
         "estimated_gain": f.estimated_gain,
@@ -135,28 +158,55 @@ def finding_dict(f: Any) -> dict[str, Any]:
                      for e in f.evidence],
         "fix": f.fix, "reference": f.reference,
         "ncu_rule": f.ncu_rule, "ncu_speedup_pct": f.ncu_speedup_pct,
+        "raw_gain": f.raw_gain, "capped_by": f.capped_by,
     }
+
+
+def headroom_dict(h: Any) -> dict[str, Any] | None:
+    """A kernel's headroom and the work and peaks it is bounded by, as JSON-ready values."""
+    if h is None:
+        return None
+    w = h.work
+    return {"fraction": h.fraction, "bound": h.bound, "t_ns": h.t_ns, "t_min_ns": h.t_min_ns,
+            "t_math_ns": h.t_math_ns, "t_bytes_ns": h.t_bytes_ns, "flops": w.flops,
+            "flops_source": w.flops_source, "bytes": w.bytes, "bytes_source": w.bytes_source,
+            "dtype": w.dtype, "dtype_source": w.dtype_source}
 
 
 def record_dict(r: Diagnosed) -> dict[str, Any]:
     """One record: its profile, findings and the rules it could not evaluate."""
     d = kernel_dict(r.profile)
-    d["findings"] = [finding_dict(f) for f in r.evaluation.findings]
-    d["rules_not_evaluated"] = [dataclasses.asdict(n) for n in r.evaluation.not_evaluated]
+    e = r.evaluation
+    d["launch_id"] = r.launch_id
+    d["untrusted"] = r.untrusted
+    d["headroom"] = headroom_dict(e.headroom)
+    d["combined_gain"] = e.combined_gain
+    d["reference_cap"] = e.reference_cap
+    d["severity_notes"] = list(e.notes)
+    d["findings"] = [finding_dict(f) for f in e.findings]
+    d["rules_not_evaluated"] = [dataclasses.asdict(n) for n in e.not_evaluated]
     return d
 
 
 def profiles_document(profiles: Sequence[KernelProfile]) -> dict[str, Any]:
     """The diagnose document of bare profiles (no rules evaluated): the Python API's."""
-    return {"schema": DIAGNOSE_SCHEMA, "kernels": [kernel_dict(kp) for kp in profiles]}
+    return {"schema": DIAGNOSE_SCHEMA, "warnings": _incomplete(profiles),
+            "kernels": [kernel_dict(kp) for kp in profiles]}
+
+
+def _incomplete(profiles: Sequence[KernelProfile]) -> list[str]:
+    return list(dict.fromkeys(kp.identity.incomplete for kp in profiles if kp.identity.incomplete))
 
 
 def diagnose_document(records: Sequence[Diagnosed]) -> dict[str, Any]:
-    return {"schema": DIAGNOSE_SCHEMA, "kernels": [record_dict(r) for r in records]}
+    """The diagnose document of records: every kernel with its findings, and the warnings."""
+    return {"schema": DIAGNOSE_SCHEMA, "warnings": _incomplete([r.profile for r in records]),
+            "machine_settings": list(machine_notes(records)),
+            "kernels": [record_dict(r) for r in records]}
 
 
 def _diagnose(doc: DiagnoseDocument) -> str:
-    return dumps(diagnose_document(doc.records))
+    return dumps({**diagnose_document(doc.records), "failures": list(doc.failures)})
 
 
 # ---------------------------------------------------------------------------- diff
@@ -185,6 +235,11 @@ def diff_document(diff: ProfileDiff, gate_failures: Sequence[str] = ()) -> dict[
         "new_findings": [finding_dict(f) for f in diff.new_findings],
         "gone_findings": [finding_dict(f) for f in diff.gone_findings],
         "verdict": [dataclasses.asdict(r) for r in diff.verdict],
+        # improved: A takes fewer cycles, and the verdict says what it improved (shares of
+        # B's time); remaining: A's own findings then; gap: the cycle gap the verdict spreads.
+        "improved": diff.improved, "gap": diff.gap,
+        "remaining": [dataclasses.asdict(r) for r in diff.remaining],
+        "structure": [dataclasses.asdict(x) for x in diff.structure],
         "warnings": list(diff.warnings),
         "family_labels": {k: FAMILY_BY_KEY[k].label for k in FAMILY_BY_KEY},
         "gate_failures": list(gate_failures),
@@ -201,10 +256,12 @@ def _diff(doc: DiffDocument) -> str:
 def _rules(doc: RuleTable) -> str:
     return dumps([{"code": r.code, "tag": r.tag, "severity": r.severity, "title": r.title,
                    "metrics": list(r.metrics), "fix": r.fix, "source": r.reference,
-                   "nsight_compute": list(r.ncu), "doc": r.doc} for r in doc.rules])
+                   "nsight_compute": list(r.ncu), "thresholds": dict(r.thresholds),
+                   "doc": r.doc} for r in doc.rules])
 
 
 def audit_dict(a: SassAudit) -> dict[str, Any]:
+    """One static audit as JSON-ready values."""
     r = a.resources
     return {
         "target": a.target, "kind": a.kind, "arch": a.arch, "kernel": a.kernel,
@@ -235,6 +292,36 @@ def _kernels(doc: KernelsTable) -> str:
     return dumps([dataclasses.asdict(row) for row in doc.rows])
 
 
+def _bench(doc: BenchSummary) -> str:
+    env = next((m.environment for m in doc.manifests if m.environment is not None), None)
+    return dumps(dataclasses.asdict(BenchFile(manifests=doc.manifests, environment=env)))
+
+
+def tune_document(doc: TuneDocument) -> dict[str, Any]:
+    """``tune --json`` (schema perfscope.tune/1): a result per (stage, dtype, shape) with every
+    trial, best first (ratio: the spread of the round ratios to cuBLAS, null when not timed),
+    the pruned configurations with their reasons, the best-vs-worst ncu diff, the geometric
+    means, the run's times and its environment. ``TuneDocument.from_dict`` reads it back to an
+    equal document (the derived ``best``, ``compile_speedup`` and ``geomeans`` are recomputed)."""
+    def result(r: Any) -> dict[str, Any]:
+        d = dataclasses.asdict(r)
+        d["pruned"] = [{"config": label, "reason": why} for label, why in r.pruned]
+        d["best"] = dataclasses.asdict(r.best) if r.best is not None else None
+        return d
+
+    return {"schema": TUNE_SCHEMA, "store": doc.store, "command": doc.command,
+            "environment": dict(doc.environment),
+            "stats": {**dataclasses.asdict(doc.stats), "compile_speedup": doc.stats.compile_speedup},
+            "geomeans": [{"stage": s, "dtype": d, "geomean": g, "shapes": n, "at_least_1": at}
+                         for s, d, g, n, at in doc.geomeans()],
+            "results": [result(r) for r in doc.results], "notes": list(doc.notes)}
+
+
+def _tune(doc: TuneDocument) -> str:
+    return dumps(tune_document(doc))
+
+
 RENDERERS: dict[str, Callable[..., str]] = {
     "diagnose": _diagnose, "diff": _diff, "rules": _rules, "audit": _audit, "kernels": _kernels,
+    "bench": _bench, "tune": _tune,
 }

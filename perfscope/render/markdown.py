@@ -9,8 +9,30 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from perfscope.render.diff import ratio_text, table_rows, verdict_heading, verdict_lines
-from perfscope.render.summary import duration, finding_texts, md_cell, not_evaluated_text, pct, sections
+from perfscope.render import tune
+from perfscope.render.diff import (
+    REMAINING_HEADING,
+    gap_line,
+    ratio_text,
+    structure_rows,
+    table_rows,
+    verdict_heading,
+    verdict_lines,
+    verdict_sections,
+)
+from perfscope.render.summary import (
+    SUMMARY_COLUMNS,
+    duration,
+    evidence_value,
+    finding_texts,
+    gain,
+    headroom_text,
+    md_cell,
+    not_evaluated_text,
+    pct,
+    sections,
+    summary_row,
+)
 
 if TYPE_CHECKING:
     from perfscope.diff import DiffDocument
@@ -27,6 +49,9 @@ LIMIT = 60_000
 
 def _findings(evaluation: Evaluation) -> list[str]:
     lines = ["**perfscope findings**", ""]
+    if (room := headroom_text(evaluation)) is not None:
+        lines += [f"<sub>{md_cell(room)}</sub>", ""]
+    lines += [f"<sub>{md_cell(note)}</sub>" for note in getattr(evaluation, "notes", ())]
     texts = finding_texts(evaluation)
     if not texts:
         lines.append("none")
@@ -61,8 +86,26 @@ def kernel_markdown(kp: KernelProfile, evaluation: Evaluation | None = None) -> 
     return "\n".join(lines)
 
 
+def diagnose_table(doc: DiagnoseDocument) -> list[str]:
+    """One row per launch: what `diagnose` shows of several kernels unless --full."""
+    lines = ["| " + " | ".join(SUMMARY_COLUMNS) + " |", "|" + "---|" * len(SUMMARY_COLUMNS)]
+    lines += ["| " + " | ".join(md_cell(c) for c in summary_row(r)) + " |" for r in doc.records]
+    return [*lines, ""]
+
+
 def _diagnose(doc: DiagnoseDocument) -> str:
-    return "\n".join(kernel_markdown(r.profile, r.evaluation) for r in doc.records) + "\n"
+    head = [f"> warning: {md_cell(w)}" for w in doc.warnings]
+    head += [f"> **not trustworthy:** {md_cell(r.launch_id)}: {md_cell(r.untrusted)}"
+             for r in doc.records if r.untrusted]
+    head += [f"> **failed:** {md_cell(x)}" for x in doc.failures]
+    if head:
+        head.append("")
+    tail = [f"_Machine setting: {md_cell(m)}._" for m in doc.machine]
+    if not doc.full:
+        return "\n".join([*head, f"**perfscope diagnose**: {len(doc.records)} kernel launches", "",
+                          *diagnose_table(doc), *tail]) + "\n"
+    return "\n".join([*head, *(kernel_markdown(r.profile, r.evaluation) for r in doc.records),
+                      *tail]) + "\n"
 
 
 # ---------------------------------------------------------------------------- diff
@@ -77,7 +120,15 @@ def _diff(doc: DiffDocument) -> str:
     if ct and dt:
         lines += [f"A takes **{ratio_text(ct) or '?'}** B's cycles and {ratio_text(dt) or '?'} its time.",
                   ""]
-    lines += [f"**{verdict_heading(diff)}**", "", *verdict_lines(diff), ""]
+    for heading, body in verdict_sections(diff):
+        lines += [f"**{md_cell(heading)}**", "", *(md_cell(x) for x in body), ""]
+    if (gap := gap_line(diff)) is not None:
+        lines += [md_cell(gap), ""]
+    structure = structure_rows(diff)
+    if structure:
+        lines += ["| launch structure | A | B | |", "|---|---|---|---|"]
+        lines += [f"| {md_cell(n)} | {md_cell(a)} | {md_cell(b)} | {d} |" for n, a, b, d in structure]
+        lines.append("")
     for w in diff.warnings:
         lines.append(f"> warning: {md_cell(w)}")
     for g in doc.gate_failures:
@@ -100,8 +151,9 @@ def _ladder(review: Review) -> list[str]:
     for ld in review.ladders:
         for p in ld.points:
             ok = p.verdict == "ok" and p.tflops is not None
+            flag = " **(beats its default)**" if p.beats else ""
             lines.append(
-                f"| {ld.dtype} | {md_cell(p.label)}{' (variant)' if p.variant else ''} | "
+                f"| {ld.dtype} | {md_cell(p.label)}{' (variant)' if p.variant else ''}{flag} | "
                 f"{f'{p.tflops.median:,.1f}' if ok else '-'} | "
                 f"{f'{p.ratio_to_reference:.1%}' if ok and p.ratio_to_reference is not None else '-'} | "
                 f"{f'{p.tflops.median / ld.peak_tflops:.1%}' if ok and ld.peak_tflops else '-'} | "
@@ -110,7 +162,17 @@ def _ladder(review: Review) -> list[str]:
             peak = "-" if not ld.peak_tflops else f"{ld.reference_tflops.median / ld.peak_tflops:.1%}"
             lines.append(f"| {ld.dtype} | **{md_cell(ld.reference or '')}** | "
                          f"**{ld.reference_tflops.median:,.1f}** | 100% | {peak} | |")
-    return [*lines, ""]
+    lines.append("")
+    lines += [f"> **variant:** {md_cell(w.sentence())}" for w in review.variant_wins]
+    if review.variant_wins:
+        lines.append("")
+    cal = review.calibration
+    if cal is not None and cal.median_abs_error is not None:
+        missed = ", ".join(f"{s.parent} -> {s.child}" for s in cal.missed) or "none"
+        lines += [f"**Calibration**: the addressed findings' estimates miss the measured saving of "
+                  f"{len(cal.counted)} ladder steps by a median {cal.median_abs_error:.3f} of kernel "
+                  f"time; steps that saved 10% or more unpredicted: {md_cell(missed)}.", ""]
+    return lines
 
 
 def _kernel_row(e: Entry) -> str:
@@ -123,24 +185,85 @@ def _kernel_row(e: Entry) -> str:
             f"{pct(kp.sol.memory_pct)} | {stall} | {worst} |")
 
 
-def _details(review: Review, e: Entry) -> list[str]:
-    lines = [f"<details><summary>{md_cell(e.label)}: <code>{md_cell(e.profile.name)}</code></summary>", ""]
-    texts = finding_texts(e.evaluation)
-    for f in texts:
-        lines.append(f"- **{f.severity}** {f.code} `{f.tag}`: {md_cell(f.title)} ({md_cell(f.estimate)})")
-        lines += [f"  - {md_cell(ev)}" for ev in f.evidence]
-        lines.append(f"  - fix: {md_cell(f.fix)}")
-    if not texts:
-        lines.append("- no perfscope finding")
+# What each kernel's block shows of its source view and evidence, to fit 27 kernels in one
+# comment (GitHub's limit is 65,536 characters).
+MD_SOURCE_LINES = 3
+MD_EVIDENCE = 1
+MD_REASONS = 3
+MD_TEXT = 90
+
+
+def _source_lines(e: Entry) -> list[str]:
+    view = e.source
+    if not view.lines:
+        return []
+    out = ["", "Hottest source lines:"]
+    for ln in view.lines[:MD_SOURCE_LINES]:
+        reasons = ", ".join(f"{r} {n:,}" for r, n in ln.reasons[:2])
+        code = ln.text if ln.text is None or len(ln.text) <= MD_TEXT else ln.text[: MD_TEXT - 1] + "\u2026"
+        text = f": `{md_cell(code)}`" if code is not None else " (source text not available)"
+        out.append(f"- `{md_cell(ln.file.rsplit('/', 1)[-1])}:{ln.line}` "
+                   f"{ln.share or 0:.0%} of samples ({reasons}){text}")
+    return out
+
+
+def _comparison_lines(c, fixes: dict[tuple[str, str], None]) -> list[str]:
+    diff = c.diff
+    cyc = next((r for r in diff.time if r.name == "cycles"), None)
+    ratio = "" if cyc is None or cyc.ratio is None else f": {cyc.ratio:.2f}x its cycles"
+    heading = md_cell(verdict_heading(diff))
+    out = ["", f"Against its {c.kind} **{md_cell(c.b.label)}**{ratio}. *{heading}*", ""]
+    shown = {f.code: f for f in c.a.evaluation.findings}
+    # The reasons with a share of the gap (stall shifts have none; the HTML has them).
+    reasons = [r for r in diff.verdict if r.estimated_gain is not None][:MD_REASONS]
+    for i, r in enumerate(reasons, 1):
+        if r.kind == "finding" and r.code in shown and not diff.improved:
+            # The finding's line above has its evidence: name it, with its share of the gap.
+            share = f" (about {r.estimated_gain:.0%} of A's time)" if r.estimated_gain else ""
+            out.append(f"{i}. {r.code} {md_cell(shown[r.code].title)}{share}")
+            continue
+        fix = ""
+        if not diff.improved and r.fix:
+            key = r.code if r.code in shown else r.kind
+            fix = f" (fix: {key})"
+            if key not in shown:
+                fixes.setdefault((key, r.fix), None)
+        out.append(f"{i}. {md_cell(r.sentence)}{fix}")
+    if not reasons:
+        out.append(verdict_lines(diff)[0] if not diff.verdict else
+                   "No reason with a share of the gap; the HTML report shows the stall shifts.")
+    if diff.improved:
+        left = ", ".join(f.code for f in c.a.evaluation.findings) or "no perfscope finding"
+        out += ["", f"{REMAINING_HEADING}: {left}."]
+    return out
+
+
+def _details(review: Review, e: Entry, fixes: dict[tuple[str, str], None]) -> list[str]:
+    """One kernel folded into <details>: findings (fixes collected once at the end), the
+    comparisons, and its hottest source lines."""
+    f = e.evaluation.findings
+    count = f"{len(f)} finding{'s' if len(f) != 1 else ''}" if f else "no finding"
+    lines = [f"<details><summary>{md_cell(e.label)}: {count}</summary>", ""]
+    for finding, t in zip(f, finding_texts(e.evaluation), strict=True):
+        evidence = "; ".join(f"{md_cell(ev.metric)} = {md_cell(evidence_value(ev.value))}"
+                             for ev in finding.evidence[:MD_EVIDENCE])
+        est = gain(finding.estimated_gain)
+        lines.append(f"- **{t.severity}** {t.code} `{t.tag}`: {md_cell(t.title)} ({est}); "
+                     f"{evidence} (fix: {t.code})")
+        fixes.setdefault((t.code, t.fix), None)
     for c in review.comparisons_of(e):
-        cyc = next((r for r in c.diff.time if r.name == "cycles"), None)
-        ratio = "" if cyc is None or cyc.ratio is None else f": {cyc.ratio:.2f}x its cycles"
-        lines += ["", f"Against its {c.kind} **{md_cell(c.b.label)}**{ratio}", ""]
-        reasons = c.diff.verdict
-        lines += [f"{i}. {md_cell(r.sentence)} Fix: {md_cell(r.fix)}" for i, r in enumerate(reasons, 1)]
-        if not reasons:
-            lines.append("No finding explains a difference.")
+        lines += _comparison_lines(c, fixes)
+    lines += _source_lines(e)
     return [*lines, "", "</details>", ""]
+
+
+def _fixes(fixes: dict[tuple[str, str], None]) -> str:
+    """Every fix the blocks above name, once each, by finding code or structural aspect."""
+    if not fixes:
+        return ""
+    lines = ["<details><summary>Fixes</summary>", ""]
+    lines += [f"- **{md_cell(key)}**: {md_cell(text)}" for key, text in sorted(fixes)]
+    return "\n".join([*lines, "", "</details>", ""])
 
 
 def _review(review: Review, html_name: str | None = None) -> str:
@@ -154,17 +277,22 @@ def _review(review: Review, html_name: str | None = None) -> str:
              "|---|--:|--:|--:|---|---|", *(_kernel_row(e) for e in review.entries), ""]
     head += [f"> {md_cell(w)}" for w in review.warnings]
     text = "\n".join(head)
-    blocks = ["\n".join(_details(review, e)) for e in review.entries]
+    fixes: dict[tuple[str, str], None] = {}
     kept = 0
-    for block in blocks:
-        if len(text) + len(block) + 200 > LIMIT:
+    for e in review.entries:
+        mine: dict[tuple[str, str], None] = dict(fixes)
+        block = "\n".join(_details(review, e, mine))
+        if len(text) + len(block) + len(_fixes(mine)) + 200 > LIMIT:
             break
         text += "\n" + block
+        fixes = mine
         kept += 1
-    if kept < len(blocks):
-        text += (f"\n_{len(blocks) - kept} kernel(s) left out to fit a PR comment; "
+    text += "\n" + _fixes(fixes)
+    if kept < len(review.entries):
+        text += (f"\n_{len(review.entries) - kept} kernel(s) left out to fit a PR comment; "
                  "the HTML report has them all._\n")
     return text + "\n"
 
 
-RENDERERS: dict[str, Callable[..., str]] = {"diagnose": _diagnose, "diff": _diff, "review": _review}
+RENDERERS: dict[str, Callable[..., str]] = {"diagnose": _diagnose, "diff": _diff, "review": _review,
+                                           "tune": tune.render_markdown}

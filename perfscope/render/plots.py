@@ -1,4 +1,7 @@
-"""Inline SVG plots for the HTML report, made with matplotlib's object API.
+"""The ladder charts of the HTML report: inline SVG made with matplotlib's object API.
+
+(The per-kernel bars are simpler and many: the template draws them as plain SVG from
+numbers perfscope.render.html lays out, with no matplotlib.)
 
 No pyplot: figures are ``matplotlib.figure.Figure`` objects drawn on the Agg-free SVG
 backend, so nothing touches pyplot's global figure registry or needs a display. The
@@ -34,8 +37,6 @@ BAR = "#3b6ea8"
 VARIANT = "#a9bcd6"
 REFERENCE = "#c2410c"
 PEAK = "#6b7280"
-SOL_COLOUR = {"compute (SM)": "#3b6ea8", "memory": "#0f766e", "DRAM": "#0f766e",
-              "L1/TEX": "#0f766e", "L2": "#0f766e"}
 
 _RC = {
     # A fixed salt makes matplotlib's generated clip-path ids the same on every run.
@@ -59,6 +60,16 @@ _RC = {
 
 _METADATA = re.compile(r"\s*<metadata>.*?</metadata>", re.DOTALL)
 _ID_REF = re.compile(r'(\bid="|url\(#|href="#)')
+_REFERENCED = re.compile(r'(?:url\(#|href="#)([^)"]+)')
+_GROUP_ID = re.compile(r'<g id="([^"]+)">')
+# Coordinates to 1/100 of a point: matplotlib writes six digits nobody can see.
+_LONG_NUMBER = re.compile(r"(\d+\.\d\d)\d+")
+_INDENT = re.compile(r"\n[ \t]+")
+# matplotlib breaks a path's data before every command and every element onto its own
+# line: whitespace SVG does not read (no <text> holds a line break).
+_PATH_BREAK = re.compile(r" ?\n(?=[MLCQSTAHVZz] |z\b)")
+_BETWEEN_TAGS = re.compile(r">\n+<")
+_PATH_END = re.compile(r'\s*\n"')
 
 
 def _to_svg(fig: Figure, key: str) -> Markup:
@@ -70,6 +81,12 @@ def _to_svg(fig: Figure, key: str) -> Markup:
     text = text[text.index("<svg"):]
     text = _METADATA.sub("", text)
     text = _ID_REF.sub(lambda m: f"{m.group(1)}{key}-", text)
+    # A page holds several figures: drop what only inflates it (the ids of groups nothing
+    # refers to, the indentation, digits below the pixel).
+    used = set(_REFERENCED.findall(text))
+    text = _GROUP_ID.sub(lambda m: m.group(0) if m.group(1) in used else "<g>", text)
+    text = _INDENT.sub("\n", _LONG_NUMBER.sub(r"\1", text))
+    text = _BETWEEN_TAGS.sub("><", _PATH_END.sub('"', _PATH_BREAK.sub(" ", text)))
     # The SVG is generated here from escaped text (matplotlib escapes <, > and &), so it
     # may go into the page unescaped.
     return Markup(text.strip())
@@ -86,18 +103,13 @@ def _style(ax) -> None:
     ax.tick_params(length=2)
 
 
-def _empty(ax, title: str) -> None:
-    ax.set_title(title)
-    ax.text(0.5, 0.5, "not collected", ha="center", va="center", color=MUTED,
-            transform=ax.transAxes)
-    ax.set_axis_off()
-
-
 # ------------------------------------------------------------------- ladder overview
 
 
 @dataclass(frozen=True)
 class Bar:
+    """One bar of a chart: its value with the spread as an error bar, and a note at its end."""
+
     label: str
     value: float | None          # None: no bar (not timed, or wrong)
     low: float | None = None     # spread, drawn as an error bar
@@ -108,6 +120,8 @@ class Bar:
 
 @dataclass(frozen=True)
 class Line:
+    """A horizontal line across a chart (the cuBLAS reference, the peak)."""
+
     label: str
     value: float
     colour: str
@@ -139,61 +153,4 @@ def ladder(key: str, title: str, unit: str, bars: Sequence[Bar], lines: Sequence
         ax.set_ylim(-0.6, len(bars) + 0.2)
         ax.set_xlabel(unit)
         ax.set_title(title)
-    return _to_svg(fig, key)
-
-
-# ----------------------------------------------------------------------- one kernel
-
-# Kernel panels are laid out by hand, not by constrained layout: a ladder has dozens of
-# kernels, and measuring every tick label to place three small panels took most of the
-# report's generation time. Widths are in points at 72 dpi, from a fixed label budget.
-_CHAR_PT = 4.8              # mean advance of an 8 pt DejaVu Sans character
-_ROW_PT = 15.0
-_BAR_PT = 150.0
-_VALUE_PT = 30.0
-_LABEL_CHARS = (12, 18, 20)  # SOL, stalls, opcode families
-_ROWS = 8
-
-
-def _short(label: str, chars: int) -> str:
-    return label if len(label) <= chars else label[: chars - 1] + "\u2026"
-
-
-def kernel_panels(key: str, sol: Sequence[tuple[str, float | None]],
-                  stalls: Sequence[tuple[str, float]], families: Sequence[tuple[str, float]]
-                  ) -> Markup:
-    """Speed of light (% of peak), stall breakdown (share of stall cycles) and opcode mix."""
-    panels = (("Speed of light (% of peak)", list(sol)[:_ROWS], None),
-              ("Warp stalls (share of stall cycles)", [(k, 100.0 * v) for k, v in stalls][:_ROWS], "#b45309"),
-              ("Executed opcode families (share)", [(k, 100.0 * v) for k, v in families][:_ROWS], "#6d28d9"))
-    labels_pt = [c * _CHAR_PT + 8 for c in _LABEL_CHARS]
-    width = sum(labels_pt) + 3 * (_BAR_PT + _VALUE_PT) + 2 * 12 + 8
-    plot_h = _ROWS * _ROW_PT
-    height = plot_h + 30
-    with matplotlib.rc_context(_RC):
-        fig = Figure(figsize=(width / 72, height / 72), dpi=72)
-        x = 4.0
-        for (title, rows, colour), label_pt, chars in zip(panels, labels_pt, _LABEL_CHARS, strict=True):
-            ax = fig.add_axes((  # left, bottom, width, height as figure fractions
-                (x + label_pt) / width, 6 / height, _BAR_PT / width, plot_h / height))
-            x += label_pt + _BAR_PT + _VALUE_PT + 12
-            ax.set_title(title, loc="left", x=-label_pt / _BAR_PT, pad=5)
-            if not rows or all(v is None for _, v in rows):
-                ax.text(0.3, 0.5, "not collected", ha="center", va="center", color=MUTED,
-                        transform=ax.transAxes)
-                ax.set_axis_off()
-                continue
-            for spine in ax.spines.values():
-                spine.set_visible(False)
-            ys = [_ROWS - 1 - i for i in range(len(rows))]
-            for y, (label, v) in zip(ys, rows, strict=True):
-                ax.barh(y, 100.0, height=0.62, color="#eef1f4")
-                if v is not None:
-                    ax.barh(y, v, height=0.62, color=colour or SOL_COLOUR.get(label, BAR))
-                ax.text(102, y, "n/c" if v is None else f"{v:.0f}%", va="center", fontsize=7)
-            ax.set_yticks(ys, [_short(label, chars) for label, _ in rows])
-            ax.tick_params(axis="y", length=0, pad=3)
-            ax.set_xticks([])
-            ax.set_xlim(0, 100)
-            ax.set_ylim(-0.6, _ROWS - 0.4)
     return _to_svg(fig, key)

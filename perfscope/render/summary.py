@@ -6,16 +6,26 @@ in the same order and a missing metric reads "not collected" in both.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from perfscope.families import FAMILY_BY_KEY
 from perfscope.profile import KernelProfile, Traffic
 
+if TYPE_CHECKING:
+    from perfscope.record import Diagnosed
+
 NOT_COLLECTED = "not collected"
+# Theoretical occupancy at (or rounding to) 100% has no limiter worth naming: every
+# resource allows the most warps an SM can hold.
+FULL_OCCUPANCY_PCT = 99.95
 
 
 @dataclass(frozen=True)
 class Section:
+    """One titled block of the summary: (label, text) rows in the order both renderers show them."""
+
     title: str
     rows: tuple[tuple[str, str], ...]
 
@@ -31,6 +41,7 @@ def md_cell(text: str) -> str:
 
 
 def num(v: float | None, digits: int = 0, unit: str = "") -> str:
+    """A number with thousands separators and an optional unit, or "not collected"."""
     if v is None:
         return NOT_COLLECTED
     text = f"{v:,.{digits}f}"
@@ -38,10 +49,12 @@ def num(v: float | None, digits: int = 0, unit: str = "") -> str:
 
 
 def pct(v: float | None) -> str:
+    """A percentage (0..100) with one decimal, or "not collected"."""
     return NOT_COLLECTED if v is None else f"{v:.1f}%"
 
 
 def duration(ns: float | None) -> str:
+    """A duration in nanoseconds as milliseconds or microseconds, or "not collected"."""
     if ns is None:
         return NOT_COLLECTED
     if ns >= 1e6:
@@ -50,10 +63,25 @@ def duration(ns: float | None) -> str:
 
 
 def clock(hz: float | None) -> str:
+    """A clock in Hz as GHz, or "not collected"."""
     return NOT_COLLECTED if hz is None else f"{hz / 1e9:.3f} GHz"
 
 
+def count(v: float | None) -> str:
+    """A count (instructions, cycles, registers, bytes): an integer, never "121.0"."""
+    return NOT_COLLECTED if v is None else f"{v:,.0f}"
+
+
+def occupancy(achieved: float | None, theoretical: float | None, limiter: str | None) -> str:
+    """Achieved against theoretical occupancy, and what limits it unless nothing does."""
+    text = f"{pct(achieved)} achieved of {pct(theoretical)} theoretical"
+    if theoretical is not None and theoretical >= FULL_OCCUPANCY_PCT:
+        return text + " (the most an SM holds)"
+    return f"{text}, limited by {limiter or NOT_COLLECTED}"
+
+
 def dims(d: tuple[int, int, int] | None) -> str:
+    """A grid, block or cluster shape as XxYxZ, or "not collected"."""
     return NOT_COLLECTED if d is None else "x".join(map(str, d))
 
 
@@ -72,6 +100,8 @@ def _traffic_rows(label: str, unit: str, t: Traffic) -> list[tuple[str, str]]:
 
 
 def sections(kp: KernelProfile, hotspots: int = 5) -> list[Section]:
+    """The diagnose summary of one kernel: identity, speed of light, top stalls, memory, launch,
+    opcode families and its most sampled instructions."""
     i, s, m, la = kp.identity, kp.sol, kp.memory, kp.launch
     out = [Section("Kernel", (
         ("name", i.demangled or i.name),
@@ -105,14 +135,13 @@ def sections(kp: KernelProfile, hotspots: int = 5) -> list[Section]:
          f"{num(m.local_bytes)} bytes, {num(m.local_load_requests)} load / "
          f"{num(m.local_store_requests)} store requests"),
     )))
-    limiter = la.occupancy_limiter or NOT_COLLECTED
     out.append(Section("Launch", (
         ("registers / thread", num(la.registers_per_thread)),
         ("shared memory / block", f"{num(la.shared_static_bytes)} static, "
                                   f"{num(la.shared_dynamic_bytes)} dynamic, "
                                   f"{num(la.shared_driver_bytes)} driver (bytes)"),
-        ("occupancy", f"{pct(la.achieved_occupancy_pct)} achieved of "
-                      f"{pct(la.theoretical_occupancy_pct)} theoretical, limited by {limiter}"),
+        ("occupancy", occupancy(la.achieved_occupancy_pct, la.theoretical_occupancy_pct,
+                                la.occupancy_limiter)),
         ("waves / SM", num(la.waves_per_sm, 2)),
     )))
     fams = kp.opcodes.families
@@ -127,6 +156,28 @@ def sections(kp: KernelProfile, hotspots: int = 5) -> list[Section]:
         for h in kp.hotspots[:hotspots])
     out.append(Section("Hotspots", hot_rows or (("hotspots", NOT_COLLECTED),)))
     return out
+
+
+# ------------------------------------------------------------ one row per kernel
+
+SUMMARY_COLUMNS = ("launch", "kernel", "duration", "cycles", "SM clock", "top stall", "findings")
+
+
+def summary_row(r: Diagnosed) -> tuple[str, ...]:
+    """One launch in a line: how to name it again (FILE#ID), its time, and its worst finding."""
+    kp = r.profile
+    top = kp.stalls.top(1)
+    findings = r.evaluation.findings
+    if findings:
+        worst = findings[0]          # the evaluation ranks the most severe, costliest first
+        est = "no estimate" if worst.estimated_gain is None else f"est. {worst.estimated_gain:.0%}"
+        found = f"{len(findings)} (worst {worst.code} {worst.severity}, {est})"
+    else:
+        found = "none"
+    if r.untrusted:
+        found = f"NOT TRUSTWORTHY ({r.untrusted}); {found}"
+    return (r.launch_id, kp.name, duration(kp.sol.duration_ns), num(kp.identity.cycles),
+            clock(kp.identity.sm_clock_hz), top[0].reason if top else NOT_COLLECTED, found)
 
 
 # ------------------------------------------------------------------------ findings
@@ -147,13 +198,16 @@ class FindingText:
 
 
 def gain(v: float | None) -> str:
+    """A finding's bounded estimate as a share of the kernel's time."""
     return "no estimate" if v is None else f"est. {100 * v:.1f}% of kernel time"
 
 
 def evidence_value(v: float | str) -> str:
+    """A finding's evidence value: counts as integers ("32", "1,048,576"), ratios with
+    four significant digits."""
     if isinstance(v, str):
         return v
-    if v == int(v) and abs(v) >= 1000:
+    if math.isfinite(v) and v == int(v):
         return f"{v:,.0f}"
     return f"{v:,.4g}"
 
@@ -163,6 +217,8 @@ def finding_texts(evaluation) -> list[FindingText]:
     out = []
     for f in evaluation.findings:
         est = gain(f.estimated_gain)
+        if f.capped_by is not None:
+            est += f" (capped at the {f.capped_by}; the rule alone said {100 * f.raw_gain:.1f}%)"
         if f.ncu_rule is not None:
             ncu = "no estimate" if f.ncu_speedup_pct is None else f"{f.ncu_speedup_pct:.1f}%"
             est += f" (Nsight Compute {f.ncu_rule}: {ncu})"
@@ -170,6 +226,20 @@ def finding_texts(evaluation) -> list[FindingText]:
                    for e in f.evidence)
         out.append(FindingText(f.severity, f.code, f.tag, f.title, est, ev, f.fix, f.reference))
     return out
+
+
+def headroom_text(evaluation) -> str | None:
+    """The kernel's headroom and its findings composed, in one line (None: no roofline)."""
+    h = getattr(evaluation, "headroom", None)
+    if h is None:
+        return None
+    text = (f"headroom {100 * h.fraction:.1f}% of kernel time (bound by {h.bound}: "
+            f"{h.t_min_ns / 1e3:,.1f} of {h.t_ns / 1e3:,.1f} us)")
+    if evaluation.combined_gain is not None:
+        text += f"; findings combined: est. {100 * evaluation.combined_gain:.1f}%"
+    if evaluation.reference_cap is not None:
+        text += f"; capped at {100 * evaluation.reference_cap:.1f}% by the gap to its reference"
+    return text
 
 
 def not_evaluated_text(evaluation) -> str | None:

@@ -1,4 +1,14 @@
-"""Evaluate the rule table on one KernelProfile: pure, inputs in, an Evaluation out."""
+"""Evaluate the rule table on one KernelProfile: pure, inputs in, an Evaluation out.
+
+Every rule's own estimate is bounded the same way (perfscope.rules.bounds): never above
+the kernel's headroom, never above the gap to its timed reference plus a margin. The
+severity follows from the bounded estimate, up to the rule's declared one: a finding
+with no estimate is never a warning (correctness aside), and a kernel within
+NEAR_REFERENCE of its reference, or with a math pipe at PIPE_SATURATED of its peak, gets
+no warning at all. The kernel's combined estimate composes its findings: within an
+overlap group only the largest counts, groups combine as independent savings
+(1 - prod(1 - g)), and the result is capped like every estimate.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +16,11 @@ import logging
 from collections.abc import Sequence
 
 from perfscope.manifest import RunManifest
+from perfscope.metrics import M_FMA_PIPE, M_TENSOR_PIPE
 from perfscope.profile import KernelProfile
-from perfscope.rules.facts import MIN_GAIN, MINOR_GAIN
+from perfscope.rules.bounds import REFERENCE_MARGIN, headroom, reference_cap
 from perfscope.rules.model import (
+    ENVELOPE_GROUPS,
     Context,
     Evaluation,
     Finding,
@@ -22,8 +34,15 @@ from perfscope.rules.registry import REGISTRY
 
 log = logging.getLogger(__name__)
 
-# An estimate is a share of the kernel's time; no single fix removes all of it.
-MAX_GAIN = 0.95
+# Severity from the bounded estimate (fractions of the kernel's time).
+WARNING_GAIN = 0.10
+OPTIMIZATION_GAIN = 0.03
+MIN_GAIN = 0.01
+# A kernel this close to its timed reference, or with a math pipe this busy, is not
+# condemned: what is left is an optimization at most.
+NEAR_REFERENCE = 0.95
+PIPE_SATURATED = 90.0
+CORRECTNESS_TAG = "incorrect-result"
 
 
 def _ncu_match(profile: KernelProfile, patterns: Sequence[str]) -> tuple[str | None, float | None]:
@@ -42,11 +61,62 @@ def _ncu_match(profile: KernelProfile, patterns: Sequence[str]) -> tuple[str | N
     return None, None
 
 
+def _cap(rank_max: int, severity: str) -> str:
+    return severity if severity_rank(severity) <= rank_max else "optimization"
+
+
+def severity_for(rule: Rule, gain: float | None) -> str | None:
+    """The severity a bounded estimate earns (None: too small to be a finding)."""
+    if rule.tag == CORRECTNESS_TAG:
+        return rule.severity
+    if gain is None:
+        return _cap(severity_rank("optimization"), rule.severity)
+    if gain < MIN_GAIN:
+        return None
+    if gain < OPTIMIZATION_GAIN:
+        return "info"
+    if gain < WARNING_GAIN:
+        return _cap(severity_rank("optimization"), rule.severity)
+    return rule.severity
+
+
+def _no_warning_reason(profile: KernelProfile, ref_cap: float | None) -> str | None:
+    if ref_cap is not None and ref_cap - REFERENCE_MARGIN <= 1 - NEAR_REFERENCE:
+        return (f"within {1 - NEAR_REFERENCE:.0%} of its timed reference: what is left is an "
+                "optimization at most")
+    for name, metric in (("tensor", M_TENSOR_PIPE), ("FMA", M_FMA_PIPE)):
+        busy = profile.metric(metric)
+        if busy is not None and busy >= PIPE_SATURATED:
+            return (f"its {name} pipe is busy {busy:.0f}% of the time (>= {PIPE_SATURATED:.0f}%): "
+                    "what is left is an optimization at most")
+    return None
+
+
+def combine(gains: Sequence[tuple[str, float]]) -> float | None:
+    """Compose (group, gain) pairs: the largest per group, groups as independent savings,
+    and an envelope group (a whole roofline gap) as the larger of it and the rest."""
+    best: dict[str, float] = {}
+    for group, g in gains:
+        best[group] = max(best.get(group, 0.0), g)
+    if not best:
+        return None
+    keep = 1.0
+    for group, g in best.items():
+        if group not in ENVELOPE_GROUPS:
+            keep *= 1 - g
+    return max([1 - keep, *(g for group, g in best.items() if group in ENVELOPE_GROUPS)])
+
+
 def evaluate(profile: KernelProfile, manifest: RunManifest | None = None,
              context: Context | None = None, rules: Sequence[Rule] = REGISTRY) -> Evaluation:
     """Every rule on one kernel: its findings, and the rules that could not be evaluated."""
     context = context or Context()
     inputs = Inputs(profile, manifest, context)
+    room = headroom(inputs)
+    ref_cap, _ = reference_cap(inputs)
+    caps = [(c, name) for c, name in ((room.fraction if room else None, "headroom"),
+                                      (ref_cap, "reference gap")) if c is not None]
+    no_warning = _no_warning_reason(profile, ref_cap)
     findings: list[Finding] = []
     skipped: list[NotEvaluated] = []
     silent: list[str] = []
@@ -59,20 +129,32 @@ def evaluate(profile: KernelProfile, manifest: RunManifest | None = None,
         if hit is None:
             silent.append(rule.code)
             continue
-        gain = hit.estimated_gain
-        if gain is not None:
-            gain = round(min(MAX_GAIN, max(0.0, gain)), 4)
-            if gain < MIN_GAIN:
-                silent.append(rule.code)
-                continue
-        severity = rule.severity
-        # A measurable symptom with a tiny estimated cost is shown, not sounded.
-        if gain is not None and gain < MINOR_GAIN and severity_rank(severity) < severity_rank("error"):
-            severity = "info"
+        raw = hit.estimated_gain
+        gain, capped_by = raw, None
+        if raw is not None:
+            gain = max(0.0, raw)
+            for cap, name in caps:
+                if gain > cap:
+                    gain, capped_by = cap, name
+            gain = round(gain, 4)
+        severity = severity_for(rule, gain)
+        if severity is None:
+            silent.append(rule.code)
+            continue
+        if no_warning and rule.tag != CORRECTNESS_TAG and severity_rank(severity) >= severity_rank("warning"):
+            severity = "optimization"
         ncu_rule, ncu_speedup = _ncu_match(profile, rule.ncu)
         findings.append(Finding(code=rule.code, tag=rule.tag, title=rule.title, severity=severity,
                                 estimated_gain=gain, evidence=hit.evidence, fix=rule.fix_text(hit),
                                 reference=rule.reference, ncu_rule=ncu_rule,
-                                ncu_speedup_pct=ncu_speedup))
+                                ncu_speedup_pct=ncu_speedup,
+                                raw_gain=round(raw, 4) if raw is not None else None,
+                                capped_by=capped_by))
     findings.sort(key=lambda f: (-severity_rank(f.severity), -(f.estimated_gain or 0.0), f.code))
-    return Evaluation(findings=tuple(findings), not_evaluated=tuple(skipped), silent=tuple(silent))
+    combined = combine([(f.group, f.estimated_gain) for f in findings
+                        if f.estimated_gain is not None and f.tag != CORRECTNESS_TAG])
+    if combined is not None:
+        combined = round(min([combined, *(c for c, _ in caps)]), 4)
+    notes = (no_warning,) if no_warning and findings else ()
+    return Evaluation(findings=tuple(findings), not_evaluated=tuple(skipped), silent=tuple(silent),
+                      headroom=room, combined_gain=combined, reference_cap=ref_cap, notes=notes)

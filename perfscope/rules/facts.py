@@ -2,6 +2,11 @@
 
 Each helper raises NotCollected when the report lacks what it reads, so a rule built on
 it is "not evaluated" rather than judged on a zero that was never measured.
+
+A unit counts as what bounds a kernel only when the counters say so twice: its
+throughput is high AND either it is near its peak (its own traffic says so) or the warps
+spend a large share of their stalls waiting on it (its throttle stalls say so). A busy
+L1 alone proves little: it carries shared-memory traffic and global traffic at once.
 """
 
 from __future__ import annotations
@@ -12,41 +17,54 @@ from typing import NamedTuple
 
 from perfscope.families import base_opcode
 from perfscope.metrics import (
+    M_DRAM_READ,
+    M_DRAM_WRITE,
+    M_FMA_PIPE,
     M_OPCODES,
+    M_TENSOR_PIPE,
     SECTOR_BYTES,
     SOL_METRICS,
 )
 from perfscope.profile import KernelProfile, OpcodeTraffic, Traffic
-from perfscope.rules.model import Evidence, NotCollected, need
+from perfscope.rules.bounds import sass_flops, work_of
+from perfscope.rules.model import Evidence, Inputs, NotCollected, need
 
-# A unit running at this share of its peak is what bounds the kernel: extra traffic
-# through it costs time in proportion. Below it, extra traffic only costs through the
-# stalls it causes.
+# A unit running at this share of its peak may be what bounds the kernel ...
 BUSY_PCT = 60.0
-# "A few percent of stall time is no finding" (issue 5).
+# ... and is at its limit, whatever the stalls say, from this share on.
+SATURATED_PCT = 80.0
+# A busy unit is the bound when at least this share of stall cycles waits on it.
+CONFIRM_SHARE = 0.40
+# Throttle stalls (lg/mio/tex) above this share mean a memory pipe is saturated.
+THROTTLE_CONFIRM = 0.10
+# A few percent of stall time is no finding.
 MIN_STALL_SHARE = 0.05
-# "Under 5% extra wavefronts or traffic is no finding" (issue 5).
+# Under 5% extra wavefronts or traffic is no finding.
 MIN_EXCESS = 0.05
-# An estimated cost under 1% of the kernel's time is too small to be a finding; under 3%
-# it is shown, but only as info.
-MIN_GAIN = 0.01
-MINOR_GAIN = 0.03
 # Fewer issued instructions than this are noise for an instruction-mix judgement.
 MIN_SHARE_OF_INSTRUCTIONS = 0.01
 # Issue slots busier than this: the schedulers have work, latency is already hidden.
 ISSUE_ACTIVE_MAX = 60.0
+# A GEMM does many FLOPs per byte it moves from DRAM, even naively (the caches reuse its
+# operands: sgemm_naive does 9.3); a reduction or an elementwise kernel does few.
+GEMM_INTENSITY_MIN = 8.0
 
 # Stalls that go away with more warps to switch to (latency), as opposed to throughput
 # stalls (mio/lg/math throttles) that more warps would only deepen.
 LATENCY_STALLS = ("long_scoreboard", "short_scoreboard", "wait", "barrier")
 GLOBAL_WAIT_STALLS = ("long_scoreboard", "lg_throttle")
 SHARED_WAIT_STALLS = ("mio_throttle", "short_scoreboard")
+THROTTLE_STALLS = ("lg_throttle", "mio_throttle", "tex_throttle")
+# The units global-memory traffic is judged by: L1 also carries shared memory, so it
+# does not say whether global traffic is what fills it.
+GLOBAL_FIELDS = ("l2_pct", "dram_pct")
 
 TENSOR_FAMILIES = ("hmma", "gmma", "utcmma")
 MATH_FAMILIES = ("ffma", *TENSOR_FAMILIES)
 
 
 def pct(x: float) -> str:
+    """A 0..1 share as a percentage with one decimal."""
     return f"{100 * x:.1f}%"
 
 
@@ -59,55 +77,107 @@ def stall_share(p: KernelProfile, reasons: Iterable[str]) -> float:
 
 
 class Pressure(NamedTuple):
+    """How much a unit's traffic costs the kernel, the evidence for it, and whether the unit is the bound."""
+
     value: float          # 0..1: how much of the kernel's time the unit's traffic decides
-    evidence: Evidence
-    bound: bool           # the unit itself is the bound (>= BUSY_PCT)
+    evidence: tuple[Evidence, ...]
+    bound: bool           # the unit itself is the bound
 
     @property
     def significant(self) -> bool:
+        """Whether it is worth a finding: the unit is the bound, or the stalls waiting on it count."""
         return self.bound or self.value >= MIN_STALL_SHARE
 
 
 def pressure(p: KernelProfile, sol_fields: Iterable[str], stalls: Iterable[str]) -> Pressure:
     """How much extra traffic through a unit costs: its busy fraction when it is the
-    bound (>= BUSY_PCT), else the share of stall cycles spent waiting on it."""
+    bound (saturated, or busy with the stalls waiting on it), else the share of stall
+    cycles spent waiting on it."""
     stalls = tuple(stalls)
+    share = stall_share(p, stalls)
+    waiting = Evidence(f"stall share of {' + '.join(stalls)}", round(share, 3),
+                       f">= {CONFIRM_SHARE} confirms a busy unit")
     busiest = None
     for name in sol_fields:
         v = getattr(p.sol, name)
         if v is not None and (busiest is None or v > busiest[1]):
             busiest = (name, v)
-    if busiest is not None and busiest[1] >= BUSY_PCT:
+    if busiest is not None and (busiest[1] >= SATURATED_PCT
+                                or (busiest[1] >= BUSY_PCT and share >= CONFIRM_SHARE)):
         return Pressure(busiest[1] / 100.0,
-                        Evidence(SOL_METRICS[busiest[0]], round(busiest[1], 1),
-                                 f">= {BUSY_PCT:.0f} (the unit is the bound)"), True)
-    share = stall_share(p, stalls)
-    return Pressure(share, Evidence(f"stall share of {' + '.join(stalls)}", round(share, 3),
-                                    f">= {MIN_STALL_SHARE}"), False)
+                        (Evidence(SOL_METRICS[busiest[0]], round(busiest[1], 1),
+                                  f">= {SATURATED_PCT:.0f}, or >= {BUSY_PCT:.0f} with the stalls "
+                                  "waiting on it: the unit is the bound"), waiting), True)
+    return Pressure(share, (waiting,), False)
+
+
+def saturated_unit(p: KernelProfile) -> tuple[str, float] | None:
+    """What already bounds the kernel, confirmed twice, or None: full issue slots, a busy
+    math pipe, or a memory unit that is saturated or throttles the warps."""
+    issue = need(p.stalls.issue_active_pct, "issue activity (SchedulerStats)")
+    if issue >= ISSUE_ACTIVE_MAX:
+        return "issue slots", issue
+    pipes = [v for v in (p.metric(M_TENSOR_PIPE), p.metric(M_FMA_PIPE)) if v is not None]
+    if pipes and max(pipes) >= BUSY_PCT:
+        return "math pipe", max(pipes)
+    if not pipes:
+        # Without pipe counters the SM throughput stands in (it includes the pipes).
+        sm = need(p.sol.sm_pct, SOL_METRICS["sm_pct"])
+        if sm >= BUSY_PCT:
+            return "SM", sm
+    throttle = stall_share(p, THROTTLE_STALLS)
+    for name in ("l2_pct", "dram_pct", "l1tex_pct"):
+        v = getattr(p.sol, name)
+        if v is None:
+            continue
+        near_peak = v >= SATURATED_PCT and name != "l1tex_pct"
+        if near_peak or (v >= BUSY_PCT and throttle >= THROTTLE_CONFIRM):
+            return name.removesuffix("_pct"), v
+    return None
 
 
 def need_opcodes(p: KernelProfile) -> None:
+    """NotCollected unless the report has the executed opcode histogram."""
     if not p.opcodes.executed:
         raise NotCollected(f"the executed opcode histogram ({M_OPCODES})")
 
 
 def family(p: KernelProfile, key: str) -> float:
+    """Executed instructions of one family (a perfscope.sass key), 0 when none ran."""
     return p.opcodes.families.get(key, 0.0)
 
 
 def total_instructions(p: KernelProfile) -> float:
+    """Every executed warp-level instruction; NotCollected without the opcode histogram."""
     need_opcodes(p)
     return p.opcodes.total or 0.0
 
 
-def is_gemm_like(p: KernelProfile) -> bool:
-    """Math instructions are a visible part of the mix: data reuse is expected."""
-    total = total_instructions(p)
-    return total > 0 and sum(family(p, k) for k in MATH_FAMILIES) / total >= MIN_SHARE_OF_INSTRUCTIONS
-
-
 def has_tensor_cores(p: KernelProfile) -> bool:
+    """Whether the kernel runs any tensor-core MMA (mma.sync, wgmma or tcgen05)."""
     return any(p.opcodes.has(k) for k in TENSOR_FAMILIES)
+
+
+def dram_bytes(p: KernelProfile) -> float | None:
+    """Bytes read from and written to DRAM, None unless both were collected."""
+    read, write = p.metric(M_DRAM_READ), p.metric(M_DRAM_WRITE)
+    return read + write if read is not None and write is not None else None
+
+
+def is_gemm_like(p: KernelProfile) -> bool:
+    """A matrix product: tensor-core MMAs, or FMAs that are a visible part of the mix and
+    many FLOPs per DRAM byte (a reduction or an elementwise op does few)."""
+    total = total_instructions(p)
+    if total <= 0:
+        return False
+    if has_tensor_cores(p):
+        return True
+    if family(p, "ffma") / total < MIN_SHARE_OF_INSTRUCTIONS:
+        return False
+    moved, flops = dram_bytes(p), sass_flops(p)
+    if not moved or not flops:
+        return True
+    return flops / moved >= GEMM_INTENSITY_MIN
 
 
 def is_async_mma(p: KernelProfile) -> bool:
@@ -116,16 +186,19 @@ def is_async_mma(p: KernelProfile) -> bool:
 
 
 def is_warp_specialised(p: KernelProfile) -> bool:
-    """A TMA-fed wgmma/tcgen05 kernel with mbarriers and either register reallocation
-    (setmaxnreg) or clusters: one CTA per SM is its design, not a defect. Judged by
-    instructions and cluster size, never by the kernel's name."""
+    """A pipeline of roles by its structure: TMA copies, asynchronous MMA, mbarrier waits
+    (SYNCS) and several warpgroups (or register reallocation, or clusters), with or
+    without setmaxnreg. One CTA per SM and barrier waits are its design, not defects.
+    Judged by instructions and launch shape, never by the kernel's name."""
     ops = p.opcodes
-    tma_mma = ops.has("tma") and is_async_mma(p)
-    mbarriers = ops.executed.get("SYNCS", 0.0) > 0
-    return tma_mma and mbarriers and (ops.has("setmaxreg") or (p.launch.cluster_size or 1) > 1)
+    if not (ops.has("tma") and is_async_mma(p) and ops.executed.get("SYNCS", 0.0) > 0):
+        return False
+    warpgroups = (p.launch.block_size or 0) // 128
+    return warpgroups >= 2 or ops.has("setmaxreg") or (p.launch.cluster_size or 1) > 1
 
 
 def compute_capability(p: KernelProfile) -> tuple[int, int]:
+    """The device's compute capability as (major, minor)."""
     cc = need(p.identity.compute_capability, "the compute capability (device attributes)")
     major, minor = cc.split(".")
     return int(major), int(minor)
@@ -137,10 +210,12 @@ def arch_target(cc: tuple[int, int]) -> str:
 
 
 def is_store(o: OpcodeTraffic) -> bool:
+    """Whether the instruction stores, whatever memory its generic ST lands in."""
     return o.kind == "store" or base_opcode(o.opcode) == "ST"
 
 
 def is_shared_load(o: OpcodeTraffic) -> bool:
+    """Whether the instruction reads shared memory: a load, a generic LD, or a wgmma reading its operands."""
     # wgmma reads its shared operands itself; generic LD may land in shared memory.
     return o.kind == "load" or base_opcode(o.opcode) in ("LD", "HGMMA", "QGMMA", "IGMMA", "BGMMA")
 
@@ -154,11 +229,13 @@ def by_opcode(t: Traffic, what: str) -> tuple[OpcodeTraffic, ...]:
 
 
 def local_sectors(p: KernelProfile) -> float:
+    """32-byte sectors of local-memory (spill) traffic, 0 when none was collected."""
     b = p.memory.local_bytes
     return (b or 0.0) / SECTOR_BYTES
 
 
 def worst(ops: Iterable[OpcodeTraffic]) -> OpcodeTraffic | None:
+    """The opcode with the most excess traffic, None when none has any."""
     ops = [o for o in ops if o.excess > 0]
     return max(ops, key=lambda o: o.excess) if ops else None
 
@@ -171,17 +248,8 @@ def tail_idle(waves: float) -> float:
     return 1.0 - waves / full
 
 
-def ratio_to_reference(inputs) -> float | None:
-    """Stage TFLOP/s over cuBLAS TFLOP/s, median of rounds, from the manifest if timed."""
-    m = inputs.manifest
-    timing = getattr(m, "timing", None) if m is not None else None
-    spread = getattr(timing, "ratio_to_reference", None) if timing is not None else None
-    return getattr(spread, "median", None)
-
-
-def gap_to_reference(inputs) -> tuple[float | None, tuple[Evidence, ...]]:
-    r = ratio_to_reference(inputs)
-    if r is None or r <= 0:
-        return None, ()
-    gap = max(0.0, 1.0 - r)
-    return gap, (Evidence("TFLOP/s ratio to cuBLAS (run manifest)", round(r, 3), "< 1"),)
+def achieved_flops(inputs: Inputs) -> float | None:
+    """FLOP/s the kernel ran at under ncu: the work (manifest, else SASS) over its time."""
+    t = inputs.profile.sol.duration_ns
+    w = work_of(inputs)
+    return w.flops / (t * 1e-9) if w.flops and t else None

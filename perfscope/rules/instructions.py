@@ -3,24 +3,26 @@
 Nsight Compute judges one kernel at a time and cannot know that a Hopper GEMM built on
 mma.sync and cp.async is on the wrong road while cuBLAS uses wgmma and TMA. These rules
 read the executed opcode families (perfscope.families) and the chip, and name the
-instruction and the compile target the fix needs.
+instruction and the compile target the fix needs. Their estimates are the time the
+instruction itself costs, not the whole gap to cuBLAS: mma.sync runs the same tensor
+cores at 61% of wgmma's rate (measured), so the HMMA work costs its pipe time x 0.39.
 """
 
 from __future__ import annotations
 
-from perfscope.metrics import (
-    CC_METRICS,
-    M_OPCODES,
-    OPCODE_METRICS,
-)
+from perfscope.hardware import TENSOR_PRACTICAL_SHARE, hmma_share, peak_flops
+from perfscope.metrics import CC_METRICS, M_ISSUE_ACTIVE, M_OPCODES, M_TENSOR_PIPE, OPCODE_METRICS
+from perfscope.rules.bounds import infer_dtype
 from perfscope.rules.facts import (
     TENSOR_FAMILIES,
+    achieved_flops,
     arch_target,
     compute_capability,
     family,
-    gap_to_reference,
     has_tensor_cores,
+    is_gemm_like,
     need_opcodes,
+    total_instructions,
 )
 from perfscope.rules.model import Evidence, Hit, Inputs, NotCollected, Rule
 
@@ -33,43 +35,57 @@ LEGACY_MMA_CHIPS = {(9, 0): "wgmma.mma_async (SASS HGMMA) on operands in shared 
 # TMA (cp.async.bulk.tensor) exists from sm_90 on.
 TMA_MIN_MAJOR = 9
 HALF_DTYPES = ("fp16", "bf16")
+# Where mma.sync's rate against the new path was not measured (sm_100), this is assumed.
+HMMA_SHARE_UNMEASURED = 0.5
 
 _FIX_PATH = {(9, 0): "wgmma.mma_async (HGMMA) fed by TMA", (10, 0): "tcgen05.mma (UTC*MMA)",
              (10, 3): "tcgen05.mma (UTC*MMA)"}
 
 
-def _tensor_intended(inputs: Inputs) -> bool:
+def _tensor_intended(inputs: Inputs) -> tuple[bool, Evidence]:
     stage = inputs.stage
     if stage is not None and any(k in TENSOR_FAMILIES for k in stage.fingerprint):
-        return True
-    dtype = inputs.dtype
+        return True, Evidence("the stage's declared fingerprint", ", ".join(stage.fingerprint),
+                              "tensor-core instructions")
+    dtype, source = inputs.dtype, "run manifest or stage"
     if dtype is None:
-        raise NotCollected("the element type (run manifest or KernelSpec)")
-    return dtype in HALF_DTYPES
+        dtype, source = infer_dtype(inputs.profile)
+    if dtype is None:
+        raise NotCollected("the element type (run manifest, stage, or the SASS)")
+    return dtype in HALF_DTYPES, Evidence(f"element type ({source})", dtype, "fp16 or bf16")
 
 
 def _check_no_tensor_cores(inputs: Inputs) -> Hit | None:
-    """Symptom: an FP16/BF16 GEMM (by the manifest's dtype, or a spec that declares
-    tensor-core instructions) executes FFMA and no HMMA/HGMMA/UTC*MMA at all.
+    """Symptom: an FP16/BF16 GEMM (by the manifest's dtype, the stage's fingerprint, or
+    inferred from the SASS: half-precision packs, 16-bit loads, or the signature) executes
+    FFMA and no HMMA/HGMMA/UTC*MMA at all.
     Why: dense FP16/BF16 tensor-core throughput is many times the FP32 FFMA peak on every
     chip since sm_70; FFMA math caps the kernel far below cuBLAS.
     Fix: mma.sync on sm_80-sm_89/sm_120, wgmma on sm_90a, tcgen05 on sm_100a/sm_103a.
-    Estimate: the gap to cuBLAS measured in the run manifest, 1 - (stage TFLOP/s / cuBLAS
-    TFLOP/s); None when the run was not timed.
+    Estimate: 1 - achieved FLOP/s / practical tensor-core FLOP/s (0.75 of the dense peak at
+    the measured clock, what cuBLAS reaches): the whole implementation changes path.
+    Example:
+        before: acc += __bfloat162float(a[k]) * __bfloat162float(b[k]);    // FFMA
+        after:  wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 ...;  // HGMMA
     Source: seed 004 §1; seed 000 §4.1; PTX ISA: mma, wgmma, tcgen05."""
     p = inputs.profile
     need_opcodes(p)
-    if not _tensor_intended(inputs) or has_tensor_cores(p) or not p.opcodes.has("ffma"):
+    intended, why = _tensor_intended(inputs)
+    if not intended or has_tensor_cores(p) or not p.opcodes.has("ffma") or not is_gemm_like(p):
         return None
     cc = compute_capability(p)
     path = _FIX_PATH.get(cc, "mma.sync.m16n8k16 with ldmatrix")
-    gain, extra = gap_to_reference(inputs)
-    return Hit((
-        Evidence("FFMA instructions (sass__inst_executed_per_opcode)", family(p, "ffma"), "> 0"),
-        Evidence("HMMA + HGMMA + UTC*MMA instructions", 0.0, "> 0 for FP16/BF16"),
-        Evidence("element type", inputs.dtype or "declared by the stage", "fp16 or bf16"),
-        *extra,
-    ), gain, (("path", path), ("target", arch_target(cc))))
+    ident = p.identity
+    peak = peak_flops(ident.compute_capability, "tensor16", ident.sm_count, ident.sm_clock_hz)
+    got = achieved_flops(inputs)
+    gain = max(0.0, 1 - got / (TENSOR_PRACTICAL_SHARE * peak)) if got and peak else None
+    ev = [Evidence("FFMA instructions (sass__inst_executed_per_opcode)", family(p, "ffma"), "> 0"),
+          Evidence("HMMA + HGMMA + UTC*MMA instructions", 0, "> 0 for FP16/BF16"), why]
+    if got and peak:
+        ev.append(Evidence("achieved TFLOP/s / practical tensor-core TFLOP/s",
+                           round(got / (TENSOR_PRACTICAL_SHARE * peak), 4),
+                           f"{TENSOR_PRACTICAL_SHARE} x {peak / 1e12:,.0f} TFLOP/s"))
+    return Hit(tuple(ev), gain, (("path", path), ("target", arch_target(cc))))
 
 
 NO_TENSOR_CORES = Rule(
@@ -79,7 +95,9 @@ NO_TENSOR_CORES = Rule(
     check=_check_no_tensor_cores,
     fix="Do the math on tensor cores with {path}, compiled for {target} "
         "(mma.sync works from sm_80; wgmma needs sm_90a, tcgen05 sm_100a/sm_103a).",
-    reference="seed 004 §1; seed 000 §4.1; PTX ISA: Warp-level matrix instructions",
+    reference="PTX ISA: Warp-level Matrix Instructions (mma), Asynchronous Warpgroup Level "
+              "Matrix Instructions (wgmma); CUDA C++ Programming Guide: Warp Matrix Functions",
+    thresholds=(("TENSOR_PRACTICAL_SHARE", TENSOR_PRACTICAL_SHARE),),
 )
 
 
@@ -87,12 +105,16 @@ def _check_legacy_mma(inputs: Inputs) -> Hit | None:
     """Symptom: the main loop's MMA is mma.sync (SASS HMMA) on sm_90, sm_100 or sm_103,
     where HMMA outnumbers HGMMA and UTC*MMA.
     Why: on Hopper wgmma (HGMMA) and on datacenter Blackwell tcgen05 (UTC*MMA) are the
-    full-rate tensor-core paths; an HMMA ladder cannot reach cuBLAS's nvjet kernels there
-    (seed 000 §4.1, §6.3 row 5). On sm_80/86/89/120 mma.sync is the right path and this
+    full-rate tensor-core paths; mma.sync reaches 61% of wgmma's rate on the H200 even with
+    no memory traffic at all (benchmarks/hmma_ceiling.py), so an HMMA ladder cannot reach
+    cuBLAS's nvjet kernels there. On sm_80/86/89/120 mma.sync is the right path and this
     rule is silent.
     Fix: wgmma with TMA on sm_90a; tcgen05 with tmem on sm_100a/sm_103a.
-    Estimate: the gap to cuBLAS from the run manifest, 1 - (stage TFLOP/s / cuBLAS
-    TFLOP/s); None when the run was not timed.
+    Estimate: tensor pipe busy x (1 - HMMA rate / wgmma rate): the pipe time the same MMAs
+    would not take on the full-rate path (the rest of the gap is other findings').
+    Example:
+        before: mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {d}, {a}, {b}, {d};
+        after:  wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {d}, descA, descB;
     Source: seed 000 §4.1, §5.2, §6.3 row 5; PTX ISA: wgmma.mma_async, tcgen05.mma."""
     p = inputs.profile
     need_opcodes(p)
@@ -100,36 +122,48 @@ def _check_legacy_mma(inputs: Inputs) -> Hit | None:
     hmma = family(p, "hmma")
     if cc not in LEGACY_MMA_CHIPS or not hmma or hmma <= family(p, "gmma") + family(p, "utcmma"):
         return None
-    gain, extra = gap_to_reference(inputs)
-    return Hit((
-        Evidence("HMMA instructions (mma.sync)", hmma, "> HGMMA + UTC*MMA"),
-        Evidence("compute capability", f"{cc[0]}.{cc[1]}", "9.0, 10.0 or 10.3"),
-        *extra,
-    ), gain, (("path", LEGACY_MMA_CHIPS[cc]), ("target", arch_target(cc))))
+    pipe = p.metric(M_TENSOR_PIPE)
+    share = hmma_share(p.identity.compute_capability) or HMMA_SHARE_UNMEASURED
+    ev = [Evidence("HMMA instructions (mma.sync)", hmma, "> HGMMA + UTC*MMA"),
+          Evidence("compute capability", f"{cc[0]}.{cc[1]}", "9.0, 10.0 or 10.3"),
+          Evidence("mma.sync rate / full-rate path (measured)", round(share, 2), "< 1")]
+    if pipe is not None:
+        ev.append(Evidence(M_TENSOR_PIPE, round(pipe, 1), "-"))
+    # The instruction is the symptom; without the pipe's busy share (a static audit) there
+    # is no estimate.
+    gain = pipe / 100 * (1 - share) if pipe is not None else None
+    return Hit(tuple(ev), gain, (("path", LEGACY_MMA_CHIPS[cc]), ("target", arch_target(cc))))
 
 
 LEGACY_MMA = Rule(
     code="PS141", tag="legacy-mma", title="mma.sync (HMMA) on a chip whose fast path is wgmma/tcgen05",
     severity="warning",
-    metrics=(*OPCODE_METRICS, *CC_METRICS),
+    metrics=(*OPCODE_METRICS, *CC_METRICS, M_TENSOR_PIPE),
     check=_check_legacy_mma,
     fix="Move the main loop to {path}, with A/B tiles brought in by TMA and a warp-specialised "
         "producer/consumer pipeline on mbarriers; compile for {target} (the arch-specific "
         "target: plain sm_90/sm_100 has no wgmma/tcgen05).",
-    reference="seed 000 §4.1, §5.2, §6.3 row 5; PTX ISA: wgmma.mma_async, tcgen05.mma",
+    reference="PTX ISA: Asynchronous Warpgroup Level Matrix Instructions (wgmma.mma_async), "
+              "TensorCore 5th Generation Family Instructions (tcgen05.mma)",
 )
 
 
 def _check_no_tma(inputs: Inputs) -> Hit | None:
     """Symptom: a tensor-core kernel on a chip with TMA (sm_90+) loads its tiles through
-    LDGSTS (cp.async) or LDG and executes no TMA instruction (or its KernelSpec declares
-    TMA and none ran).
+    LDGSTS (cp.async) or LDG and executes no TMA instruction (or its stage declares TMA and
+    none ran).
     Why: per-thread copies spend issue slots, registers and address math that TMA does
-    from one thread with hardware swizzling; cuBLAS's Hopper kernels use UTMALDG
-    (seed 000 §3.2, §5.2: "your kernel still uses plain LDG").
+    from one thread with hardware swizzling; cuBLAS's Hopper kernels use UTMALDG.
     Fix: cp.async.bulk.tensor through a CUtensorMap with 128B swizzle, on mbarriers.
-    Estimate: the gap to cuBLAS from the run manifest (1 - ratio); None when not timed.
-    Source: seed 000 §3.2, §5.2, §6.3 row 5; CUDA Programming Guide: Tensor Memory
+    Estimate: the issue slots the copies take: copy instructions / all instructions x
+    issue active (TMA issues one instruction per tile from one thread). A kernel that is
+    not issue-bound gains little from TMA alone (Triton's cp.async + wgmma kernel runs at
+    0.96 of cuBLAS on the H200).
+    Example:
+        before: cp.async.cg.shared.global [sA + off], [gA + off], 16;   // per thread
+        after:  cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes
+                    [sA], [tmapA, {k, m}], [bar];                        // one thread, one tile
+    Source: seed 000 §3.2, §5.2, §6.3 row 5; CUDA C++ Programming Guide: Tensor Memory
     Accelerator; PTX ISA: cp.async.bulk.tensor."""
     p = inputs.profile
     need_opcodes(p)
@@ -140,24 +174,26 @@ def _check_no_tma(inputs: Inputs) -> Hit | None:
     declared = inputs.stage is not None and "tma" in inputs.stage.fingerprint
     if not copies and not declared:
         return None
-    gain, extra = gap_to_reference(inputs)
+    issue = p.stalls.issue_active_pct
+    share = copies / total_instructions(p)
     return Hit((
         Evidence("LDGSTS + LDG instructions", copies, "> 0 with tensor-core math"),
-        Evidence("TMA instructions (UTMALDG/UBLKCP)", 0.0, "> 0 on sm_90+"),
+        Evidence("TMA instructions (UTMALDG/UBLKCP)", 0, "> 0 on sm_90+"),
         Evidence("compute capability", f"{cc[0]}.{cc[1]}", f">= {TMA_MIN_MAJOR}.0"),
-        *extra,
-    ), gain, (("target", arch_target(cc)),))
+        Evidence("copy instructions / all instructions", round(share, 4), "-"),
+    ), share * issue / 100 if issue is not None else None, (("target", arch_target(cc)),))
 
 
 NO_TMA = Rule(
     code="PS142", tag="no-tma", title="Tensor-core tiles loaded per thread on a chip with TMA",
     severity="warning",
-    metrics=(*OPCODE_METRICS, *CC_METRICS, M_OPCODES),
+    metrics=(*OPCODE_METRICS, *CC_METRICS, M_OPCODES, M_ISSUE_ACTIVE),
     check=_check_no_tma,
     fix="Load the A/B tiles with TMA: encode CUtensorMaps (cuTensorMapEncodeTiled, 128B "
         "swizzle), issue cp.async.bulk.tensor from one thread per stage and complete each stage "
         "on an mbarrier (expect_tx); compile for {target}.",
-    reference="seed 000 §3.2, §5.2, §6.3 row 5; PTX ISA: cp.async.bulk.tensor",
+    reference="CUDA C++ Programming Guide: Tensor Memory Accelerator (TMA); PTX ISA: "
+              "cp.async.bulk.tensor, mbarrier",
 )
 
 RULES = (NO_TENSOR_CORES, LEGACY_MMA, NO_TMA)

@@ -1,23 +1,33 @@
-"""Latency: warps waiting on loads or barriers that a deeper pipeline would hide."""
+"""Latency: warps waiting on loads, barriers or epilogues that a deeper pipeline would hide.
+
+Each rule here needs the latency symptom (warps stalled on loads or barriers, issue slots
+idle) and that nothing else already bounds the kernel: a unit counts as the bound only
+when it is confirmed twice (perfscope.rules.facts ``saturated_unit``). A busy L1 with no
+throttle stalls is not a bound: a 1-stage pipeline whose shared stores wait on the global
+loads of the same k-step shows exactly that.
+"""
 
 from __future__ import annotations
 
+from perfscope.hardware import TENSOR_PIPE_PRACTICAL
 from perfscope.metrics import (
     M_ISSUE_ACTIVE,
     M_OPCODES,
     M_SPILL_INST,
-    MEMORY_FIELDS,
+    M_TENSOR_PIPE,
+    M_WAVES,
     MEMORY_PCT_METRICS,
+    OPCODE_METRICS,
     SOL_METRICS,
     STALL_METRICS,
 )
 from perfscope.rules.facts import (
-    BUSY_PCT,
     ISSUE_ACTIVE_MAX,
     is_async_mma,
     is_gemm_like,
     is_warp_specialised,
     need_opcodes,
+    saturated_unit,
     stall_share,
     total_instructions,
 )
@@ -26,6 +36,8 @@ from perfscope.rules.model import Evidence, Hit, Inputs, Rule, need
 # -- thresholds --
 # Long-scoreboard waits above this share of stall time: loads are not overlapped.
 LONG_SCOREBOARD_MIN = 0.30
+# ... and from this share on, part of the global latency is exposed (PS122).
+PARTLY_EXPOSED_MIN = 0.12
 # Barrier waits above this share of stall time: a synchronous load-sync-compute loop.
 BARRIER_MIN = 0.25
 # Spill instructions above this share of all instructions explain the load waits
@@ -36,58 +48,119 @@ SPILL_SHARE_MAX = 0.01
 # measure is the SM throughput instead (the tensor pipe, for such a kernel), and it counts
 # as busy only from this SM % on.
 ASYNC_MMA_BUSY_SM_PCT = 80.0
+# A grid of more than this many waves is not persistent: each CTA's prologue and epilogue
+# leave the tensor pipe idle (a persistent kernel runs one wave and overlaps them).
+PERSISTENT_WAVES_MAX = 1.05
 
 _COMMON = (*STALL_METRICS, SOL_METRICS["sm_pct"], *MEMORY_PCT_METRICS, M_ISSUE_ACTIVE)
 
 
-def _idle_and_busy(p) -> tuple[float, bool]:
-    """Idle issue fraction, and whether some unit is already the bound."""
-    issue = need(p.stalls.issue_active_pct, M_ISSUE_ACTIVE)
-    sm = need(p.sol.sm_pct, SOL_METRICS["sm_pct"])
-    mem = max((v for f in MEMORY_FIELDS if (v := getattr(p.sol, f)) is not None), default=None)
-    mem = need(mem, "memory throughput (SpeedOfLight)")
-    return 1 - issue / 100, issue >= ISSUE_ACTIVE_MAX or sm >= BUSY_PCT or mem >= BUSY_PCT
+def _idle(p) -> float:
+    return 1 - need(p.stalls.issue_active_pct, M_ISSUE_ACTIVE) / 100
+
+
+def _not_spilling(p) -> bool:
+    total = total_instructions(p)
+    spills = p.memory.spill_instructions or 0.0
+    return not total or spills / total < SPILL_SHARE_MAX
+
+
+# PS120's fix for tiles loaded synchronously (LDG then STS, or plain loads).
+_SYNC_HOW = ("a 3-4 stage cp.async ring (commit_group per stage, wait_group STAGES-2) on sm_80+, "
+             "or TMA loads completing on per-stage mbarriers on sm_90a; at the least, "
+             "double-buffer the shared tiles")
 
 
 def _check_loads_not_overlapped(inputs: Inputs) -> Hit | None:
     """Symptom: warps spend most stall time on long scoreboard (waiting for global/L1TEX
-    data) while no unit is busy and the schedulers idle: loads are not overlapped with math.
+    data) while nothing bounds the kernel and the schedulers idle: loads are not
+    overlapped with math.
     Why: a single-buffered tile loop exposes the full memory latency every K step; more
-    stages in flight hide it (seed 000 §3.1, §6.3 row 2, §6.1 trap 2). A bandwidth-bound
-    kernel (a unit >= 60%) is excluded: it needs less traffic, not more overlap; so is a
-    spilling one (PS130).
-    Fix: a 3-4 stage cp.async ring or TMA with mbarriers.
+    stages in flight hide it. A kernel already bound by a unit (confirmed by its throttle
+    stalls or by running near its peak) needs less traffic, not more overlap; a spilling
+    one is PS130's.
+    Fix: a 3-4 stage cp.async ring or TMA with mbarriers; when the tiles already arrive
+    asynchronously (TMA or cp.async in the SASS), the ring is too shallow: more stages.
     Estimate: long-scoreboard stall share x idle issue fraction (1 - issue active).
+    Example:
+        before: for (k) { load tile k; __syncthreads(); mma(tile k); __syncthreads(); }
+        after:  prefetch tiles 0..S-2; for (k) { wait tile k; issue load k+S-1; mma(tile k); }
     Source: seed 000 §3.1-3.2, §6.1 trap 2, §6.3 row 2; seed 002 §4."""
     p = inputs.profile
     share = stall_share(p, ("long_scoreboard",))
     if share < LONG_SCOREBOARD_MIN or not is_gemm_like(p):
         return None
-    idle, busy = _idle_and_busy(p)
-    if busy:
+    bound = saturated_unit(p)
+    if bound is not None or not _not_spilling(p):
         return None
-    total = total_instructions(p)
-    spills = p.memory.spill_instructions or 0.0
-    if total and spills / total >= SPILL_SHARE_MAX:
-        return None
+    idle = _idle(p)
+    copies = [name for key, name in (("tma", "TMA"), ("ldgsts", "cp.async")) if p.opcodes.has(key)]
+    how = (f"the tiles already arrive asynchronously ({' and '.join(copies)} in the SASS), so "
+           "the ring is too shallow to cover the latency: add stages (as shared memory allows) "
+           "or issue each tile's loads further ahead of its math" if copies else _SYNC_HOW)
     return Hit((
         Evidence("stall share of long_scoreboard", round(share, 3), f">= {LONG_SCOREBOARD_MIN}"),
         Evidence(M_ISSUE_ACTIVE, round(100 * (1 - idle), 1), f"< {ISSUE_ACTIVE_MAX:.0f}"),
-        Evidence("busiest unit (SpeedOfLight)", round(max(p.sol.sm_pct or 0, *(
-            getattr(p.sol, f) or 0 for f in MEMORY_FIELDS)), 1), f"< {BUSY_PCT:.0f}"),
-    ), share * idle)
+        Evidence("a unit that bounds the kernel (busy and confirmed by its stalls)", "none",
+                 "none"),
+    ), share * idle, fix_args=(("how", how),))
+
 
 
 LOADS_NOT_OVERLAPPED = Rule(
     code="PS120", tag="latency-exposed", title="Warps wait on loads that are not overlapped with math",
     severity="warning",
-    metrics=(*_COMMON, M_SPILL_INST, M_OPCODES),
+    metrics=(*_COMMON, M_SPILL_INST, M_OPCODES, M_TENSOR_PIPE),
     check=_check_loads_not_overlapped,
-    fix="Overlap the next K tile's loads with this tile's math: a 3-4 stage cp.async ring "
-        "(commit_group per stage, wait_group STAGES-2) on sm_80+, or TMA loads completing on "
-        "per-stage mbarriers on sm_90a; at the least, double-buffer the shared tiles.",
-    reference="seed 000 §3.1-3.2, §6.1 trap 2, §6.3 row 2; seed 002 §4",
+    fix="Overlap the next K tile's loads with this tile's math: {how}.",
+    reference="NCU Profiling Guide: Warp Stall Reasons (long_scoreboard); CUDA C++ Programming "
+              "Guide: Asynchronous Data Copies (cp.async pipelines)",
     ncu=("CPIStall/Long Scoreboard",),
+    thresholds=(("LONG_SCOREBOARD_MIN", LONG_SCOREBOARD_MIN), ("ISSUE_ACTIVE_MAX", ISSUE_ACTIVE_MAX),
+                ("SPILL_SHARE_MAX", SPILL_SHARE_MAX)),
+)
+
+
+def _check_partly_exposed(inputs: Inputs) -> Hit | None:
+    """Symptom: a GEMM whose tiles travel global -> registers -> shared memory (LDG then
+    STS, no cp.async or TMA) still spends a visible share of its stall time on long
+    scoreboard, although its warps are busy enough that PS120 does not speak.
+    Why: a register-staged tile loop prefetches at most one tile ahead through registers,
+    so part of every load's latency stays exposed; asynchronous copies into a ring of
+    shared buffers hide it and free the registers and issue slots the staging costs.
+    Fix: cp.async (or TMA) into a 3-stage ring of shared buffers.
+    Estimate: the long-scoreboard share of stall cycles: the waits a pipeline removes.
+    Example:
+        before: float4 r = A4[g]; __syncthreads(); As4[s] = r;      // LDG -> STS
+        after:  cp.async.cg.shared.global [As + s], [A + g], 16;    // LDGSTS, 3 stages
+    Source: seed 002 §4 (sgemm_warptile -> sgemm_pipe: 18% on the H200, which no rule
+    predicted before this one); CUDA C++ Programming Guide: Asynchronous Data Copies."""
+    p = inputs.profile
+    need_opcodes(p)
+    if p.opcodes.has("ldgsts") or p.opcodes.has("tma") or not is_gemm_like(p):
+        return None
+    if not (p.opcodes.has("ldg") and p.opcodes.executed.get("STS", 0.0) > 0):
+        return None
+    share = stall_share(p, ("long_scoreboard",))
+    if share < PARTLY_EXPOSED_MIN or not _not_spilling(p):
+        return None
+    return Hit((
+        Evidence("stall share of long_scoreboard", round(share, 3), f">= {PARTLY_EXPOSED_MIN}"),
+        Evidence("LDG + STS tile staging, no LDGSTS or TMA", "yes", "asynchronous copies expected"),
+    ), share)
+
+
+PARTLY_EXPOSED = Rule(
+    code="PS122", tag="latency-exposed", title="Register-staged tile loads leave global latency exposed",
+    severity="warning",
+    metrics=(*STALL_METRICS, M_SPILL_INST, *OPCODE_METRICS),
+    check=_check_partly_exposed,
+    fix="Copy the tiles asynchronously: cp.async (LDGSTS, 16 bytes per lane) into a 3-stage "
+        "ring of shared buffers with commit_group/wait_group, or TMA on sm_90a, instead of "
+        "LDG into registers then STS.",
+    reference="CUDA C++ Programming Guide: Asynchronous Data Copies; PTX ISA: cp.async",
+    ncu=("CPIStall/Long Scoreboard",),
+    thresholds=(("PARTLY_EXPOSED_MIN", PARTLY_EXPOSED_MIN), ("SPILL_SHARE_MAX", SPILL_SHARE_MAX)),
 )
 
 
@@ -95,17 +168,22 @@ def _check_barrier_bound(inputs: Inputs) -> Hit | None:
     """Symptom: warps spend a large share of stall time at CTA barriers while the
     schedulers idle and no unit is busy.
     Why: load -> __syncthreads -> compute -> __syncthreads serialises copy and math; with a
-    double buffer one barrier per K tile suffices and the copy runs under the math
-    (seed 004 §3). A wgmma kernel that waits for its own MMAs (wait_group 0) and then a CTA
-    barrier before each slot is refilled drains the tensor pipe every K tile the same way;
-    for it the idle measure is the SM throughput (the tensor pipe), not issue slots, which
-    an asynchronous MMA leaves idle by design. Warp-specialised TMA kernels (recognised by
-    USETMAXREG/clusters, TMA, wgmma/tcgen05 and SYNCS) wait at barriers by design and are
-    excluded.
+    double buffer one barrier per K tile suffices and the copy runs under the math. A
+    wgmma kernel that waits for its own MMAs (wait_group 0) and then a CTA barrier before
+    each slot is refilled drains the tensor pipe every K tile the same way; for it the
+    idle measure is the SM throughput (the tensor pipe), not issue slots, which an
+    asynchronous MMA leaves idle by design. Warp-specialised kernels (recognised by their
+    structure: TMA, wgmma/tcgen05, mbarrier waits and several warpgroups) wait at barriers
+    by design and are excluded.
     Fix: double-buffer; with TMA use per-stage mbarriers instead of CTA barriers, keep one
-    wgmma group in flight and give the copies to a producer warpgroup.
+    wgmma group in flight and give the copies to a producer warpgroup; or, cheaper, a
+    smaller ring so two CTAs share a multiprocessor and hide each other's drain.
     Estimate: barrier stall share x idle fraction (1 - issue active; 1 - SM % for wgmma).
-    Source: seed 004 §3 (hgemm_bcf_dbf); seed 000 §3.1, §4."""
+    Example:
+        before: wgmma(slot k); wgmma.wait_group 0; __syncthreads(); refill slot k;
+        after:  wgmma(slot k); wgmma.wait_group 1; mbarrier.arrive(empty[k - 1]);
+    Source: seed 004 §3 (hgemm_bcf_dbf); seed 000 §3.1, §4; the hgemm_tma_wgmma variant
+    with STAGES=3 (two CTAs per SM) measured 1.3x its 4-stage default on the H200."""
     p = inputs.profile
     share = stall_share(p, ("barrier",))
     if share < BARRIER_MIN:
@@ -122,9 +200,9 @@ def _check_barrier_bound(inputs: Inputs) -> Hit | None:
             Evidence(SOL_METRICS["sm_pct"], round(sm, 1),
                      f"< {ASYNC_MMA_BUSY_SM_PCT:.0f} (wgmma/tcgen05: the tensor pipe idles)"),
         ), share * (1 - sm / 100))
-    idle, busy = _idle_and_busy(p)
-    if busy:
+    if saturated_unit(p) is not None:
         return None
+    idle = _idle(p)
     return Hit((
         Evidence("stall share of barrier", round(share, 3), f">= {BARRIER_MIN}"),
         Evidence(M_ISSUE_ACTIVE, round(100 * (1 - idle), 1), f"< {ISSUE_ACTIVE_MAX:.0f}"),
@@ -134,15 +212,71 @@ def _check_barrier_bound(inputs: Inputs) -> Hit | None:
 BARRIER_BOUND = Rule(
     code="PS121", tag="latency-exposed", title="Warps wait at barriers around a synchronous tile loop",
     severity="warning",
-    metrics=(*_COMMON, M_OPCODES),
+    metrics=(*_COMMON, M_OPCODES, M_TENSOR_PIPE),
     check=_check_barrier_bound,
     fix="Double-buffer the shared tiles so tile k+1's cp.async (or TMA) is in flight during tile "
         "k's math and one __syncthreads() per K tile suffices; with TMA, wait on per-stage "
         "mbarriers instead of CTA-wide barriers; with wgmma, keep one group in flight "
         "(wgmma.wait_group 1), free each slot with an mbarrier arrive and let a producer "
-        "warpgroup issue the copies (warp specialisation).",
-    reference="seed 004 §3; seed 000 §3.1, §4",
+        "warpgroup issue the copies (warp specialisation). The cheap alternative: a shallower "
+        "ring, so two CTAs fit on one multiprocessor and overlap each other's drain.",
+    reference="NCU Profiling Guide: Warp Stall Reasons (barrier); PTX ISA: wgmma.wait_group, "
+              "mbarrier",
     ncu=("CPIStall/Barrier",),
+    thresholds=(("BARRIER_MIN", BARRIER_MIN), ("ASYNC_MMA_BUSY_SM_PCT", ASYNC_MMA_BUSY_SM_PCT),
+                ("ISSUE_ACTIVE_MAX", ISSUE_ACTIVE_MAX)),
 )
 
-RULES = (LOADS_NOT_OVERLAPPED, BARRIER_BOUND)
+
+def _check_epilogue_exposed(inputs: Inputs) -> Hit | None:
+    """Symptom: an asynchronous-MMA (wgmma/tcgen05) kernel runs more than one wave of CTAs
+    and its tensor pipe is busy less than the practical ceiling, while no barrier loop
+    (PS121) explains the idle pipe: every CTA's prologue (filling its ring) and epilogue
+    (storing C) run with the tensor pipe idle, and so does the last, partial wave.
+    Why: a non-persistent grid pays prologue + epilogue per tile in series; a persistent
+    grid of one CTA per multiprocessor walks the tiles and overlaps each tile's epilogue
+    with the next tile's loads (the producer runs ahead).
+    Fix: a persistent kernel: one CTA per SM looping over tiles in a grouped order, the
+    ring's phases carried across tiles, C stored through shared memory by TMA.
+    Estimate: 1 - tensor pipe busy / 0.90, the idle pipe time up to what cuBLAS and the
+    persistent stage sustain on the H200 (89-90% of elapsed cycles).
+    Example:
+        before: grid = tiles; one tile per CTA: load ring, mma loop, store C, exit
+        after:  grid = #SMs; for (tile = blockIdx.x; tile < tiles; tile += gridDim.x) {...}
+    Source: the hgemm_tma_wgmma_ws -> _persistent step (11% on the H200, which no rule
+    predicted before this one); seed 000 §4 (persistent kernels)."""
+    p = inputs.profile
+    need_opcodes(p)
+    if not is_async_mma(p):
+        return None
+    waves = need(p.launch.waves_per_sm, M_WAVES)
+    if waves <= PERSISTENT_WAVES_MAX:
+        return None
+    busy = need(p.metric(M_TENSOR_PIPE), M_TENSOR_PIPE)
+    if stall_share(p, ("barrier",)) >= BARRIER_MIN and not is_warp_specialised(p):
+        return None     # the synchronous loop is what idles the pipe (PS121)
+    idle = 1 - busy / 100 / TENSOR_PIPE_PRACTICAL
+    if idle <= 0:
+        return None
+    return Hit((
+        Evidence(M_WAVES, round(waves, 2), f"> {PERSISTENT_WAVES_MAX} (not persistent)"),
+        Evidence(M_TENSOR_PIPE, round(busy, 1), f"< {100 * TENSOR_PIPE_PRACTICAL:.0f}"),
+    ), idle)
+
+
+EPILOGUE_EXPOSED = Rule(
+    code="PS123", tag="epilogue-exposed", title="Each tile's epilogue runs with the tensor pipe idle",
+    severity="warning",
+    metrics=(M_TENSOR_PIPE, M_WAVES, *STALL_METRICS, *OPCODE_METRICS),
+    check=_check_epilogue_exposed,
+    fix="Make the kernel persistent: launch one CTA per multiprocessor (or per co-resident "
+        "cluster), loop over output tiles in a grouped, L2-friendly order, carry the ring's "
+        "mbarrier phases from tile to tile, and store C through shared memory with a TMA store "
+        "so the producer warpgroup loads the next tile during the epilogue.",
+    reference="NCU Profiling Guide: Compute Workload Analysis (pipe utilization); CUDA C++ "
+              "Programming Guide: Tensor Memory Access (TMA stores)",
+    thresholds=(("PERSISTENT_WAVES_MAX", PERSISTENT_WAVES_MAX), ("BARRIER_MIN", BARRIER_MIN),
+                ("TENSOR_PIPE_PRACTICAL", TENSOR_PIPE_PRACTICAL)),
+)
+
+RULES = (LOADS_NOT_OVERLAPPED, PARTLY_EXPOSED, BARRIER_BOUND, EPILOGUE_EXPOSED)

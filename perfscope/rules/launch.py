@@ -1,19 +1,23 @@
-"""Shape and launch: wave quantisation and tiles that overhang the problem.
+"""Shape and launch: wave quantisation, grids too small for the chip, tiles that overhang.
 
-Seed 000 §6.3's "performance swings when the shape changes" has two measurable causes:
-the last wave of CTAs leaves SMs idle, and edge tiles compute on padding.
+Performance that swings when the shape changes has three measurable causes: the last
+wave of CTAs leaves SMs idle, a grid smaller than one wave leaves SMs idle all along, and
+edge tiles compute on padding.
 """
 
 from __future__ import annotations
 
 import math
 
+from perfscope.metrics import M_GRID_SIZE, M_SM_COUNT, M_WAVES
 from perfscope.rules.facts import tail_idle
 from perfscope.rules.model import Evidence, Hit, Inputs, NotCollected, Rule, need
 
 # -- thresholds --
 # Idle SM time in the last wave above this share of the launch.
 TAIL_IDLE_MIN = 0.10
+# A grid under this share of one wave leaves SMs idle for the whole launch.
+SMALL_GRID_MAX = 0.90
 # Padding computed by edge tiles above this share of the tiles' work.
 TILE_WASTE_MIN = 0.05
 # Manifest parameter names that give a stage's CTA tile (BM x BN, or a square TILE).
@@ -21,22 +25,27 @@ TILE_PARAMS = (("BM", "BN"), ("TILE", "TILE"))
 
 
 def _check_tail(inputs: Inputs) -> Hit | None:
-    """Symptom: the grid is not a whole number of waves (CTAs the GPU holds at once): the
-    last, partial wave leaves SMs idle, or the whole grid is smaller than one wave.
+    """Symptom: the grid is one wave or more of CTAs but not a whole number of waves: the
+    last, partial wave leaves SMs idle.
     Why: with equal CTA times the launch takes ceil(waves) wave times for waves of work;
-    a shape change that adds a sliver of a wave costs a whole one (seed 000 §6.3 row 3).
+    a shape change that adds a sliver of a wave costs a whole one.
     Fix: tile size, split-K/stream-K or a persistent grid matched to the CTA slots.
     Estimate: 1 - waves / ceil(waves), the idle share of SM time.
+    Example:
+        before: grid = ceil(M/128) * ceil(N/128) = 1056 CTAs   // 4.0 + 0.0 waves of 264
+        after:  grid = #SMs; persistent CTAs loop over the 1056 tiles
     Source: seed 000 §6.3 row 3, §5.1; NCU Profiling Guide: Launch Statistics (waves per SM,
     tail effect)."""
     p = inputs.profile
-    waves = need(p.launch.waves_per_sm, "launch__waves_per_multiprocessor")
+    waves = need(p.launch.waves_per_sm, M_WAVES)
+    if waves < 1:
+        return None     # a grid of less than one wave is PS152's
     idle = tail_idle(waves)
     if idle < TAIL_IDLE_MIN:
         return None
     grid = p.launch.grid_size
     slots = round(grid / waves) if grid and waves else None
-    ev = [Evidence("launch__waves_per_multiprocessor", round(waves, 3), "whole waves"),
+    ev = [Evidence(M_WAVES, round(waves, 3), "whole waves"),
           Evidence("idle share of the last wave (1 - waves / ceil(waves))", round(idle, 3),
                    f">= {TAIL_IDLE_MIN}")]
     if inputs.manifest is not None:
@@ -47,13 +56,48 @@ def _check_tail(inputs: Inputs) -> Hit | None:
 TAIL = Rule(
     code="PS150", tag="tail-effect", title="The last wave of CTAs leaves SMs idle",
     severity="optimization",
-    metrics=("launch__waves_per_multiprocessor", "launch__grid_size"),
+    metrics=(M_WAVES, M_GRID_SIZE),
     check=_check_tail,
     fix="Make the CTA count a multiple of the {slots} CTAs one wave holds: pick the tile size per "
         "shape (a configuration search), split K (split-K / stream-K) for small grids, or launch "
         "a persistent grid of exactly one wave that loops over tiles.",
-    reference="seed 000 §6.3 row 3; NCU Profiling Guide: Launch Statistics",
+    reference="NCU Profiling Guide: Launch Statistics (waves per SM, tail effect)",
     ncu=("LaunchConfiguration/Tail",),
+    thresholds=(("TAIL_IDLE_MIN", TAIL_IDLE_MIN),),
+)
+
+
+def _check_small_grid(inputs: Inputs) -> Hit | None:
+    """Symptom: the whole grid is less than one wave: some SMs get no CTA at all for the
+    whole launch (an inference shape with few output tiles and no split-K).
+    Why: a GEMM with M = 16..64 against an 8192 x 8192 weight has few M x N tiles; unless K
+    is split across CTAs, the idle SMs cannot help stream the weight.
+    Fix: split-K or stream-K so every SM gets work, or a smaller N tile.
+    Estimate: 1 - waves: the share of SM slots that stay idle.
+    Example:
+        before: grid = ceil(N/256) = 32 CTAs on 132 SMs
+        after:  grid = 32 x 4 (split K in 4, a reduction of the fp32 partials)
+    Source: seed 000 §7.1 (inference shapes); NCU Profiling Guide: Launch Statistics."""
+    p = inputs.profile
+    waves = need(p.launch.waves_per_sm, M_WAVES)
+    if waves >= SMALL_GRID_MAX:
+        return None
+    return Hit((
+        Evidence(M_WAVES, round(waves, 3), f"< {SMALL_GRID_MAX}"),
+        Evidence(M_GRID_SIZE, p.launch.grid_size if p.launch.grid_size is not None else "?",
+                 f"{p.identity.sm_count or '?'} SMs ({M_SM_COUNT})"),
+    ), 1 - waves)
+
+
+SMALL_GRID = Rule(
+    code="PS152", tag="small-grid", title="The grid is smaller than one wave: SMs stay idle",
+    severity="warning",
+    metrics=(M_WAVES, M_GRID_SIZE, M_SM_COUNT),
+    check=_check_small_grid,
+    fix="Give every SM work: split K across CTAs (split-K with an fp32 reduction, or stream-K), "
+        "or use a smaller N tile so the grid covers all the SMs.",
+    reference="NCU Profiling Guide: Launch Statistics (waves per SM)",
+    thresholds=(("SMALL_GRID_MAX", SMALL_GRID_MAX),),
 )
 
 
@@ -67,9 +111,12 @@ def _tile(params) -> tuple[int, int]:
 def _check_tile_waste(inputs: Inputs) -> Hit | None:
     """Symptom: M or N is not a multiple of the CTA tile, so edge tiles compute padding.
     Why: an edge CTA costs a full tile's time for a sliver of output; shapes like
-    1000x2000x500 swing in speed against 1024-multiples (seed 000 §6.3 row 3, §6.2).
+    1000x2000x500 swing in speed against 1024-multiples.
     Fix: a tile chosen per shape, or a smaller-tile kernel for the edges.
     Estimate: 1 - M*N / (ceil(M/BM)*BM * ceil(N/BN)*BN), the padded share of the work.
+    Example:
+        before: M = N = 4100 on 128 x 128 tiles: 33 x 33 tiles, 5.8% padding
+        after:  M = N = 4100 on 128 x 64 + an edge kernel, or a tile that divides the shape
     Source: seed 000 §6.3 row 3, §5.1 (configuration search), §6.2 (edge shapes)."""
     m = inputs.need_manifest()
     bm, bn = _tile(m.params or {})
@@ -89,8 +136,9 @@ TILE_WASTE = Rule(
     metrics=(),
     check=_check_tile_waste,
     fix="Choose a tile that divides M and N for this shape (search BM/BN per shape instead of "
-        "one {tile} tile for all), or cover the edge with a smaller-tile launch.",
-    reference="seed 000 §6.3 row 3, §5.1",
+        "one {tile} tile for all: perfscope tune), or cover the edge with a smaller-tile launch.",
+    reference="NCU Profiling Guide: Launch Statistics; CUTLASS: tile size selection",
+    thresholds=(("TILE_WASTE_MIN", TILE_WASTE_MIN),),
 )
 
-RULES = (TAIL, TILE_WASTE)
+RULES = (TAIL, SMALL_GRID, TILE_WASTE)

@@ -1,37 +1,47 @@
-"""Global and shared memory: coalescing, vector width, reuse, bank conflicts, stores.
+"""Global and shared memory: coalescing, vector width, reuse, tile size, bank conflicts, stores.
 
 Excess is always judged from the per-instruction actual-against-ideal source counters
 (sectors for global, wavefronts for shared), which already account for access width and
 active lanes: a float4 copy has no excess, a 32-way conflicting LDS has 31 extra
 wavefronts per request. The raw bank-conflict counters are never read here: they count
 cp.async writes and the ideal multi-wavefront accesses of wide stores as "conflicts".
+What extra traffic costs is weighed by the unit it goes through (perfscope.rules.facts
+``pressure``): global traffic by L2 and DRAM, shared traffic by L1 with its stalls.
 """
 
 from __future__ import annotations
 
 from perfscope.families import base_opcode
+from perfscope.hardware import ELEMENT_BYTES
 from perfscope.metrics import (
+    M_DRAM_READ,
+    M_DRAM_WRITE,
     M_GLOBAL_IDEAL,
     M_GLOBAL_SECTORS,
+    M_L2_READ_SECTORS,
     M_L2_SECTORS,
     M_OPCODES,
     M_SHARED_IDEAL,
     M_SHARED_WAVEFRONTS,
-    MEMORY_FIELDS,
     MEMORY_PCT_METRICS,
     OPCODE_METRICS,
+    SECTOR_BYTES,
     SOL_METRICS,
     STALL_METRICS,
     TRAFFIC_METRICS_GLOBAL,
 )
+from perfscope.rules.bounds import work_of
 from perfscope.rules.facts import (
+    GLOBAL_FIELDS,
     GLOBAL_WAIT_STALLS,
     MIN_EXCESS,
     MIN_SHARE_OF_INSTRUCTIONS,
     MIN_STALL_SHARE,
     SHARED_WAIT_STALLS,
     by_opcode,
+    dram_bytes,
     family,
+    has_tensor_cores,
     is_gemm_like,
     is_shared_load,
     is_store,
@@ -55,10 +65,22 @@ VECTOR_WIDTH = 4
 # More global loads per FFMA than this and nothing is reused on chip (a shared tile of
 # T elements gives 2/T; 1/4 is already a tile of 8).
 LOADS_PER_FMA_MAX = 0.25
+# The operands are re-read from the caches: the SMs ask for this many times the bytes
+# DRAM delivers (a reduction or a copy reads each byte about once).
+REREAD_MIN = 4.0
 # More shared loads per FFMA than this and registers are not blocked (a 4x4 register tile
 # gives 8 loads per 16 FMAs = 0.5; 8x8 gives 0.25).
 SMEM_LOADS_PER_FMA_MAX = 0.5
 SMEM_LOADS_PER_FMA_TARGET = 0.25
+# Tile reuse: a 128 x 256 CTA tile moves (128 + 256) * K elements from L2 for 2*128*256*K
+# FLOPs; a tensor-core kernel moving this many times more bytes per FLOP, with L2 busy,
+# is paying for a tile too small to reuse its operands.
+REFERENCE_TILE = (128, 256)
+TILE_BYTES_RATIO_MIN = 1.5
+L2_BUSY_PCT = 70.0
+# ... when the SMs re-read their operands through L2 (this many L2 bytes per DRAM byte);
+# a kernel that streams each byte once (a decode GEMM) cannot reuse more with any tile.
+L2_REREAD_MIN = 2.0
 
 _SHARED = (M_SHARED_WAVEFRONTS, M_SHARED_IDEAL)
 _SHARED_PRESSURE = (SOL_METRICS["l1tex_pct"], *STALL_METRICS)
@@ -78,21 +100,25 @@ def _global_loads(inputs: Inputs):
 def _check_uncoalesced_global(inputs: Inputs) -> Hit | None:
     """Symptom: global loads fetch more 32-byte sectors than the bytes their active lanes
     use (per instruction, actual against ideal).
-    Why: every extra sector costs L1, L2 and often DRAM bandwidth and latency; strided or
-    misaligned lanes are the usual cause (seed 000 §6.3 row 1).
+    Why: every extra sector costs L2 and often DRAM bandwidth and latency; strided or
+    misaligned lanes are the usual cause.
     Fix: map threadIdx.x to the contiguous dimension, transpose through shared memory,
     keep vector accesses aligned.
-    Estimate: excess load sectors / (all global + local sectors) x pressure, where pressure
-    is the busiest memory unit's throughput fraction when >= 60% (it is the bound), else
-    the share of stall cycles on long scoreboard + LG throttle.
-    Source: seed 000 §6.3 row 1; Nsight Compute Profiling Guide, Source Counters
+    Estimate: excess load sectors / (all global + local sectors) x pressure, the pressure
+    being the busier of L2 and DRAM when it is the bound (saturated, or busy with the warps
+    waiting on loads), else the share of stall cycles on long scoreboard + LG throttle.
+    L1 is not read: it carries shared-memory traffic too.
+    Example:
+        before: float a = A[k * lda + row];         // lanes stride by lda
+        after:  float a = A[row * lda + k];         // lanes walk the contiguous index
+    Source: seed 000 §6.3 row 1; NCU Profiling Guide, Source Counters
     (L2 Theoretical Sectors Global Excessive)."""
     p, loads = _global_loads(inputs)
     ideal = need(p.memory.global_.ideal, M_GLOBAL_IDEAL)
     excess = _sum_excess(loads)
     if not ideal or excess / ideal < MIN_EXCESS:
         return None
-    pr = pressure(p, MEMORY_FIELDS, GLOBAL_WAIT_STALLS)
+    pr = pressure(p, GLOBAL_FIELDS, GLOBAL_WAIT_STALLS)
     if not pr.significant:
         return None
     total = (p.memory.global_.actual or 0.0) + local_sectors(p)
@@ -101,7 +127,7 @@ def _check_uncoalesced_global(inputs: Inputs) -> Hit | None:
                    f">= {MIN_EXCESS}")]
     if w is not None and w.ratio is not None:
         ev.append(Evidence(f"{w.opcode} sectors actual / ideal", round(w.ratio, 2), "> 1"))
-    ev.append(pr.evidence)
+    ev += pr.evidence
     return Hit(tuple(ev), excess / total * pr.value, (("opcode", w.opcode if w else "LDG"),))
 
 
@@ -114,9 +140,10 @@ UNCOALESCED_GLOBAL = Rule(
         "along the contiguous dimension (K of a row-major A, N of B), stage transposed tiles "
         "through shared memory instead of reading strided, and keep vector loads 16-byte "
         "aligned.",
-    reference="seed 000 §6.3 row 1; NCU Profiling Guide: Source Counters, "
-              "L2 Theoretical Sectors Global Excessive",
+    reference="NCU Profiling Guide: Source Counters (L2 Theoretical Sectors Global Excessive); "
+              "CUDA C++ Best Practices Guide: Coalesced Access to Global Memory",
     ncu=("UncoalescedGlobalAccess",),
+    thresholds=(("MIN_EXCESS", MIN_EXCESS), ("MIN_STALL_SHARE", MIN_STALL_SHARE)),
 )
 
 
@@ -126,15 +153,19 @@ def _is_scalar_ldg(opcode: str) -> bool:
 
 
 def _check_scalar_loads(inputs: Inputs) -> Hit | None:
-    """Symptom: a GEMM-like kernel (math in its mix) loads global memory with scalar
-    (<= 4-byte) LDGs and spends its stall time waiting on them.
+    """Symptom: a GEMM-like kernel loads global memory with scalar (<= 4-byte) LDGs and
+    spends its stall time waiting on them. The loads may well be coalesced (their sectors
+    equal the ideal): narrow is not uncoalesced, so this has a tag of its own.
     Why: four 4-byte loads are four LG instructions, queue slots and scoreboard waits
-    where one 16-byte LDG.E.128 would do; GEMM tiles are contiguous along K or N, so the
-    vector access is possible (seed 002 §3).
+    where one 16-byte LDG.E.128 would do, and fewer bytes are in flight per thread; GEMM
+    tiles are contiguous along K or N, so the vector access is possible.
     Fix: float4 / 16-byte vector loads with aligned base pointers and leading dimensions.
     Estimate: (long scoreboard + LG throttle stall share) x LDG share of the data-moving
     instructions (LDG against LDG + LDL/STL + LDGSTS + TMA) x scalar share of LDGs
     x (1 - 1/4). LDGs under 1% of all instructions are no finding.
+    Example:
+        before: float a = A[i];                           // LDG.E, 4 bytes per lane
+        after:  float4 a = *(const float4*)&A[4 * i];     // LDG.E.128, 16 bytes per lane
     Source: seed 002 §3 (float4 loads, alignment); NCU Profiling Guide: Warp Stall
     Reasons (lg_throttle: combine narrow memory operations into wider ones)."""
     p = inputs.profile
@@ -162,32 +193,45 @@ def _check_scalar_loads(inputs: Inputs) -> Hit | None:
 
 
 SCALAR_LOADS = Rule(
-    code="PS102", tag="uncoalesced-global", title="Scalar global loads where 16-byte vectors fit",
+    code="PS102", tag="narrow-loads", title="Scalar global loads where 16-byte vectors fit",
     severity="warning",
-    metrics=(*OPCODE_METRICS, *STALL_METRICS),
+    metrics=(*OPCODE_METRICS, *STALL_METRICS, M_DRAM_READ, M_DRAM_WRITE),
     check=_check_scalar_loads,
     fix="Load 16-byte vectors (float4, LDG.E.128): give each thread 4 consecutive elements "
         "along K of A and N of B, keep base pointers and leading dimensions 16-byte aligned "
         "(K % 4 == 0 and N % 4 == 0 for fp32, % 8 for fp16/bf16) and fall back to scalar loads "
         "only at the matrix edges.",
-    reference="seed 002 §3; NCU Profiling Guide: Warp Stall Reasons (lg_throttle)",
+    reference="NCU Profiling Guide: Warp Stall Reasons (lg_throttle); CUDA C++ Programming "
+              "Guide: Device Memory Accesses (size and alignment requirement)",
     ncu=("CPIStall/Lg Throttle", "CPIStall/Long Scoreboard"),
+    thresholds=(("SCALAR_LOAD_SHARE_MIN", SCALAR_LOAD_SHARE_MIN), ("GLOBAL_WAIT_MIN", GLOBAL_WAIT_MIN),
+                ("MIN_SHARE_OF_INSTRUCTIONS", MIN_SHARE_OF_INSTRUCTIONS)),
 )
 
 
 def _check_no_data_reuse(inputs: Inputs) -> Hit | None:
-    """Symptom: more than one global load per four FFMAs: each product reads its operands
-    straight from global memory.
+    """Symptom: more than one global load per four FFMAs, the operands re-read from the
+    caches (the SMs ask for many times the bytes DRAM delivers): each product reads its
+    operands straight from global memory instead of a tile.
     Why: the naive triple loop moves M*N*K operands through L1/L2 instead of M*K + K*N;
-    the math waits on loads (seed 000 §2.1).
+    the math waits on loads. A reduction or a copy reads each byte once and is no GEMM.
     Fix: shared-memory tiles plus a register block per thread.
     Estimate: the share of stall cycles spent waiting on global loads (long scoreboard +
     LG throttle), all of which a tile that reuses each element T times cuts by 1 - 1/T.
+    Example:
+        before: for (k) acc += A[row * K + k] * B[k * N + col];    // 2 LDG per FFMA
+        after:  load As, Bs tiles to __shared__; __syncthreads();
+                for (k) acc[i][j] += As[k][i] * Bs[k][j];          // reused TILE times
     Source: seed 000 §2.1-2.3; seed 002 §2."""
     p = inputs.profile
     need_opcodes(p)
     fma, ldg = family(p, "ffma"), family(p, "ldg")
     if not fma or ldg / fma <= LOADS_PER_FMA_MAX:
+        return None
+    requested = need(p.memory.global_.actual, M_GLOBAL_SECTORS) * SECTOR_BYTES
+    moved = need(dram_bytes(p), f"{M_DRAM_READ} + {M_DRAM_WRITE}")
+    reread = requested / moved if moved else 0.0
+    if reread < REREAD_MIN:
         return None
     wait = stall_share(p, GLOBAL_WAIT_STALLS)
     if wait < MIN_STALL_SHARE:
@@ -195,6 +239,8 @@ def _check_no_data_reuse(inputs: Inputs) -> Hit | None:
     tiles = [k for k in ("shared", "ldsm", "ldgsts", "tma") if p.opcodes.has(k)]
     return Hit((
         Evidence("LDG / FFMA instructions", round(ldg / fma, 3), f"> {LOADS_PER_FMA_MAX}"),
+        Evidence("global bytes requested / DRAM bytes (re-reads)", round(reread, 1),
+                 f">= {REREAD_MIN}"),
         Evidence("shared-memory opcode families used", ", ".join(tiles) or "none", "tiles expected"),
         Evidence("stall share of long_scoreboard + lg_throttle", round(wait, 3),
                  f">= {MIN_STALL_SHARE}"),
@@ -204,12 +250,77 @@ def _check_no_data_reuse(inputs: Inputs) -> Hit | None:
 NO_DATA_REUSE = Rule(
     code="PS103", tag="no-data-reuse", title="Operands come from global memory for every FMA",
     severity="warning",
-    metrics=(*OPCODE_METRICS, *STALL_METRICS),
+    metrics=(*OPCODE_METRICS, *STALL_METRICS, M_GLOBAL_SECTORS, M_DRAM_READ, M_DRAM_WRITE),
     check=_check_no_data_reuse,
     fix="Stage A and B tiles in shared memory (e.g. 64x64x16 with 256 threads) and let each "
         "thread accumulate a 4x4 or 8x8 block of C in registers, so every global element is "
         "loaded once per tile instead of once per FMA.",
-    reference="seed 000 §2.1-2.3; seed 002 §2",
+    reference="CUDA C++ Programming Guide: Shared Memory (matrix multiplication example); "
+              "CUDA C++ Best Practices Guide: Shared Memory in Matrix Multiplication",
+    thresholds=(("LOADS_PER_FMA_MAX", LOADS_PER_FMA_MAX), ("REREAD_MIN", REREAD_MIN),
+                ("MIN_STALL_SHARE", MIN_STALL_SHARE)),
+)
+
+
+def _check_small_tile(inputs: Inputs) -> Hit | None:
+    """Symptom: a tensor-core kernel with L2 busy moves many more bytes from L2 to the SMs
+    per FLOP than a 128 x 256 tile would: its CTA tile is too small to reuse its operands.
+    Why: a BM x BN tile reads (BM + BN) * K elements for 2 * BM * BN * K FLOPs, so bytes per
+    FLOP fall as the tile grows; a 64 x 64 tile moves 2.7x the operand bytes of a 128 x 256
+    one, and at tensor-core rates the L2 runs out of bandwidth before the math does.
+    Fix: larger CTA tiles (128 x 128 or 128 x 256 per CTA, 2 consumer warpgroups), or
+    clusters that share tiles through TMA multicast.
+    Estimate: L2 busy fraction x (1 - reference bytes per FLOP / measured bytes per FLOP),
+    the L2 time a 128 x 256 tile would not spend.
+    Example:
+        before: BLOCK_M, BLOCK_N = 64, 64        # 0.031 B/FLOP from L2 in bf16
+        after:  BLOCK_M, BLOCK_N = 128, 256      # 0.012 B/FLOP
+    Source: seed 000 §2.2 (tile size and reuse); NCU Profiling Guide: Memory Workload
+    Analysis (L2 throughput)."""
+    p = inputs.profile
+    need_opcodes(p)
+    if not has_tensor_cores(p):
+        return None
+    l2 = need(p.sol.l2_pct, SOL_METRICS["l2_pct"])
+    if l2 < L2_BUSY_PCT:
+        return None
+    sectors = need(p.metric(M_L2_READ_SECTORS), M_L2_READ_SECTORS)
+    moved = need(dram_bytes(p), f"{M_DRAM_READ} + {M_DRAM_WRITE}")
+    if moved and sectors * SECTOR_BYTES < L2_REREAD_MIN * moved:
+        return None     # each byte crosses L2 about once: no tile can reuse it more
+    w = work_of(inputs)
+    elem = ELEMENT_BYTES.get(w.dtype or "")
+    if not w.flops or not elem:
+        return None
+    measured = sectors * SECTOR_BYTES / w.flops
+    bm, bn = REFERENCE_TILE
+    if inputs.manifest is not None:
+        # No tile is larger than the problem: a decode GEMM (M = 16) has no rows to reuse.
+        bm, bn = min(bm, inputs.manifest.m), min(bn, inputs.manifest.n)
+    reference = (bm + bn) * elem / (2 * bm * bn)
+    ratio = measured / reference
+    if ratio < TILE_BYTES_RATIO_MIN:
+        return None
+    return Hit((
+        Evidence(f"L2 -> SM bytes per FLOP ({M_L2_READ_SECTORS} x 32 / FLOPs)", round(measured, 4),
+                 f">= {TILE_BYTES_RATIO_MIN} x {reference:.4f} (a {bm}x{bn} tile)"),
+        Evidence(SOL_METRICS["l2_pct"], round(l2, 1), f">= {L2_BUSY_PCT:.0f}"),
+        Evidence("FLOPs", w.flops, w.flops_source),
+    ), l2 / 100 * (1 - 1 / ratio), (("ratio", f"{ratio:.1f}"),))
+
+
+SMALL_TILE = Rule(
+    code="PS104", tag="small-tile", title="The CTA tile is too small to reuse its operands",
+    severity="warning",
+    metrics=(M_L2_READ_SECTORS, SOL_METRICS["l2_pct"], *OPCODE_METRICS, M_DRAM_READ, M_DRAM_WRITE),
+    check=_check_small_tile,
+    fix="Grow the CTA tile: it moves {ratio}x the L2 bytes per FLOP of a 128x256 tile. Use "
+        "128x128 or 128x256 tiles (two consumer warpgroups of wgmma m64nNk16 on sm_90a), or "
+        "a 2-CTA cluster that multicasts the shared operand with TMA.",
+    reference="NCU Profiling Guide: Memory Workload Analysis (L2 throughput); CUDA C++ Best "
+              "Practices Guide: Shared Memory in Matrix Multiplication",
+    thresholds=(("L2_BUSY_PCT", L2_BUSY_PCT), ("TILE_BYTES_RATIO_MIN", TILE_BYTES_RATIO_MIN),
+                ("L2_REREAD_MIN", L2_REREAD_MIN)),
 )
 
 
@@ -217,15 +328,18 @@ def _check_store_inefficiency(inputs: Inputs) -> Hit | None:
     """Symptom: global stores write more sectors than the bytes they carry (C written
     with narrow, scattered per-fragment stores).
     Why: partial-sector writes cost L2 bandwidth and read-modify-write work; the mma
-    fragment layout scatters a warp's C values over 8 rows (seed 004 §4).
+    fragment layout scatters a warp's C values over 8 rows.
     Fix: stage C through shared memory and write whole rows with 16-byte stores or TMA.
     Estimate: excess store sectors / all sectors the kernel moves x memory pressure
-    (busiest memory unit when >= 60%, else the LG throttle + drain stall share). The
-    sectors moved are the per-instruction global + local sectors, or the L2's count of
-    sectors the SMs requested (lts__t_sectors_srcunit_tex.sum) when larger: TMA copies
-    are no SASS load instruction, so a TMA-fed kernel's operand traffic shows only
-    there. A TMA-fed kernel without that count gets no estimate rather than one inflated
-    by the missing loads.
+    (L2/DRAM when the bound, else the LG throttle + drain stall share). The sectors moved
+    are the per-instruction global + local sectors, or the L2's count of sectors the SMs
+    requested (lts__t_sectors_srcunit_tex.sum) when larger: TMA copies are no SASS load
+    instruction, so a TMA-fed kernel's operand traffic shows only there. A TMA-fed kernel
+    without that count gets no estimate rather than one inflated by the missing loads.
+    Example:
+        before: C[r * N + c] = acc[i];              // 4-byte STG per fragment element
+        after:  stage the tile in __shared__; then
+                *(uint4*)&C[r * N + c4] = tile[r][c4];   // STG.E.128 whole rows
     Source: seed 004 §4 (hgemm_bcf_dbf_rw); NCU Profiling Guide: Source Counters."""
     p = inputs.profile
     ops = by_opcode(p.memory.global_, "global sectors")
@@ -234,7 +348,7 @@ def _check_store_inefficiency(inputs: Inputs) -> Hit | None:
     excess = _sum_excess(stores)
     if not ideal or excess / ideal < MIN_EXCESS:
         return None
-    pr = pressure(p, MEMORY_FIELDS, ("lg_throttle", "drain"))
+    pr = pressure(p, GLOBAL_FIELDS, ("lg_throttle", "drain"))
     if not pr.significant:
         return None
     per_instruction = (p.memory.global_.actual or 0.0) + local_sectors(p)
@@ -244,7 +358,7 @@ def _check_store_inefficiency(inputs: Inputs) -> Hit | None:
         Evidence(f"{M_GLOBAL_SECTORS} excess / ideal (stores)", round(excess / ideal, 3),
                  f">= {MIN_EXCESS}"),
         Evidence(f"{w.opcode} sectors actual / ideal", round(w.ratio or 0.0, 2), "> 1"),
-        pr.evidence,
+        *pr.evidence,
     ]
     if l2 is None and p.opcodes.has("tma"):
         return Hit(tuple(evidence), None)
@@ -263,8 +377,9 @@ STORE_INEFFICIENCY = Rule(
     fix="Write C through shared memory: stage each warp's accumulator fragments in a swizzled "
         "shared tile (stmatrix where available), then store whole rows with 16-byte "
         "STG.E.128, or one TMA store (UTMASTG) per tile on sm_90a.",
-    reference="seed 004 §4",
+    reference="NCU Profiling Guide: Source Counters; PTX ISA: stmatrix, cp.async.bulk.tensor",
     ncu=("UncoalescedGlobalAccess",),
+    thresholds=(("MIN_EXCESS", MIN_EXCESS), ("MIN_STALL_SHARE", MIN_STALL_SHARE)),
 )
 
 
@@ -284,7 +399,7 @@ def _shared_excess(inputs: Inputs, select) -> tuple | None:
     ev = (Evidence(f"{M_SHARED_WAVEFRONTS} excess / ideal of all shared", round(excess / ideal_all, 3),
                    f">= {MIN_EXCESS}"),
           Evidence(f"{w.opcode} wavefronts actual / ideal", round(w.ratio or 0.0, 2), "> 1"),
-          pr.evidence)
+          *pr.evidence)
     return ev, gain, w
 
 
@@ -292,10 +407,14 @@ def _check_bank_conflicts_loads(inputs: Inputs) -> Hit | None:
     """Symptom: shared-memory loads (LDS, LDSM, wgmma operand reads) take more wavefronts
     than ideal: bank conflicts.
     Why: each conflict replays the access; the shared pipe and the warps waiting on it
-    (MIO throttle, short scoreboard) slow down (seed 000 §3.3, §6.1 trap 1).
+    (MIO throttle, short scoreboard) slow down.
     Fix: XOR swizzle for ldmatrix tiles; transpose or pad an FP32 A tile.
     Estimate: excess load wavefronts / all shared wavefronts x pressure (L1 throughput when
-    >= 60%, else the MIO throttle + short scoreboard stall share).
+    it is the bound: saturated, or busy with 40% of the stalls on the shared pipe; else the
+    MIO throttle + short scoreboard stall share).
+    Example:
+        before: __shared__ float As[BK][BM];        // column reads hit one bank
+        after:  __shared__ float As[BK][BM + 1];    // padded: 32 lanes, 32 banks
     Source: seed 000 §3.3 and §6.1 trap 1; seed 002 (A transposed in shared memory);
     seed 004 §2 (hgemm_bcf); NCU Profiling Guide: Shared Memory, L1 Wavefronts Shared Excessive."""
     got = _shared_excess(inputs, is_shared_load)
@@ -314,8 +433,10 @@ BANK_CONFLICTS_LOADS = Rule(
         "index with the row (chunk ^ (row % 8)) on both the write and the read side; for an "
         "FP32 A tile read down a column, store it transposed (As[k][m]) or pad each row by one "
         "4-byte word.",
-    reference="seed 000 §3.3, §6.1 trap 1; seed 002 (A transposed in shared memory); seed 004 §2",
+    reference="NCU Profiling Guide: Memory Workload Analysis, Shared Memory (bank conflicts); "
+              "CUDA C++ Programming Guide: Shared Memory (bank conflicts)",
     ncu=("SharedMemoryConflicts/Load", "UncoalescedSharedAccess"),
+    thresholds=(("MIN_EXCESS", MIN_EXCESS), ("MIN_STALL_SHARE", MIN_STALL_SHARE)),
 )
 
 
@@ -326,6 +447,9 @@ def _check_bank_conflicts_stores(inputs: Inputs) -> Hit | None:
     so only per-instruction excess counts.
     Fix: pad or swizzle the stored tile so a warp's 32 lanes hit 32 banks per wavefront.
     Estimate: excess store wavefronts / all shared wavefronts x shared pressure (as PS110).
+    Example:
+        before: tile[lane % 8][lane / 8 * 4] = v;          // 4 lanes per bank
+        after:  tile[r][c ^ ((r % 8) * 4)] = v;            // XOR swizzle: one lane per bank
     Source: seed 000 §3.3; NCU Profiling Guide: Shared Memory, L1 Wavefronts Shared Excessive."""
     got = _shared_excess(inputs, lambda o: is_store(o))
     if got is None:
@@ -342,8 +466,10 @@ BANK_CONFLICTS_STORES = Rule(
     fix="Remove the conflicts of {opcode}: pad each shared row by one 4-byte word or XOR-swizzle "
         "the column with the row, so the 32 lanes of a store land in 32 different banks; "
         "for accumulator fragments, stmatrix into a swizzled tile.",
-    reference="seed 000 §3.3",
+    reference="NCU Profiling Guide: Memory Workload Analysis, Shared Memory (bank conflicts); "
+              "CUDA C++ Programming Guide: Shared Memory (bank conflicts)",
     ncu=("SharedMemoryConflicts/Store",),
+    thresholds=(("MIN_EXCESS", MIN_EXCESS), ("MIN_STALL_SHARE", MIN_STALL_SHARE)),
 )
 
 
@@ -352,9 +478,12 @@ def _check_uncoalesced_shared(inputs: Inputs) -> Hit | None:
     ideal.
     Why: a cp.async write is not a bank conflict on a load: it comes from the layout the
     copy writes (narrow copies, or a swizzle applied only on the read side). It is often a
-    deliberate trade (seed 004; cuBLAS's SGEMM has it), hence "optimization".
+    deliberate trade (cuBLAS's SGEMM has it), hence "optimization".
     Fix: 16-byte cp.async whose 8-lane groups fill whole 128-byte rows, or TMA.
     Estimate: excess LDGSTS wavefronts / all shared wavefronts x shared pressure (as PS110).
+    Example:
+        before: cp.async.ca.shared.global [s + 4 * lane], [g + 4 * lane], 4;
+        after:  cp.async.cg.shared.global [s + swz(16 * lane)], [g + 16 * lane], 16;
     Source: seed 004 §2 (uncoalesced shared access from cp.async + swizzle); NCU
     UncoalescedSharedAccess rule."""
     got = _shared_excess(inputs, lambda o: o.kind == "async-copy")
@@ -373,8 +502,10 @@ UNCOALESCED_SHARED = Rule(
         "same XOR swizzle on the write side as on the ldmatrix read side, or move the copy to "
         "TMA (cp.async.bulk.tensor with a 128B swizzle, sm_90a), which writes shared memory "
         "without per-lane wavefronts.",
-    reference="seed 004 §2; NCU Profiling Guide: L1 Wavefronts Shared Excessive",
+    reference="NCU Profiling Guide: Source Counters (L1 Wavefronts Shared Excessive); PTX ISA: "
+              "cp.async, cp.async.bulk.tensor",
     ncu=("UncoalescedSharedAccess",),
+    thresholds=(("MIN_EXCESS", MIN_EXCESS), ("MIN_STALL_SHARE", MIN_STALL_SHARE)),
 )
 
 
@@ -382,10 +513,15 @@ def _check_smem_bandwidth(inputs: Inputs) -> Hit | None:
     """Symptom: an FFMA kernel issues more than one shared load per two FMAs and waits on
     the shared pipe (MIO throttle, short scoreboard).
     Why: without a register block every FMA needs fresh operands from shared memory; the
-    LSU/MIO pipe, not the FMA pipe, sets the pace (seed 000 §2.3).
+    LSU/MIO pipe, not the FMA pipe, sets the pace, and the loads take issue slots.
     Fix: register blocking (each thread a TMxTN tile of C), wide shared loads.
-    Estimate: (MIO throttle + short scoreboard stall share) x (1 - 0.25 / loads per FMA),
-    the part of the shared-load wait an 8x8 register tile removes.
+    Estimate: 1 - (1 - w r) (1 - s r): w the MIO throttle + short scoreboard stall share,
+    s the shared loads' share of issued instructions, r = 1 - 0.25 / loads per FMA the part
+    of them an 8x8 register tile removes (the waits and the issue slots both go).
+    Example:
+        before: for (k) acc += As[k][ty] * Bs[k][tx];           // 2 LDS per FFMA
+        after:  a[0..7] = As[k][8*ty..]; b[0..7] = Bs[k][8*tx..];
+                for (i, j) acc[i][j] += a[i] * b[j];            // 16 LDS per 64 FFMA
     Source: seed 000 §2.3; seed 002 §2.2."""
     p = inputs.profile
     need_opcodes(p)
@@ -397,10 +533,13 @@ def _check_smem_bandwidth(inputs: Inputs) -> Hit | None:
     if wait < MIN_STALL_SHARE:
         return None
     per_fma = loads / fma
+    removed = 1 - SMEM_LOADS_PER_FMA_TARGET / per_fma
+    share = loads / total_instructions(p)
     return Hit((
         Evidence("shared load instructions / FFMA", round(per_fma, 3), f"> {SMEM_LOADS_PER_FMA_MAX}"),
         Evidence("stall share of mio_throttle + short_scoreboard", round(wait, 3), f">= {MIN_STALL_SHARE}"),
-    ), wait * (1 - SMEM_LOADS_PER_FMA_TARGET / per_fma))
+        Evidence("shared loads / all issued instructions", round(share, 3), "-"),
+    ), 1 - (1 - wait * removed) * (1 - share * removed))
 
 
 SMEM_BANDWIDTH = Rule(
@@ -410,10 +549,14 @@ SMEM_BANDWIDTH = Rule(
     check=_check_smem_bandwidth,
     fix="Block registers: let each thread accumulate a 4x4 (or 8x8) tile of C so one shared "
         "load of A feeds TN FMAs and one of B feeds TM, and read the fragments as float4 "
-        "(LDS.128); watch the register count for spills (seed 002 §2.2).",
-    reference="seed 000 §2.3; seed 002 §2.2",
+        "(LDS.128); watch the register count for spills (ptxas -v).",
+    reference="CUDA C++ Best Practices Guide: Shared Memory in Matrix Multiplication; NCU "
+              "Profiling Guide: Warp Stall Reasons (mio_throttle)",
     ncu=("CPIStall/Mio Throttle", "CPIStall/Short Scoreboard"),
+    thresholds=(("SMEM_LOADS_PER_FMA_MAX", SMEM_LOADS_PER_FMA_MAX),
+                ("SMEM_LOADS_PER_FMA_TARGET", SMEM_LOADS_PER_FMA_TARGET),
+                ("MIN_STALL_SHARE", MIN_STALL_SHARE)),
 )
 
-RULES = (UNCOALESCED_GLOBAL, SCALAR_LOADS, NO_DATA_REUSE, STORE_INEFFICIENCY,
+RULES = (UNCOALESCED_GLOBAL, SCALAR_LOADS, NO_DATA_REUSE, SMALL_TILE, STORE_INEFFICIENCY,
          BANK_CONFLICTS_LOADS, BANK_CONFLICTS_STORES, UNCOALESCED_SHARED, SMEM_BANDWIDTH)

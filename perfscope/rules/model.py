@@ -10,31 +10,54 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from perfscope.manifest import RunManifest
 from perfscope.profile import KernelProfile
 from perfscope.stage import ResourceUsage, StageInfo
 
-# The fixed symptom vocabulary (issue 5). A rule carries exactly one.
+if TYPE_CHECKING:
+    from perfscope.rules.bounds import Headroom
+
+# The fixed symptom vocabulary. A rule carries exactly one.
 TAGS: tuple[str, ...] = (
-    "uncoalesced-global", "no-data-reuse", "smem-bandwidth", "bank-conflicts",
-    "uncoalesced-shared", "latency-exposed", "register-spills", "occupancy-limited",
-    "no-tensor-cores", "legacy-mma", "no-tma", "tail-effect", "l2-locality",
-    "store-inefficiency", "incorrect-result",
+    "uncoalesced-global", "narrow-loads", "no-data-reuse", "small-tile", "smem-bandwidth",
+    "bank-conflicts", "uncoalesced-shared", "latency-exposed", "epilogue-exposed",
+    "register-spills", "occupancy-limited", "no-tensor-cores", "legacy-mma", "no-tma",
+    "tail-effect", "small-grid", "l2-locality", "dram-bound", "store-inefficiency",
+    "incorrect-result",
 )
+
+# Tags whose fixes remove the same time: within a group only the largest estimate counts
+# when a kernel's findings are composed (one gap is never counted twice).
+OVERLAP: Mapping[str, str] = {
+    "no-tensor-cores": "instruction path", "legacy-mma": "instruction path",
+    "no-tma": "instruction path",
+    "latency-exposed": "latency", "occupancy-limited": "latency", "epilogue-exposed": "latency",
+    "uncoalesced-global": "global memory", "narrow-loads": "global memory",
+    "no-data-reuse": "global memory", "small-tile": "global memory", "l2-locality": "global memory",
+    "store-inefficiency": "global memory", "dram-bound": "roofline",
+    "bank-conflicts": "shared memory", "uncoalesced-shared": "shared memory",
+    "smem-bandwidth": "shared memory",
+    "register-spills": "registers", "tail-effect": "launch", "small-grid": "launch",
+    "incorrect-result": "correctness",
+}
+# Groups that measure the whole gap to a roofline rather than one cause: composed with the
+# causes as the larger of the two, never added to them.
+ENVELOPE_GROUPS: tuple[str, ...] = ("roofline",)
 
 # Least to most severe. "warning" and "error" condemn a kernel; the cuBLAS references
 # must never get one.
 SEVERITIES: tuple[str, ...] = ("info", "optimization", "warning", "error")
 
-DOC_SECTIONS: tuple[str, ...] = ("Symptom", "Why", "Fix", "Estimate", "Source")
+DOC_SECTIONS: tuple[str, ...] = ("Symptom", "Why", "Fix", "Estimate", "Example", "Source")
 _CODE = re.compile(r"^PS1\d\d$")
 
 
 def severity_rank(severity: str) -> int:
+    """A severity's place in SEVERITIES: higher is more severe."""
     return SEVERITIES.index(severity)
 
 
@@ -74,12 +97,14 @@ class Hit:
 @dataclass(frozen=True)
 class Context:
     """What a report cannot tell and the caller may: the stage (from the registry), the
-    element type, and (for the static audit) what the compiler said about registers and
-    spills."""
+    element type, (for the static audit) what the compiler said about registers and spills,
+    and the machine's settings: launch attributes with the same value on every launch of
+    the captures judged together, which are the machine's and not the kernel's doing."""
 
     stage: StageInfo | None = None
     dtype: str | None = None
     resources: ResourceUsage | None = None
+    machine: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -92,10 +117,12 @@ class Inputs:
 
     @property
     def stage(self) -> StageInfo | None:
+        """What the registry says of the stage, None when the caller did not say."""
         return self.context.stage
 
     @property
     def dtype(self) -> str | None:
+        """The element type: from the manifest, else the caller, else the stage's only one."""
         if self.manifest is not None and self.manifest.dtype:
             return self.manifest.dtype
         if self.context.dtype:
@@ -106,6 +133,7 @@ class Inputs:
         return None
 
     def need_manifest(self) -> RunManifest:
+        """The run manifest; NotCollected when there is none beside the report."""
         return need(self.manifest, "the run manifest (<report stem>.json beside the report)")
 
 
@@ -120,14 +148,17 @@ class Rule:
     code: str
     tag: str
     title: str
-    severity: str
+    severity: str                # the most severe this rule can be; the estimate decides
     metrics: tuple[str, ...]
     check: Predicate = field(repr=False, compare=False)
     fix: str
-    reference: str
+    reference: str               # what a user can open: NCU Profiling Guide, PTX ISA, CUDA guides
     # Nsight Compute rule results that judge the same symptom: "Identifier" or
     # "Identifier/words of its title" when one identifier covers several symptoms.
     ncu: tuple[str, ...] = ()
+    # The named thresholds the predicate compares against: (name, value), shown by
+    # `perfscope rules`; the predicate reads the same module constants.
+    thresholds: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         if not _CODE.match(self.code):
@@ -139,28 +170,43 @@ class Rule:
 
     @property
     def doc(self) -> str:
+        """The predicate's docstring: Symptom / Why / Fix / Estimate / Source."""
         return inspect.getdoc(self.check) or ""
 
     def fix_text(self, hit: Hit) -> str:
+        """The fix as users see it, formatted with the hit's fix_args."""
         return self.fix.format(**dict(hit.fix_args)) if hit.fix_args else self.fix
 
 
 @dataclass(frozen=True)
 class Finding:
+    """One rule that fired on a kernel: its evidence, its bounded estimate, and the fix."""
+
     code: str
     tag: str
     title: str
     severity: str
-    estimated_gain: float | None          # fraction of the kernel's time, or None
+    # The fraction of the kernel's time the fix saves if applied alone, capped at the
+    # kernel's headroom (and at the gap to its timed reference); None: no estimate.
+    estimated_gain: float | None
     evidence: tuple[Evidence, ...]
     fix: str
     reference: str
     ncu_rule: str | None = None           # the matching Nsight Compute result, if any
     ncu_speedup_pct: float | None = None  # and its own estimate
+    raw_gain: float | None = None         # the rule's own estimate before the caps
+    capped_by: str | None = None          # "headroom" / "reference gap" when a cap applied
+
+    @property
+    def group(self) -> str:
+        """The overlap group: findings of one group remove the same time."""
+        return OVERLAP.get(self.tag, self.tag)
 
 
 @dataclass(frozen=True)
 class NotEvaluated:
+    """A rule that could not judge the kernel, and the input it lacked."""
+
     code: str
     title: str
     reason: str
@@ -173,11 +219,19 @@ class Evaluation:
     findings: tuple[Finding, ...]          # most severe first, then largest estimate
     not_evaluated: tuple[NotEvaluated, ...]
     silent: tuple[str, ...]                # codes evaluated that found nothing
+    headroom: Headroom | None = None       # 1 - t_min / t, with its evidence
+    # The findings composed (largest per overlap group, groups combined as independent
+    # savings), capped like every estimate; None when no finding has an estimate.
+    combined_gain: float | None = None
+    reference_cap: float | None = None     # 1 - ratio to the timed reference + margin
+    notes: tuple[str, ...] = ()            # why severities were capped, in words
 
     @property
     def tags(self) -> frozenset[str]:
+        """The tags of every finding."""
         return frozenset(f.tag for f in self.findings)
 
     def at_least(self, severity: str) -> tuple[Finding, ...]:
+        """The findings of this severity or a more severe one."""
         rank = severity_rank(severity)
         return tuple(f for f in self.findings if severity_rank(f.severity) >= rank)

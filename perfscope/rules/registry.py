@@ -7,13 +7,14 @@ from dataclasses import dataclass
 from perfscope.rules.cache import NO_GRID_SWIZZLE, PERSISTING_MISUSE
 from perfscope.rules.correctness import INCORRECT, UNVERIFIED
 from perfscope.rules.instructions import LEGACY_MMA, NO_TENSOR_CORES, NO_TMA
-from perfscope.rules.latency import BARRIER_BOUND, LOADS_NOT_OVERLAPPED
-from perfscope.rules.launch import TAIL, TILE_WASTE
+from perfscope.rules.latency import BARRIER_BOUND, EPILOGUE_EXPOSED, LOADS_NOT_OVERLAPPED, PARTLY_EXPOSED
+from perfscope.rules.launch import SMALL_GRID, TAIL, TILE_WASTE
 from perfscope.rules.memory import (
     BANK_CONFLICTS_LOADS,
     BANK_CONFLICTS_STORES,
     NO_DATA_REUSE,
     SCALAR_LOADS,
+    SMALL_TILE,
     SMEM_BANDWIDTH,
     STORE_INEFFICIENCY,
     UNCOALESCED_GLOBAL,
@@ -21,11 +22,13 @@ from perfscope.rules.memory import (
 )
 from perfscope.rules.model import Rule
 from perfscope.rules.registers import REGISTER_OCCUPANCY, SMEM_OCCUPANCY, SPILLS, SPILLS_STATIC
+from perfscope.rules.roofline import DRAM_BOUND
 
 REGISTRY: tuple[Rule, ...] = (
     UNCOALESCED_GLOBAL,      # PS101
     SCALAR_LOADS,            # PS102
     NO_DATA_REUSE,           # PS103
+    SMALL_TILE,              # PS104
     STORE_INEFFICIENCY,      # PS105
     BANK_CONFLICTS_LOADS,    # PS110
     BANK_CONFLICTS_STORES,   # PS111
@@ -33,6 +36,8 @@ REGISTRY: tuple[Rule, ...] = (
     SMEM_BANDWIDTH,          # PS113
     LOADS_NOT_OVERLAPPED,    # PS120
     BARRIER_BOUND,           # PS121
+    PARTLY_EXPOSED,          # PS122
+    EPILOGUE_EXPOSED,        # PS123
     SPILLS,                  # PS130
     REGISTER_OCCUPANCY,      # PS131
     SMEM_OCCUPANCY,          # PS132
@@ -41,8 +46,10 @@ REGISTRY: tuple[Rule, ...] = (
     NO_TMA,                  # PS142
     TAIL,                    # PS150
     TILE_WASTE,              # PS151
+    SMALL_GRID,              # PS152
     NO_GRID_SWIZZLE,         # PS160
     PERSISTING_MISUSE,       # PS161
+    DRAM_BOUND,              # PS170
     INCORRECT,               # PS190
     UNVERIFIED,              # PS191
 )

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from perfscope.errors import PerfscopeError
 from perfscope.families import base_opcode
+from perfscope.locations import install_hint
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +28,7 @@ log = logging.getLogger(__name__)
 # fatbins alike; nvdisasm reads cubins only.
 TOOLS: tuple[tuple[str, str], ...] = (("cuobjdump", "nvidia-cuda-cuobjdump"),
                                       ("nvdisasm", "nvidia-cuda-nvdisasm"))
-INSTALL_HINT = ("install perfscope's build extra (pip install 'perfscope[build]', which pins the "
+INSTALL_HINT = (f"install perfscope's build extra ({install_hint('build')}, which pins the "
                 "nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm wheels) or put a CUDA toolkit's "
                 "bin directory on PATH")
 TIMEOUT_S = 120
@@ -44,6 +45,8 @@ _RES_RE = re.compile(r"\b(REG|STACK|SHARED|LOCAL):(\d+)")
 
 @dataclass(frozen=True)
 class Tool:
+    """The disassembler that read a cubin, and where it was found."""
+
     name: str          # cuobjdump / nvdisasm
     path: Path
     origin: str        # PATH / CUDA_HOME / the wheel's name
@@ -74,6 +77,7 @@ class KernelSass:
 
     @property
     def base_opcodes(self) -> Counter[str]:
+        """Static count per base opcode, modifiers dropped (LDG.E.128 counts as LDG)."""
         out: Counter[str] = Counter()
         for op, n in self.opcodes.items():
             out[base_opcode(op)] += n
@@ -82,10 +86,13 @@ class KernelSass:
 
 @dataclass(frozen=True)
 class Disassembly:
+    """Every kernel of one cubin's SASS, and the tool that disassembled it."""
+
     tool: Tool
     kernels: tuple[KernelSass, ...] = field(default_factory=tuple)
 
     def kernel(self, mangled: str | None = None) -> KernelSass:
+        """The kernel of this mangled name, or the first one; PerfscopeError when there is none."""
         if not self.kernels:
             raise PerfscopeError("the disassembly holds no kernel")
         if mangled is None:
@@ -118,8 +125,23 @@ def _wheel_binary(tool: str, dist: str) -> Path | None:
     return None
 
 
+def _pathfinder_binary(tool: str) -> Path | None:
+    """tool where cuda.pathfinder finds it (other NVIDIA wheels, Conda, the toolkit beside
+    the loaded CUDA runtime); None when it is not installed or finds nothing."""
+    try:
+        from cuda.pathfinder import find_nvidia_binary_utility
+    except ImportError:
+        return None
+    try:
+        found = find_nvidia_binary_utility(tool)
+    except Exception:  # an unsupported layout is a miss, not a failure
+        return None
+    return Path(found) if found else None
+
+
 def find_tool(names: tuple[str, ...] = ("cuobjdump", "nvdisasm")) -> Tool:
-    """The first disassembler found: PATH, then CUDA_HOME/CUDA_PATH, then the wheels."""
+    """The first disassembler found: PATH, then CUDA_HOME/CUDA_PATH, then the wheels, then
+    wherever cuda.pathfinder looks."""
     wanted = [(t, d) for t, d in TOOLS if t in names]
     for tool, _ in wanted:
         hit = shutil.which(tool)
@@ -138,6 +160,10 @@ def find_tool(names: tuple[str, ...] = ("cuobjdump", "nvdisasm")) -> Tool:
         path = _wheel_binary(tool, dist)
         if path is not None:
             return Tool(tool, path, dist)
+    for tool, _ in wanted:
+        path = _pathfinder_binary(tool)
+        if path is not None:
+            return Tool(tool, path, "cuda.pathfinder")
     raise PerfscopeError(f"no SASS disassembler ({' or '.join(names)}) was found on PATH, in "
                          f"CUDA_HOME or in an installed wheel; {INSTALL_HINT}")
 

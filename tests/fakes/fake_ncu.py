@@ -1,10 +1,13 @@
 """A stand-in for ncu, for the CPU tests of perfscope.ncu and perfscope.profiling.
 
 Behaviour is chosen by FAKE_NCU_SCENARIO: ok, perm, crash, nomatch, hang, garbage,
-wrong (stage mode: the first stage is WRONG). Profiling writes a copy of a real fixture
-report (FAKE_NCU_REPORT) holding as many launches as there are jobs; --import answers
-the raw CSV page with an NVTX column, and launch filters with a copy of the report.
-Every argv it receives is appended to FAKE_NCU_LOG.
+wrong (stage mode: the first stage is WRONG), fault (a program's second kernel faults
+while it is replayed: the report holds both launches, ncu says which one died) and
+interrupt (the first kernel is profiled and written, then ncu waits to be stopped, as
+when the user presses Ctrl-C). Profiling writes a copy of a real fixture report
+(FAKE_NCU_REPORT; FAKE_NCU_STAGE_REPORT instead for perfscope's runner, when set);
+--import answers the raw CSV page with an NVTX column, and launch filters with a copy of
+the report. Every argv it receives is appended to FAKE_NCU_LOG.
 """
 
 import json
@@ -40,6 +43,17 @@ def main(argv):
         return 0
     stems = [j["stem"] for j in jobs] if jobs else ["program"]
     staging = Path(command[-1]) if jobs else None
+    source = os.environ.get("FAKE_NCU_STAGE_REPORT") if jobs else None
+    source = source or os.environ["FAKE_NCU_REPORT"]
+    if scenario == "fault" and not jobs:
+        print('==PROF== Profiling "good_kernel": 0%....50%....100% - 38 passes')
+        print('==PROF== Profiling "bad_kernel": 0%....50%.')
+        print("==ERROR== An error was reported by the driver: CUDA_ERROR_ILLEGAL_ADDRESS")
+        print("==ERROR== The application returned an error code (1).")
+        shutil.copyfile(source, out)
+        return 1
+    if scenario == "interrupt":
+        return interrupted(out, stems, staging, source)
     profiled = []
     for i, stem in enumerate(stems):
         verdict = "WRONG" if scenario == "wrong" and i == 0 else "ok"
@@ -50,7 +64,7 @@ def main(argv):
             break
         if staging is not None:
             (staging / f"{stem}.json").write_text(json.dumps({"verification": {"verdict": verdict}}))
-        if verdict == "ok":
+        if verdict == "ok" and (not jobs or selected(argv, stem)):
             print(f'==PROF== Profiling "kernel_{i}": 0%....50%....100% - 38 passes')
             profiled.append(stem)
         print(f"perfscope-runner: {stem} {verdict}")
@@ -58,11 +72,46 @@ def main(argv):
         out.write_bytes(b"not a report at all")
         return 0
     if profiled:
-        shutil.copyfile(os.environ["FAKE_NCU_REPORT"], out)
-        # Keyed by the name the report gets once perfscope renames the .part file.
-        final = Path(str(out).replace(".part.ncu-rep", ".ncu-rep"))
-        final.with_suffix(".stems").write_text(json.dumps(profiled))
+        shutil.copyfile(source, out)
+        write_stems(out, profiled)
     return 1 if scenario == "crash" else 0
+
+
+def range_of(stem):
+    """The NVTX range perfscope's runner pushes for a stem (perfscope.runner.nvtx_range)."""
+    return stem.replace("@", "+")
+
+
+def selected(argv, stem):
+    """Whether ncu's --nvtx-include filters let the stem's launch through, read as ncu reads
+    them: "domain@range/" names a domain, so an expression with '@' matches no launch of
+    the default domain."""
+    exprs = [argv[i + 1] for i, a in enumerate(argv) if a == "--nvtx-include"]
+    if not exprs:
+        return True
+    return any("@" not in e and e.rstrip("/") == range_of(stem) for e in exprs)
+
+
+def write_stems(out, profiled):
+    # Keyed by the names the report gets once perfscope renames the .part file.
+    for tag in (".ncu-rep", ".interrupted.ncu-rep"):
+        Path(str(out).replace(".part.ncu-rep", tag)).with_suffix(".stems").write_text(json.dumps(profiled))
+
+
+def interrupted(out, stems, staging, source):
+    """Profile the first kernel, write it, then wait for the SIGINT a Ctrl-C sends."""
+    if staging is not None:
+        (staging / f"{stems[0]}.json").write_text(json.dumps({"verification": {"verdict": "ok"}}))
+    shutil.copyfile(source, out)
+    write_stems(out, stems[:1])
+    print('==PROF== Profiling "kernel_0": 0%....50%....100% - 38 passes', flush=True)
+    print(f"perfscope-runner: {stems[0]} ok", flush=True)
+    try:
+        time.sleep(60)
+    except KeyboardInterrupt:
+        print("==PROF== Received signal, ending the profiling session.", flush=True)
+        return 130
+    return 0
 
 
 def read_jobs(command):
@@ -79,7 +128,7 @@ def imported(argv):
               'Msg_Type:Msg","Kernel Name","gpu__time_duration.sum"')
         print('"","","","","ns"')
         for i, stem in enumerate(stems):
-            print(f'"{i}","1","1  ""<default domain>:{stem}:none:none:none:none:none:none"" ",'
+            print(f'"{i}","1","1  ""<default domain>:{range_of(stem)}:none:none:none:none:none:none"" ",'
                   f'"kernel_{i}","100"')
         return 0
     out = Path(argv[argv.index("--export") + 1])

@@ -1,0 +1,41 @@
+"""Regenerate reports/reference/h200/calibration.json from the committed reference run.
+
+    python3 benchmarks/calibrate.py [--out reports/reference/h200]
+
+Every ladder step: the parent's estimates for the findings the child's change addresses,
+against the saving bench.json measured (no GPU needed; reference_run.py calls this too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from perfscope.calibration import calibrate  # noqa: E402
+from perfscope.diagnosis import default_catalogue, diagnose  # noqa: E402
+from perfscope.manifest import BenchFile  # noqa: E402
+
+
+def write_calibration(out: Path) -> Path:
+    """calibration.json of the reference run in out (its reports and bench.json)."""
+    cat = default_catalogue()
+    c = calibrate(diagnose([out], catalogue=cat), BenchFile.read(out / "bench.json"), cat,
+                  source="bench.json")
+    c.write(out / "calibration.json")
+    return out / "calibration.json"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=ROOT / "reports" / "reference" / "h200")
+    path = write_calibration(ap.parse_args().out)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

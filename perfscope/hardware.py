@@ -1,0 +1,60 @@
+"""The hardware facts estimates are bounded by, each with where it was measured (ground floor).
+
+Peak math rates are per multiprocessor per clock, so a roofline moves with the SM clock
+measured during the kernel (clocks are left as found and differ from kernel to kernel).
+Ceilings that a datasheet does not give (mma.sync's, the DRAM rate a copy reaches) were
+measured on the H200 this project uses; the committed results are named beside each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+# Dense peak FLOP per SM per clock, by compute capability and the math the work needs:
+# "tensor16" is fp16/bf16 inputs on tensor cores with fp32 accumulation (sm_90: 989.4
+# TFLOP/s at 1.83 GHz on 132 SMs is 4096 per SM-clock), "fp32" the FFMA pipe (128 lanes x 2).
+PEAK_FLOP_PER_SM_CLOCK: Mapping[str, Mapping[str, int]] = {
+    "9.0": {"tensor16": 4096, "tensor8": 8192, "tf32": 2048, "fp32": 256, "fp64": 128},
+    "8.0": {"tensor16": 2048, "tensor8": 4096, "tf32": 1024, "fp32": 128, "fp64": 64},
+}
+
+# mma.sync (HMMA m16n8k16) on sm_90, measured with no memory traffic: 652 TFLOP/s bf16 at
+# 1.98 GHz on 132 SMs (benchmarks/hmma_ceiling.py, tests/fixtures/external/hmma_ceiling.json),
+# i.e. 2496 FLOP per SM-clock: 61% of what wgmma reaches on the same tensor cores.
+HMMA_FLOP_PER_SM_CLOCK: Mapping[str, int] = {"9.0": 2496}
+
+# The share of the dense peak the best library kernels reach on the H200 at the measured
+# clock (cuBLAS bf16/fp16 at 4096^3: 0.72-0.73 of 4096 FLOP/SM-clock) and the tensor pipe's
+# busy share they sustain (89-90% of elapsed cycles): "practical" ceilings, not the datasheet.
+TENSOR_PRACTICAL_SHARE = 0.75
+TENSOR_PIPE_PRACTICAL = 0.90
+
+# A device-to-device copy reaches 4.27 TB/s on the H200 (benchmarks/copy_bandwidth.py,
+# tests/fixtures/external/copy_bandwidth.json) of the 4.81 TB/s peak ncu reports
+# (dram__bytes_read.sum.pct_of_peak_sustained_elapsed): 0.89 of peak in practice.
+DRAM_PRACTICAL_SHARE = 0.89
+
+# Element sizes in bytes.
+ELEMENT_BYTES: Mapping[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
+
+
+def math_kind(dtype: str | None) -> str | None:
+    """Which peak a GEMM in this element type is held to: its fastest dense path."""
+    return {"fp16": "tensor16", "bf16": "tensor16", "fp8": "tensor8", "int8": "tensor8",
+            "fp32": "fp32"}.get(dtype or "")
+
+
+def peak_flops(cc: str | None, kind: str | None, sm_count: int | None,
+               sm_clock_hz: float | None) -> float | None:
+    """Peak FLOP/s at the measured clock, None when the chip or the clock is unknown."""
+    per = PEAK_FLOP_PER_SM_CLOCK.get(cc or "", {}).get(kind or "")
+    if per is None or not sm_count or not sm_clock_hz:
+        return None
+    return per * sm_count * sm_clock_hz
+
+
+def hmma_share(cc: str | None) -> float | None:
+    """mma.sync's measured rate as a share of the dense tensor peak, where measured."""
+    hmma = HMMA_FLOP_PER_SM_CLOCK.get(cc or "")
+    dense = PEAK_FLOP_PER_SM_CLOCK.get(cc or "", {}).get("tensor16")
+    return hmma / dense if hmma and dense else None

@@ -1,0 +1,202 @@
+"""The fused-epilogue stages of ``fused.cu`` (issue 19) as KernelSpecs, and the host-side
+choices their launches make.
+
+Both stages take hopper.cu's tensor-map ABI with two pointers appended, ``(TensorMap2D
+tmap_a, tmap_b, tmap_c, T* C, int M, int N, int K, const T* bias, const T* residual)``,
+and compute ``C = act(A @ B + bias) (+ residual)`` in fp32 before rounding C once. The
+epilogue is chosen at compile time by the template parameters ``ACT`` (:data:`ACTIVATIONS`)
+and ``RESIDUAL``; KernelSpec has no field for an epilogue yet, so they ride in ``params``.
+
+``hgemm_small_m`` splits K over the CTAs of a thread-block cluster (``cluster = (S, 1, 1)``,
+``S`` read by the kernel as ``%cluster_nctarank``) and reduces the fp32 partials through
+distributed shared memory; ``S`` depends on the shape and on how many clusters the GPU
+holds at once, so it is a launch choice (:func:`split_count`), not a template parameter.
+
+This module imports nothing but :mod:`perfscope.kernels.spec`, so the registry can import
+it without a cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from perfscope.kernels.spec import (
+    KernelSpec,
+    Params,
+    Shape,
+    ShapeConstraint,
+    TmaBox,
+    TmaBoxes,
+)
+
+HALF = ("fp16", "bf16")
+SOURCE = "fused.cu"
+SEED = "000 §7.1"
+
+# The ACT template parameter of both stages.
+ACTIVATIONS: Mapping[str, int] = {"none": 0, "gelu": 1, "silu": 2}
+
+# What the spec grid assumes when no GPU is asked (the H200's multiprocessors); the launch
+# on a GPU passes the device's own count to split_count.
+H200_MULTIPROCESSORS = 132
+# Portable cluster size limit (larger clusters need a non-portable opt-in).
+MAX_SPLITS = 8
+# Fewer k tiles than this per split and the ring never fills before the split is done.
+MIN_K_TILES_PER_SPLIT = 4
+# hgemm_small_m's ring, whatever BM: 192 KB of the 227 KB a block may take.
+SMALL_M_RING_BYTES = 192 * 1024
+SMALL_M_MAX_M = 256
+
+_K8_TMA = ShapeConstraint("K", 8, "TMA needs A's row stride to be a multiple of 16 bytes")
+_N8_TMA = ShapeConstraint("N", 8, "TMA needs B's and C's row strides (and the bias and residual "
+                                  "rows) to be multiples of 16 bytes")
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _slot_bytes(p: Params) -> int:
+    return (p["BM"] * p["BK"] + p["BK"] * p["BN"]) * 2
+
+
+def _tma_boxes(p: Params) -> TmaBoxes:
+    # A in BK x BM boxes, B in 64-column atoms of BK rows, C (TMA store) in 64 x 64 boxes.
+    return TmaBoxes(a=TmaBox(p["BM"], p["BK"]), b=TmaBox(p["BK"], 64), c=TmaBox(64, 64))
+
+
+def _mbarriers(p: Params) -> int:
+    # A "full" and an "empty" mbarrier (8 bytes each) per ring slot.
+    return 2 * p["STAGES"] * 8
+
+
+_mbarriers.__doc__ = "2 * STAGES * 8 (a full and an empty mbarrier per slot)"
+
+
+# ------------------------------------------------------------------ hgemm_fused_bias_act
+def _bias_act_block(_p: Params) -> tuple[int, int, int]:
+    return (384, 1, 1)
+
+
+_bias_act_block.__doc__ = "(384, 1, 1)"
+
+
+def _bias_act_smem(p: Params) -> int:
+    # The ring, one swizzled 64 x BN C staging tile per consumer, 1024 bytes of realignment.
+    return p["STAGES"] * _slot_bytes(p) + 2 * 64 * p["BN"] * 2 + 1024
+
+
+_bias_act_smem.__doc__ = "STAGES * (BM*BK + BK*BN) * 2 + 128 * BN * 2 + 1024"
+
+
+def _bias_act_grid(p: Params, shape: Shape) -> tuple[int, int, int]:
+    return (_ceil(shape.m, p["BM"]) * _ceil(shape.n, p["BN"]), 1, 1)
+
+
+_bias_act_grid.__doc__ = "(ceil(M/BM) * ceil(N/BN), 1, 1), capped at the multiprocessors"
+
+
+# ------------------------------------------------------------------------ hgemm_small_m
+def small_m_consumers(bm: int) -> int:
+    """Consumer warpgroups of hgemm_small_m: one for a 64-row tile, two above."""
+    return 1 if bm == 64 else 2
+
+
+def small_m_tile_rows(m: int) -> int:
+    """The BM that covers M rows in one tile row (so B streams once): 64, 128 or 256."""
+    if not 1 <= m <= SMALL_M_MAX_M:
+        raise ValueError(f"hgemm_small_m covers 1..{SMALL_M_MAX_M} rows in one tile row, not {m}")
+    return 64 if m <= 64 else 128 if m <= 128 else 256
+
+
+def small_m_params(m: int, bn: int = 128, bk: int = 64) -> dict[str, int]:
+    """BM for M and the deepest ring that fits SMALL_M_RING_BYTES at that BM."""
+    bm = small_m_tile_rows(m)
+    return {"BM": bm, "STAGES": SMALL_M_RING_BYTES // ((bm * bk + bk * bn) * 2)}
+
+
+def split_count(tiles: int, k_tiles: int, multiprocessors: int,
+                fits: Callable[[int], bool] | None = None) -> int:
+    """Split-K factor S of hgemm_small_m: the largest S <= MAX_SPLITS with at least
+    MIN_K_TILES_PER_SPLIT k tiles per split and tiles * S <= multiprocessors, for which
+    ``fits(S)`` holds (all ``tiles`` clusters of S CTAs co-resident, asked of the driver);
+    1 when none does. One wave, every CTA streaming an equal share of B."""
+    limit = min(MAX_SPLITS, k_tiles // MIN_K_TILES_PER_SPLIT, multiprocessors // max(tiles, 1))
+    for s in range(limit, 1, -1):
+        if fits is None or fits(s):
+            return s
+    return 1
+
+
+def small_m_tiles(p: Params, shape: Shape) -> tuple[int, int, int]:
+    """(tiles along N, tiles along M, k tiles) of hgemm_small_m for a shape."""
+    return _ceil(shape.n, p["BN"]), _ceil(shape.m, p["BM"]), _ceil(shape.k, p["BK"])
+
+
+def small_m_grid_for(p: Params, shape: Shape, splits: int) -> tuple[int, int, int]:
+    """CTA x = n tile * S + split (a cluster is S consecutive CTAs along x), y = m tile."""
+    tiles_n, tiles_m, _ = small_m_tiles(p, shape)
+    return (tiles_n * splits, tiles_m, 1)
+
+
+def _small_m_grid(p: Params, shape: Shape) -> tuple[int, int, int]:
+    tiles_n, tiles_m, k_tiles = small_m_tiles(p, shape)
+    return small_m_grid_for(p, shape, split_count(tiles_n * tiles_m, k_tiles, H200_MULTIPROCESSORS))
+
+
+_small_m_grid.__doc__ = ("(ceil(N/BN) * S, ceil(M/BM), 1), S = split_count(...) for 132 SMs; the "
+                         "launch uses the device's count and cluster dims (S, 1, 1)")
+
+
+def _small_m_block(p: Params) -> tuple[int, int, int]:
+    return (128 * (1 + small_m_consumers(p["BM"])), 1, 1)
+
+
+_small_m_block.__doc__ = "(128 * (1 + CONS), 1, 1), CONS = 1 for BM 64, else 2"
+
+
+def _small_m_smem(p: Params) -> int:
+    return p["STAGES"] * _slot_bytes(p) + 1024
+
+
+_small_m_smem.__doc__ = "STAGES * (BM*BK + BK*BN) * 2 + 1024"
+
+
+_COMMON = {"family": "fused", "dtypes": HALF, "source": SOURCE, "seed": SEED,
+           "parent": "hgemm_tma_wgmma_persistent", "min_cc": 90, "only_cc": (90,),
+           "archs": ("sm_90a",), "abi": "tensormap", "tma_boxes": _tma_boxes,
+           "constraints": (_K8_TMA, _N8_TMA), "absent": ("hmma", "ldgsts"),
+           "static_smem": _mbarriers}
+
+FUSED: tuple[KernelSpec, ...] = (
+    KernelSpec(name="hgemm_fused_bias_act", entry="hgemm_fused_bias_act",
+               params=(("BM", 128), ("BN", 256), ("BK", 64), ("STAGES", 3), ("GROUP", 8),
+                       ("ACT", ACTIVATIONS["gelu"]), ("RESIDUAL", 0)),
+               block=_bias_act_block, grid=_bias_act_grid, persistent=True,
+               dynamic_smem=_bias_act_smem, fingerprint=("tma", "gmma", "setmaxreg"),
+               change="Applies + bias[n], the activation (GELU-tanh or SiLU, in fp32) and an "
+                      "optional + residual[m][n] to the fp32 accumulators before the TMA-store "
+                      "epilogue, so C is written once instead of being re-read by elementwise "
+                      "passes.",
+               notes="ABI: the tensor-map ABI plus (const T* bias, const T* residual); ACT "
+                     "(0 none, 1 GELU-tanh, 2 SiLU) and RESIDUAL (0/1) are template parameters. "
+                     "The residual may alias C. Residual rows are prefetched into L2 halfway "
+                     "through each tile's k loop.", **_COMMON),
+    KernelSpec(name="hgemm_small_m", entry="hgemm_small_m",
+               params=(("BM", 64), ("BN", 128), ("BK", 64), ("STAGES", 8),
+                       ("ACT", ACTIVATIONS["gelu"]), ("RESIDUAL", 0)),
+               block=_small_m_block, grid=_small_m_grid, dynamic_smem=_small_m_smem,
+               fingerprint=("tma", "gmma"),
+               change="For M <= 256: one thin tile row (M zero-padded to BM), a 192 KB ring "
+                      "(8 x 16 KB of B in flight per SM at BM 64) and split-K over a thread-block "
+                      "cluster whose fp32 partials are reduced in distributed shared memory, so "
+                      "about every SM streams its own slab of B once and the fused epilogue runs "
+                      "once per output tile.",
+               notes="Launched with cluster dims (S, 1, 1), S from split_count (the kernel reads "
+                     "it as %cluster_nctarank); a launch without the cluster attribute gives "
+                     "S = 1 per CTA, so the grid's S CTAs per tile would each compute the whole "
+                     "tile. BM by M: 64 / 128 / 256 (small_m_params), STAGES to fill 192 KB. "
+                     "Same ABI and epilogue parameters as hgemm_fused_bias_act.", **_COMMON),
+)
+
+BY_NAME: Mapping[str, KernelSpec] = {s.name: s for s in FUSED}

@@ -1,0 +1,204 @@
+"""What bounds an estimate: the work a kernel does, its roofline, and its headroom.
+
+An estimate is a claim about time: the fraction of this kernel's time a fix saves if it
+is applied alone. No fix can take a kernel below the time its work needs at the chip's
+peak, so every estimate is capped at the kernel's headroom
+
+    headroom = 1 - t_min / t,   t_min = max(FLOPs / peak FLOP/s, bytes / peak DRAM B/s)
+
+with t the kernel's duration under ncu, the FLOPs on the fastest dense path for the
+element type (fp16/bf16: tensor cores; fp32: the FFMA pipe) at the SM clock measured during
+the kernel, and the bytes its compulsory traffic (each input read once, the output written
+once, from the run manifest's shape) at the DRAM peak the report states. Without a
+manifest the FLOPs are read from the SASS (HGMMA/HMMA shapes, FFMA lanes) and the bytes
+are the DRAM bytes measured, an upper bound on what the work needs; the evidence says
+which. When the kernel was timed against its reference, an estimate is also capped at the
+gap to it plus REFERENCE_MARGIN.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from perfscope.families import base_opcode
+from perfscope.hardware import ELEMENT_BYTES, math_kind, peak_flops
+from perfscope.metrics import M_DRAM_READ, M_DRAM_WRITE, SECTOR_BYTES
+from perfscope.profile import KernelProfile
+from perfscope.rules.model import Evidence, Inputs
+
+# The gap to a timed reference plus this much: timing spread and the difference between
+# ncu's replay and the event-timed run.
+REFERENCE_MARGIN = 0.05
+M_DRAM_READ_PCT = "dram__bytes_read.sum.pct_of_peak_sustained_elapsed"
+# Below this share of its peak the DRAM rate is too small to derive the peak from.
+MIN_PCT_FOR_PEAK = 1.0
+# A launch whose SASS counts less than this share of the manifest's 2·M·N·K does only
+# part of the manifest's work (one launch of a group): it is judged by its own counters.
+PART_OF_WORK = 0.5
+
+_MMA_SHAPE = re.compile(r"^(?:H|Q|I|B)GMMA\.(\d+)x(\d+)x(\d+)")
+# FLOP per warp-level instruction of the mma.sync shapes (m x n x k x 2).
+_HMMA_FLOPS = {"16816": 16 * 8 * 16 * 2, "1688": 16 * 8 * 8 * 2, "884": 8 * 8 * 4 * 2}
+_BF16_MARKS = (".BF16", "BF16")
+_DEMANGLED_TYPES = (("__nv_bfloat16", "bf16"), ("BFloat16", "bf16"), ("bfloat16", "bf16"),
+                    ("__half", "fp16"), ("c10::Half", "fp16"))
+
+
+@dataclass(frozen=True)
+class Work:
+    """What the kernel computes and moves, and where each number comes from."""
+
+    flops: float | None
+    flops_source: str
+    bytes: float | None
+    bytes_source: str
+    dtype: str | None
+    dtype_source: str
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """How much of the kernel's time any fix could save: 1 - t_min / t."""
+
+    fraction: float
+    t_ns: float
+    t_min_ns: float
+    bound: str                  # what sets t_min: "math (tensor16)", "DRAM", ...
+    work: Work
+    evidence: tuple[Evidence, ...]
+    t_math_ns: float | None = None      # the work's FLOPs at the math peak
+    t_bytes_ns: float | None = None     # its bytes at the DRAM peak
+
+
+def sass_flops(p: KernelProfile) -> float | None:
+    """FLOPs from the executed SASS: wgmma and mma.sync shapes, FFMA lanes (all active)."""
+    ops = p.opcodes.with_modifiers
+    if not ops:
+        return None
+    flops = 0.0
+    for op, n in ops.items():
+        base = base_opcode(op)
+        if (m := _MMA_SHAPE.match(op)) is not None:
+            # A warpgroup instruction is counted once per warp: four per wgmma.
+            flops += n * int(m[1]) * int(m[2]) * int(m[3]) * 2 / 4
+        elif base == "HMMA":
+            shape = op.split(".")[1] if "." in op else ""
+            flops += n * _HMMA_FLOPS.get(shape, 0)
+        elif base in ("FFMA", "DFMA"):
+            flops += n * 32 * 2
+        elif base == "FFMA2":
+            flops += n * 32 * 4
+    return flops or None
+
+
+def infer_dtype(p: KernelProfile) -> tuple[str | None, str]:
+    """The element type the math works on, from the SASS or the demangled signature."""
+    ops = p.opcodes.with_modifiers
+    for op in ops:
+        base = base_opcode(op)
+        if base in ("HGMMA", "HMMA"):
+            return ("bf16" if any(m in op for m in _BF16_MARKS) else "fp16",
+                    f"inferred from the SASS ({op})")
+    for op in ops:
+        if op.startswith("F2FP.BF16"):
+            return "bf16", f"inferred from the SASS ({op}: bf16 results packed)"
+        # Not HFMA2/HADD2: compilers use HFMA2.MMA to move and zero registers in fp32 code.
+        if op.startswith("F2FP.F16"):
+            return "fp16", f"inferred from the SASS ({op}: fp16 results packed)"
+    for mark, dtype in _DEMANGLED_TYPES:
+        if mark in p.identity.demangled:
+            return dtype, f"inferred from the signature ({mark})"
+    if p.opcodes.has("ffma") and not p.opcodes.has("hmma") and not p.opcodes.has("gmma"):
+        return "fp32", "inferred from the SASS (FFMA math, no half-precision packs)"
+    return None, "unknown"
+
+
+def work_of(inputs: Inputs) -> Work:
+    """The work, from the run manifest when there is one, else from the report."""
+    p, m = inputs.profile, inputs.manifest
+    dtype, dtype_source = inputs.dtype, "run manifest" if m is not None else "stage"
+    if dtype is None:
+        dtype, dtype_source = infer_dtype(p)
+    elem = ELEMENT_BYTES.get(dtype or "")
+    counted = sass_flops(p)
+    if m is not None and counted is not None and counted < PART_OF_WORK * 2.0 * m.m * m.n * m.k:
+        # One launch of several (a split-K reduction, an elementwise op after the GEMM):
+        # the manifest's shape is the group's work, not this launch's.
+        m = None
+    if m is not None:
+        flops, flops_source = 2.0 * m.m * m.n * m.k, f"2·M·N·K of {m.shape} (run manifest)"
+        nbytes = (m.m * m.k + m.k * m.n + m.m * m.n) * elem if elem else None
+        bytes_source = "A, B read once and C written once (run manifest)"
+    else:
+        flops, flops_source = counted, "executed SASS (MMA shapes, FFMA lanes)"
+        read, write = p.metric(M_DRAM_READ), p.metric(M_DRAM_WRITE)
+        nbytes = read + write if read is not None and write is not None else None
+        bytes_source = "DRAM bytes measured (an upper bound on what the work needs)"
+        useful = _useful_share(p)
+        if nbytes is not None and useful is not None and useful < 1:
+            # Excess sectors and spills are bytes a fix removes, not bytes the work needs.
+            nbytes *= useful
+            bytes_source = (f"DRAM bytes measured x {useful:.2f}, the share of sectors the "
+                            "source counters call useful")
+    return Work(flops, flops_source, nbytes, bytes_source, dtype, dtype_source)
+
+
+def _useful_share(p: KernelProfile) -> float | None:
+    """Ideal global sectors over all global and local sectors the SMs moved."""
+    g = p.memory.global_
+    if g.actual is None or g.ideal is None:
+        return None
+    local = (p.memory.local_bytes or 0.0) / SECTOR_BYTES
+    moved = g.actual + local
+    return min(1.0, g.ideal / moved) if moved else None
+
+
+def dram_peak(p: KernelProfile) -> float | None:
+    """The DRAM peak in bytes/s the report itself implies (bytes over time over % of peak)."""
+    read, pct, t = p.metric(M_DRAM_READ), p.metric(M_DRAM_READ_PCT), p.sol.duration_ns
+    if not read or not pct or not t or pct < MIN_PCT_FOR_PEAK:
+        return None
+    return read / (t * 1e-9 * pct / 100)
+
+
+def headroom(inputs: Inputs) -> Headroom | None:
+    """The kernel's headroom, None when neither its math nor its bytes can be bounded."""
+    p = inputs.profile
+    t = p.sol.duration_ns
+    if not t:
+        return None
+    w = work_of(inputs)
+    ident = p.identity
+    pf = peak_flops(ident.compute_capability, math_kind(w.dtype), ident.sm_count, ident.sm_clock_hz)
+    t_math = w.flops / pf * 1e9 if w.flops and pf else None
+    bw = dram_peak(p)
+    t_bytes = w.bytes / bw * 1e9 if w.bytes and bw else None
+    candidates = [(v, name) for v, name in ((t_math, f"math ({math_kind(w.dtype)})"),
+                                             (t_bytes, "DRAM")) if v is not None]
+    if not candidates:
+        return None
+    t_min, bound = max(candidates)
+    fraction = max(0.0, min(1.0, 1 - t_min / t))
+    ev = [Evidence("kernel duration under ncu (ns)", round(t, 1), "-")]
+    if t_math is not None:
+        ev.append(Evidence(f"FLOPs ({w.flops_source}) / peak at the measured clock (ns)",
+                           round(t_math, 1), f"{pf / 1e12:,.0f} TFLOP/s, {w.dtype} ({w.dtype_source})"))
+    if t_bytes is not None:
+        ev.append(Evidence(f"bytes ({w.bytes_source}) / DRAM peak (ns)", round(t_bytes, 1),
+                           f"{bw / 1e12:.2f} TB/s"))
+    ev.append(Evidence("headroom 1 - t_min / t", round(fraction, 3), f"bound by {bound}"))
+    return Headroom(fraction, t, t_min, bound, w, tuple(ev), t_math, t_bytes)
+
+
+def reference_cap(inputs: Inputs) -> tuple[float | None, Evidence | None]:
+    """The gap to the timed reference plus the margin, when the manifest holds a ratio."""
+    m = inputs.manifest
+    timing = m.timing if m is not None else None
+    spread = timing.ratio_to_reference if timing is not None else None
+    if spread is None or spread.median <= 0:
+        return None, None
+    r = spread.median
+    return (max(0.0, 1 - r) + REFERENCE_MARGIN,
+            Evidence("TFLOP/s ratio to its reference (run manifest)", round(r, 3),
+                     f"estimates <= 1 - ratio + {REFERENCE_MARGIN}"))

@@ -1,0 +1,93 @@
+"""Memory-bound work judged by bandwidth: the DRAM roofline of the bytes it must move.
+
+A decode GEMM (M of 16-64 against an 8192 x 8192 weight) or an elementwise epilogue does
+few FLOPs per byte: its time is set by DRAM, and "low SM throughput" says nothing about
+it. What says something is the bandwidth its compulsory bytes achieve against what DRAM
+delivers in practice (a device-to-device copy reaches 0.89 of the peak on the H200).
+"""
+
+from __future__ import annotations
+
+from perfscope.hardware import DRAM_PRACTICAL_SHARE
+from perfscope.metrics import M_DRAM_READ, M_DRAM_WRITE, SECTOR_BYTES, SOL_METRICS
+from perfscope.rules.bounds import dram_peak, headroom, work_of
+from perfscope.rules.facts import MIN_EXCESS
+from perfscope.rules.model import Evidence, Hit, Inputs, Rule, need
+
+# -- thresholds --
+# Below this share of the practical DRAM rate there is bandwidth worth a finding (a small
+# copy does not reach a 4 GiB copy's rate: its ramp-up and last wave cost ~15% at 100 MB).
+DRAM_SHARE_MIN = 0.80
+
+
+def _traffic_has_a_cause(p) -> bool:
+    """Excess global sectors, spills or shared-memory replays: the rules that name the
+    cause own the lost bandwidth, and "more bytes in flight" would be the wrong advice."""
+    g, s = p.memory.global_, p.memory.shared
+    need(g.actual, "global sectors (SourceCounters)")
+    need(s.actual, "shared wavefronts (SourceCounters)")
+    if g.excess is not None and g.ideal and g.excess / g.ideal >= MIN_EXCESS:
+        return True
+    if s.excess is not None and s.ideal and s.excess / s.ideal >= MIN_EXCESS:
+        return True
+    local = p.memory.local_bytes or 0.0
+    return bool(g.actual) and local / SECTOR_BYTES >= MIN_EXCESS * g.actual
+
+
+def _check_dram_bound(inputs: Inputs) -> Hit | None:
+    """Symptom: the work is memory-bound (its bytes at the DRAM peak take longer than its
+    FLOPs at the math peak), its traffic is clean (no excess sectors, spills or shared
+    replays: those rules name the cause), and its compulsory bytes move at less than 80%
+    of what DRAM delivers in practice.
+    Why: a memory-bound kernel is judged by bandwidth: too few bytes in flight per SM
+    (few loads outstanding, a grid too small to cover the SMs, a split that leaves some
+    SMs idle) leaves DRAM under-used; the math units' low throughput is no finding.
+    Fix: more bytes in flight (16-byte loads, several loads per thread before first use, a
+    deeper TMA ring), a grid that covers every SM (split-K for thin M), and fused epilogues
+    so intermediates skip the round trip.
+    Estimate: 1 - achieved bytes/s / (0.89 x DRAM peak), the time the same bytes need at the
+    practical DRAM rate (the compulsory bytes from the manifest's shape, else the DRAM
+    bytes measured).
+    Example:
+        before: y = x @ W (M = 16): 128 CTAs, 2 TMA stages: 0.64 of copy bandwidth
+        after:  split-K over all 132 SMs, 6 stages in flight: >= 0.90 of copy bandwidth
+    Source: seed 000 §7.1 (inference shapes); NCU Profiling Guide: Memory Workload Analysis
+    (DRAM throughput); benchmarks/copy_bandwidth.py."""
+    p = inputs.profile
+    room = need(headroom(inputs), "the kernel's roofline (its FLOPs and bytes)")
+    need(room.t_math_ns, "the work's FLOPs (run manifest, or MMA/FFMA counts in the SASS)")
+    need(room.t_bytes_ns, "the work's bytes (run manifest, or the DRAM bytes measured)")
+    if room.t_bytes_ns <= room.t_math_ns:
+        return None
+    if _traffic_has_a_cause(p):
+        return None
+    w = work_of(inputs)
+    bw = need(dram_peak(p), f"{M_DRAM_READ} and its % of peak")
+    t = need(p.sol.duration_ns, "gpu__time_duration.sum")
+    if not w.bytes:
+        return None
+    achieved = w.bytes / (t * 1e-9) / (DRAM_PRACTICAL_SHARE * bw)
+    if achieved >= DRAM_SHARE_MIN:
+        return None
+    return Hit((
+        Evidence(f"bytes / time ({w.bytes_source}) / practical DRAM rate", round(achieved, 3),
+                 f"< {DRAM_SHARE_MIN} of {DRAM_PRACTICAL_SHARE} x {bw / 1e12:.2f} TB/s"),
+        Evidence(SOL_METRICS["dram_pct"], round(p.sol.dram_pct or 0.0, 1), "-"),
+    ), max(0.0, 1 - achieved))
+
+
+DRAM_BOUND = Rule(
+    code="PS170", tag="dram-bound", title="Memory-bound work moves its bytes below the DRAM rate",
+    severity="warning",
+    metrics=(M_DRAM_READ, M_DRAM_WRITE, "dram__bytes_read.sum.pct_of_peak_sustained_elapsed",
+             SOL_METRICS["dram_pct"]),
+    check=_check_dram_bound,
+    fix="Keep more bytes in flight: 16-byte vector loads or TMA boxes, several outstanding "
+        "loads per thread (a deeper ring), a grid over every SM (split-K for thin M), and fuse "
+        "the elementwise work that follows so its bytes never make a round trip.",
+    reference="NCU Profiling Guide: Memory Workload Analysis (DRAM throughput); CUDA C++ Best "
+              "Practices Guide: Memory Optimizations",
+    thresholds=(("DRAM_SHARE_MIN", DRAM_SHARE_MIN), ("DRAM_PRACTICAL_SHARE", DRAM_PRACTICAL_SHARE)),
+)
+
+RULES = (DRAM_BOUND,)

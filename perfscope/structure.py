@@ -1,0 +1,241 @@
+"""Launch structure: how a GEMM kernel is laid out on the GPU, read from its counters.
+
+Two kernels on the same instruction path can still differ in how they use the machine,
+and for kernels close to cuBLAS that is where the gap is. ``launch_shape`` reads one
+kernel's structure from its report (and run manifest, when there is one):
+
+- the grid: CTAs, waves per SM, and whether the CTAs are persistent (fewer CTAs than
+  output tiles, so each walks several and overlaps one tile's epilogue with the next
+  tile's loads);
+- the tile per CTA (the manifest's BM x BN, else the grid over the shape) and the MMA
+  instruction shape (HGMMA.64x256x16 ...);
+- clusters and TMA multicast (UTMALDG .MULTICAST among the executed TMA loads);
+- warp specialisation: warpgroups per CTA and register reallocation (USETMAXREG);
+- the epilogue: C written by TMA stores (UTMASTG) or by per-thread STG.
+
+``compare_structure`` sets two kernels side by side as ``Aspect`` rows, each with its
+evidence, the finding tags it explains (a finding and the structure behind it are one
+reason, not two) and, where the counters allow one, a modelled share of the slower
+kernel's time. The diff spreads the cycle gap over them (perfscope.diff).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from perfscope.manifest import RunManifest
+from perfscope.profile import KernelProfile
+
+# 32-bit registers per SM (sm_80 to sm_100): a CTA's accumulator tile must fit in them,
+# so a CTA that owns more outputs than this walks several tiles (it is persistent).
+REGISTER_FILE_WORDS = 65536
+WARPGROUP = 128
+# A grid counts as one wave up to this many waves (ncu rounds waves per SM).
+ONE_WAVE = 1.0 + 1e-6
+
+GRID, TILE, CLUSTER, SPECIALISATION, EPILOGUE = (
+    "grid", "tile", "cluster", "warp specialisation", "epilogue")
+# Finding tags (perfscope.rules.model.TAGS) each aspect explains.
+ABSORBS: dict[str, tuple[str, ...]] = {
+    GRID: ("tail-effect", "small-grid", "epilogue-exposed"),
+    TILE: ("small-tile", "no-data-reuse"),
+    CLUSTER: ("l2-locality",),
+    SPECIALISATION: ("latency-exposed",),
+    EPILOGUE: ("store-inefficiency",),
+}
+# Aspects that only exist on the TMA/wgmma path: when one kernel lacks that path, they
+# are part of the path's reason, not reasons of their own.
+ON_PATH = (CLUSTER, SPECIALISATION, EPILOGUE)
+
+
+@dataclass(frozen=True)
+class LaunchShape:
+    """One kernel's launch structure; None where the report does not say."""
+
+    ctas: int | None
+    waves: float | None
+    persistent: bool | None
+    tile: tuple[int, int] | None          # outputs per CTA tile, M x N
+    tile_source: str                      # "run manifest", "grid", or ""
+    mma: str | None                       # most executed MMA opcode with its shape
+    cluster: tuple[int, int, int] | None  # None: no cluster launch
+    multicast: float | None               # share of TMA loads that multicast
+    warpgroups: int | None
+    setmaxreg: bool
+    tma_stores: float
+    stg_stores: float
+    stsm: float
+
+    @property
+    def cluster_size(self) -> int:
+        """CTAs per cluster, 1 for a launch without clusters."""
+        return math.prod(self.cluster) if self.cluster else 1
+
+    @property
+    def specialised(self) -> bool:
+        """Producer/consumer warpgroups: several warpgroups with register reallocation."""
+        return self.setmaxreg and (self.warpgroups or 0) >= 2
+
+    @property
+    def tail(self) -> float | None:
+        """Share of the launch the last, partly filled wave leaves idle (0 for whole waves)."""
+        if self.waves is None or self.waves <= ONE_WAVE:
+            return None
+        rounds = math.ceil(self.waves - 1e-9)
+        return (rounds - self.waves) / rounds
+
+
+def _count(kp: KernelProfile, base: str) -> float:
+    return float(kp.opcodes.executed.get(base, 0.0))
+
+
+def _tile(kp: KernelProfile, manifest: RunManifest | None, shape: tuple[int, int, int] | None
+          ) -> tuple[tuple[int, int] | None, str]:
+    params = manifest.params if manifest is not None else {}
+    if "BM" in params and "BN" in params:
+        return (int(params["BM"]), int(params["BN"])), "run manifest"
+    grid = kp.identity.grid
+    waves = kp.launch.waves_per_sm
+    # A multi-wave 2-D grid over the output: one tile per CTA, x over N and y over M
+    # (how perfscope's stages and most GEMMs launch).
+    if shape and grid and grid[2] == 1 and waves is not None and waves > ONE_WAVE:
+        m, n, _ = shape
+        return (math.ceil(m / grid[1]), math.ceil(n / grid[0])), "grid"
+    return None, ""
+
+
+def _persistent(ctas: int | None, waves: float | None, tile: tuple[int, int] | None,
+                shape: tuple[int, int, int] | None) -> bool | None:
+    if ctas is None or waves is None:
+        return None
+    if waves > ONE_WAVE:
+        return False
+    if shape is None:
+        return None
+    m, n, _ = shape
+    if tile is not None:
+        return math.ceil(m / tile[0]) * math.ceil(n / tile[1]) > ctas
+    return m * n / ctas > REGISTER_FILE_WORDS
+
+
+def _mma(kp: KernelProfile) -> str | None:
+    for op in kp.opcodes.with_modifiers:       # most executed first
+        if op.startswith(("HGMMA", "QGMMA", "IGMMA", "BGMMA", "HMMA", "UTCHMMA", "UTCQMMA")):
+            return op
+    return None
+
+
+def launch_shape(kp: KernelProfile, manifest: RunManifest | None) -> LaunchShape:
+    """The structure of one launch (manifest: its run manifest, for the shape and tile)."""
+    shape = (manifest.m, manifest.n, manifest.k) if manifest is not None and manifest.m > 0 \
+        and manifest.n > 0 and manifest.k > 0 else None
+    tile, source = _tile(kp, manifest, shape)
+    ctas = kp.launch.grid_size
+    waves = kp.launch.waves_per_sm
+    loads = {op: n for op, n in kp.opcodes.with_modifiers.items() if op.startswith("UTMALDG")}
+    total = sum(loads.values())
+    multicast = sum(n for op, n in loads.items() if ".MULTICAST" in op) / total if total else None
+    block = kp.identity.block
+    threads = math.prod(block) if block else None
+    fast = kp.opcodes.has("gmma") or kp.opcodes.has("tma")
+    return LaunchShape(
+        ctas=ctas, waves=waves, persistent=_persistent(ctas, waves, tile, shape), tile=tile,
+        tile_source=source, mma=_mma(kp), cluster=kp.identity.cluster, multicast=multicast,
+        warpgroups=threads // WARPGROUP if threads and fast and threads % WARPGROUP == 0 else None,
+        setmaxreg=_count(kp, "USETMAXREG") > 0, tma_stores=_count(kp, "UTMASTG"),
+        stg_stores=_count(kp, "STG"), stsm=_count(kp, "STSM"))
+
+
+# ------------------------------------------------------------------------ comparing
+
+
+@dataclass(frozen=True)
+class Aspect:
+    """One part of launch structure on both sides, and whether it differs."""
+
+    name: str                 # GRID / TILE / CLUSTER / SPECIALISATION / EPILOGUE
+    a: str
+    b: str
+    differs: bool
+    evidence: str             # the counters the two texts are read from
+    absorbs: tuple[str, ...]  # finding tags this aspect explains
+
+    @property
+    def on_path(self) -> bool:
+        """Whether the aspect exists only on the TMA/wgmma path, so it is part of that path's reason."""
+        return self.name in ON_PATH
+
+
+def _grid_text(s: LaunchShape) -> str:
+    if s.ctas is None or s.waves is None:
+        return "not collected"
+    waves = f"{s.waves:.2f} wave{'s' if abs(s.waves - 1) > 0.005 else ''} per SM"
+    tail = "persistent: each CTA walks several tiles" if s.persistent else \
+        ("one tile per CTA" if s.persistent is False else "")
+    return f"{s.ctas:,} CTAs in {waves}" + (f" ({tail})" if tail else "")
+
+
+def _tile_text(s: LaunchShape) -> str:
+    tile = f"{s.tile[0]}x{s.tile[1]} per CTA ({s.tile_source})" if s.tile else "tile not known"
+    return tile + (f", {s.mma}" if s.mma else "")
+
+
+def _cluster_text(s: LaunchShape) -> str:
+    if s.cluster is None:
+        return "no clusters"
+    dims = "x".join(map(str, s.cluster))
+    cast = "" if s.multicast is None else f", {s.multicast:.0%} of TMA loads multicast"
+    return f"{s.cluster_size}-CTA clusters ({dims}){cast}"
+
+
+def _specialisation_text(s: LaunchShape) -> str:
+    groups = "" if s.warpgroups is None else f"{s.warpgroups} warpgroup{'s' if s.warpgroups != 1 else ''}"
+    if s.specialised:
+        return f"{groups}, producer/consumer with setmaxnreg (USETMAXREG)"
+    return ", ".join(p for p in (groups, "no setmaxnreg" if not s.setmaxreg else "setmaxnreg") if p)
+
+
+def _epilogue_text(s: LaunchShape) -> str:
+    if s.tma_stores:
+        via = "stmatrix (STSM) into shared memory, then " if s.stsm else ""
+        return f"{via}TMA stores (UTMASTG x{s.tma_stores:,.0f})"
+    if s.stg_stores:
+        return f"per-thread stores (STG x{s.stg_stores:,.0f})"
+    return "no global stores executed"
+
+
+def compare_structure(a: LaunchShape, b: LaunchShape) -> tuple[Aspect, ...]:
+    """The aspects of A and B's launch structure, in a fixed order."""
+    out = [Aspect(GRID, _grid_text(a), _grid_text(b),
+                  a.persistent is not None and b.persistent is not None and a.persistent != b.persistent,
+                  "launch__grid_size, launch__waves_per_multiprocessor, the run manifest's shape",
+                  ABSORBS[GRID])]
+    tiles_differ = a.tile is not None and b.tile is not None and a.tile != b.tile
+    out.append(Aspect(TILE, _tile_text(a), _tile_text(b), tiles_differ,
+                      "the run manifest's BM x BN (else the grid over the shape), "
+                      "sass__inst_executed_per_opcode_with_modifier_all", ABSORBS[TILE]))
+    uses_fast = any(s.warpgroups is not None or s.tma_stores or s.multicast is not None for s in (a, b))
+    if uses_fast or a.cluster or b.cluster:
+        out.append(Aspect(CLUSTER, _cluster_text(a), _cluster_text(b),
+                          a.cluster_size != b.cluster_size or bool(a.multicast) != bool(b.multicast),
+                          "launch__cluster_dim_x/y/z, UTMALDG .MULTICAST executed", ABSORBS[CLUSTER]))
+    if uses_fast:
+        out.append(Aspect(SPECIALISATION, _specialisation_text(a), _specialisation_text(b),
+                          a.specialised != b.specialised,
+                          "launch__block_dim (warpgroups of 128 threads), USETMAXREG executed",
+                          ABSORBS[SPECIALISATION]))
+    if a.tma_stores or b.tma_stores or a.stg_stores or b.stg_stores:
+        out.append(Aspect(EPILOGUE, _epilogue_text(a), _epilogue_text(b),
+                          bool(a.tma_stores) != bool(b.tma_stores),
+                          "UTMASTG, STSM and STG executed", ABSORBS[EPILOGUE]))
+    return tuple(out)
+
+
+def modelled_share(aspect: Aspect, slow: LaunchShape, fast: LaunchShape) -> float | None:
+    """The share of the slower kernel's time an aspect's difference costs, where the
+    counters give one: a multi-wave grid against a persistent one idles the SMs its last
+    wave leaves empty. None where no counter measures it."""
+    if aspect.name == GRID and aspect.differs and not slow.persistent and fast.persistent:
+        return slow.tail
+    return None

@@ -1,0 +1,85 @@
+"""The decompressed-report cache: keyed by content, capped in size, and left clean by an
+interrupted decompression (issue 16, items 3 and 6)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from conftest import report
+
+from perfscope import reader
+from perfscope.profile import load
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    root = tmp_path / "cache"
+    monkeypatch.setenv("PERFSCOPE_CACHE", str(root))
+    return root / "reports"
+
+
+def _entries(folder):
+    return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+
+
+def _size(folder):
+    return sum(p.stat().st_size for p in folder.iterdir())
+
+
+def test_interrupted_decompression_leaves_no_part_file(cache, monkeypatch):
+    def interrupted(src, dst, length=0):
+        dst.write(src.read(1 << 16))       # some bytes are out, then Ctrl-C
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(shutil, "copyfileobj", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        reader.decompressed(report("float4_copy"))
+    assert _entries(cache) == []
+    monkeypatch.undo()
+
+
+def test_a_stale_part_file_is_swept_and_a_live_one_kept(cache):
+    """A dead process's .part goes; one another perfscope is writing now stays."""
+    import os
+    import time
+
+    cache.mkdir(parents=True)
+    stale, live = cache / "tmpold.part", cache / "tmpnew.part"
+    stale.write_bytes(b"x" * 1000)
+    live.write_bytes(b"y" * 1000)
+    old = time.time() - reader.STALE_PART_S - 60
+    os.utime(stale, (old, old))
+    reader.decompressed(report("float4_copy"))
+    assert not stale.exists() and live.exists()
+
+
+def test_same_content_under_two_paths_is_one_entry(cache, tmp_path):
+    copy = tmp_path / "elsewhere" / "renamed.ncu-rep.xz"
+    copy.parent.mkdir()
+    shutil.copy(report("float4_copy"), copy)
+    a, _ = reader.decompressed(report("float4_copy"))
+    b, _ = reader.decompressed(copy)
+    assert a == b
+    assert _entries(cache) == [a.name]
+
+
+def test_repeated_loads_stay_under_the_cap(cache, monkeypatch):
+    fixtures = ["float4_copy", "strided_copy", "smem_transpose", "spill", "many_launches"]
+    plain = {n: reader.decompressed(report(n))[0].stat().st_size for n in fixtures}
+    shutil.rmtree(cache)
+    # Room for the two largest, not for all five.
+    cap = sorted(plain.values())[-1] + sorted(plain.values())[-2]
+    monkeypatch.setenv(reader.CACHE_CAP_ENV, str(cap / 2**20))
+    for _ in range(3):
+        for n in fixtures:
+            profiles = load(report(n))
+            assert profiles                   # the one just made is never evicted under it
+            assert _size(cache) <= cap
+    assert len(_entries(cache)) < len(fixtures)
+
+
+def test_bad_cap_setting_falls_back_to_the_default(monkeypatch, caplog):
+    monkeypatch.setenv(reader.CACHE_CAP_ENV, "lots")
+    assert reader.cache_cap_bytes() == reader.DEFAULT_CACHE_MB * 2**20
+    assert "not a number" in caplog.text

@@ -1,0 +1,133 @@
+"""The terminal on narrow screens and in pipes, the diagnose summary rows, and numbers
+printed as what they are (issue 16, items 13, 14 and 15)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from conftest import report
+from typer.testing import CliRunner
+
+from perfscope import bench
+from perfscope.cli import app
+from perfscope.manifest import BenchFile
+from perfscope.render import render
+from perfscope.render.summary import evidence_value
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "reports" / "reference" / "h200" / "bench.json"
+runner = CliRunner()
+
+
+def _at(columns: int, *args: str):
+    result = runner.invoke(app, list(args), env={"COLUMNS": str(columns)})
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def _wider_than(text: str, columns: int) -> list[str]:
+    return [line for line in text.splitlines() if len(line) > columns]
+
+
+# ------------------------------------------------------------------ item 14: narrow
+
+
+def test_bench_table_at_80_columns_keeps_stage_dtype_and_shape_whole():
+    doc = bench.summary(BenchFile.read(BENCH).manifests)
+    text = render(doc, "console", width=80)
+    assert not _wider_than(text, 80)
+    assert "…" not in text
+    for dtype in ("fp16", "bf16"):
+        # The two rows of one stage differ where a reader looks: the row's own heading.
+        assert f"hgemm_bcf_dbf_rw · {dtype} · 4096x4096x4096" in text
+    wide = render(doc, "console", width=200)
+    assert "│ hgemm_bcf_dbf_rw" in wide and "…" not in wide
+
+
+@pytest.mark.parametrize("command", [["kernels"], ["rules"]])
+def test_listings_at_80_columns_cut_no_name(command):
+    text = _at(80, *command)
+    assert "…" not in text and not _wider_than(text, 80)
+    if command == ["kernels"]:
+        assert "hgemm_tma_wgmma_persistent" in text and "hgemm_tma_wgmma_cluster (variant)" in text
+    else:
+        assert re.search(r"^PS110 · bank-conflicts$", text, re.M)
+
+
+def test_piped_output_keeps_names_whole():
+    """Under a runner (as in a pipe) there is no terminal: 120 columns, never a cut name."""
+    result = runner.invoke(app, ["kernels"])
+    assert result.exit_code == 0
+    assert "…" not in result.output and "hgemm_tma_wgmma_persistent" in result.output
+
+
+def test_diff_labels_stand_whole_above_the_table():
+    a, b = str(report("smem_transpose")), str(report("float4_copy"))
+    text = _at(80, "diff", a, b)
+    assert f"A: {a}" in text and f"B: {b}" in text
+    assert not _wider_than(text, 80)
+
+
+# ------------------------------------------------------- item 15: one row per kernel
+
+
+def test_several_kernels_get_one_row_each():
+    text = _at(250, "diagnose", str(report("many_launches")))
+    rows = [line for line in text.splitlines() if "many_launches.ncu-rep.xz#" in line]
+    assert len(rows) == 24
+    assert "Speed of light" not in text                  # no panels by default
+    first = rows[0]
+    for cell in ("#0", "ps_strided_copy", "us", "569,544", "1.958 GHz", "long_scoreboard",
+                 "worst PS101 warning, est."):
+        assert cell in first, cell
+    assert len(text.splitlines()) < 40
+
+
+def test_several_kernels_at_80_columns_become_blocks():
+    text = _at(80, "diagnose", str(report("many_launches")))
+    assert not _wider_than(text, 80)
+    assert f"{report('many_launches')}#23 · " in text
+    assert text.count("  findings: ") == 24 and text.count("  SM clock: ") == 24
+
+
+def test_full_gives_the_panels_and_one_kernel_always_has_its_panel():
+    full = _at(200, "diagnose", "--full", str(report("spill")))
+    assert full.count("Speed of light") == 2
+    one = _at(200, "diagnose", str(report("smem_transpose")))
+    assert "Speed of light" in one and "perfscope findings" in one
+
+
+def test_markdown_summary_table_for_several_kernels():
+    text = _at(120, "diagnose", "--markdown", str(report("spill")))
+    assert "| launch | kernel | duration | cycles | SM clock | top stall | findings |" in text
+    assert f"| {report('spill')}#1 | ps_regs_capped |" in text
+
+
+def test_report_says_where_it_wrote(tmp_path):
+    out = tmp_path / "index.html"
+    result = runner.invoke(app, ["report", str(report("spill")), "--html", str(out)])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.strip() == f"wrote {out} (2 kernel(s))"
+
+
+# ----------------------------------------------------------- item 13: numbers
+
+
+def test_full_theoretical_occupancy_names_no_limiter():
+    text = _at(200, "diagnose", "--full", str(report("spill")))
+    capped = text[text.index("ps_regs_capped"):]
+    assert re.search(r"achieved of 100\.0% theoretical \(the most an SM holds\)", capped)
+    uncapped = text[:text.index("ps_regs_capped")]
+    assert "of 37.5% theoretical, limited by registers" in uncapped
+
+
+def test_counts_print_as_integers_and_clocks_in_ghz():
+    assert evidence_value(32.0) == "32" and evidence_value(1048576.0) == "1,048,576"
+    assert evidence_value(0.124) == "0.124" and evidence_value("sm_90a") == "sm_90a"
+    text = _at(200, "diff", str(report("spill") ) + ":_capped$", str(report("strided_copy")))
+    regs = next(line for line in text.splitlines() if re.search(r"│ registers\s", line))
+    assert ".0 " not in regs and re.search(r"│ \d+\s", regs.split("registers", 1)[1])
+    clock = next(line for line in text.splitlines() if "SM clock" in line)
+    assert "GHz" in clock and " Hz" not in clock and "," not in clock

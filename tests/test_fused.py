@@ -1,0 +1,583 @@
+"""The fused-epilogue stages (fused.cu, issue 19) on the CPU, as in CI.
+
+Each stage and epilogue is compiled for sm_90a through perfscope's NVRTC path and its SASS
+audited: HGMMA, UTMALDG and UTMASTG, no HMMA or LDGSTS, no spills, MUFU.TANH exactly when
+there is an activation. The four hopper.cu stages, whose building blocks moved to
+hopper.cuh, must compile to the same SASS as the committed hopper.cu. The host side of the
+GPU check (benchmarks/fused_check.py) is driven through a fake driver: tensor-map plans,
+the ABI's argument order, the split-K cluster launch; its float64 reference and tolerance
+check are run on numpy against an fp32 emulation of the kernels' epilogue. Correctness and
+speed on the GPU are that script's job.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+import pytest
+from conftest import disassembler_or_skip
+
+from perfscope.build import CompileRequest, compile_cubin
+from perfscope.kernels.fused_specs import (
+    ACTIVATIONS,
+    BY_NAME,
+    FUSED,
+    H200_MULTIPROCESSORS,
+    small_m_grid_for,
+    small_m_params,
+    small_m_tile_rows,
+    split_count,
+)
+from perfscope.kernels.launch import compile_stage
+from perfscope.kernels.spec import KERNEL_DIR, Shape
+from perfscope.kernels.tensormap import MapPlan, TensorMap
+from perfscope.sass.disasm import disassemble
+
+ROOT = Path(__file__).resolve().parents[1]
+ARCH = "sm_90a"
+DTYPES = ("fp16", "bf16")
+SMEM_LIMIT = 227 * 1024
+HOPPER_STAGES = {  # name -> template parameters of its default (registry) instantiation
+    "hgemm_tma_wgmma": (128, 128, 64, 4),
+    "hgemm_tma_wgmma_ws": (128, 256, 64, 4),
+    "hgemm_tma_wgmma_persistent": (128, 256, 64, 3, 8),
+    "hgemm_tma_wgmma_cluster": (128, 256, 64, 3, 8),
+}
+CXX = {"fp16": "__half", "bf16": "__nv_bfloat16"}
+
+pytestmark = pytest.mark.usefixtures("private_cubin_cache")
+
+
+def _check_script():
+    """benchmarks/fused_check.py as a module (it imports no GPU library at import time)."""
+    spec = importlib.util.spec_from_file_location("fused_check", ROOT / "benchmarks" / "fused_check.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("fused_check", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+fc = _check_script()
+
+
+# ------------------------------------------------------------------ the specs
+def test_the_fused_family_continues_from_the_persistent_stage():
+    assert [s.name for s in FUSED] == ["hgemm_fused_bias_act", "hgemm_small_m"]
+    for spec in FUSED:
+        assert spec.family == "fused" and spec.parent == "hgemm_tma_wgmma_persistent"
+        assert spec.seed == "000 §7.1" and spec.source == "fused.cu" and spec.entry == spec.name
+        assert spec.dtypes == DTYPES and spec.archs == (ARCH,) and spec.only_cc == (90,)
+        assert spec.abi == "tensormap" and spec.min_cc == 90
+        # One sentence, as every registry stage's change.
+        assert spec.change.endswith(".") and spec.change.count(". ") == 0, spec.change
+        assert {"tma", "gmma"} <= set(spec.fingerprint)
+        assert set(spec.absent) == {"hmma", "ldgsts"}
+        params = spec.param_dict
+        assert params["ACT"] == ACTIVATIONS["gelu"] and params["RESIDUAL"] == 0
+        # The header comment of fused.cu describes the stage as hopper.cu's does.
+    text = (KERNEL_DIR / "fused.cu").read_text()
+    for spec in FUSED:
+        assert f"\n// {spec.name}\n//   template <typename T, " in text, spec.name
+    assert text.count("//   parent   hgemm_tma_wgmma_persistent") == 2
+    assert text.count("//   seed     000 §7.1") == 2
+
+
+def test_name_expressions_put_the_epilogue_last():
+    spec = BY_NAME["hgemm_fused_bias_act"].with_params(ACT=ACTIVATIONS["silu"], RESIDUAL=1)
+    assert spec.name_expression("bf16") == "hgemm_fused_bias_act<__nv_bfloat16, 128, 256, 64, 3, 8, 2, 1>"
+    assert BY_NAME["hgemm_small_m"].name_expression("fp16") == "hgemm_small_m<__half, 64, 128, 64, 8, 1, 0>"
+
+
+def test_geometry_follows_the_header():
+    bias_act, small_m = BY_NAME["hgemm_fused_bias_act"], BY_NAME["hgemm_small_m"]
+    assert bias_act.block_dims() == (384, 1, 1) and bias_act.persistent
+    assert bias_act.dynamic_smem_bytes() == 3 * 49152 + 65536 + 1024
+    assert bias_act.static_smem_bytes() == 2 * 3 * 8
+    assert bias_act.grid_dims(Shape(4096, 4096, 4096)) == (32 * 16, 1, 1)
+    assert small_m.block_dims() == (256, 1, 1) and not small_m.persistent
+    assert small_m.dynamic_smem_bytes() == 8 * 24576 + 1024
+    assert small_m.static_smem_bytes() == 2 * 8 * 8
+    for m, bm, stages, threads in ((16, 64, 8, 256), (100, 128, 6, 384), (256, 256, 4, 384)):
+        spec = small_m.with_params(**small_m_params(m))
+        assert spec.param_dict["BM"] == bm and spec.param_dict["STAGES"] == stages
+        assert spec.block_dims() == (threads, 1, 1)
+        assert spec.dynamic_smem_bytes() == 192 * 1024 + 1024   # every tier fills 192 KB
+    for spec in FUSED:
+        boxes = spec.boxes()
+        assert (boxes.a.rows, boxes.a.cols) == (spec.param_dict["BM"], 64)
+        assert (boxes.b.rows, boxes.b.cols) == (64, 64) and (boxes.c.rows, boxes.c.cols) == (64, 64)
+
+
+@pytest.mark.parametrize("m, bm", [(1, 64), (64, 64), (65, 128), (128, 128), (129, 256), (256, 256)])
+def test_small_m_takes_every_row_in_one_tile_row(m, bm):
+    assert small_m_tile_rows(m) == bm
+
+
+def test_small_m_refuses_more_rows_than_one_tile_row():
+    with pytest.raises(ValueError, match=r"1\.\.256"):
+        small_m_tile_rows(257)
+
+
+@pytest.mark.parametrize("tiles, k_tiles, fits, splits", [
+    (64, 128, None, 2),                  # N = 8192: 128 CTAs
+    (32, 64, None, 4),                   # N = 4096, K = 4096
+    (32, 224, None, 4),                  # N = 4096, K = 14336
+    (112, 64, None, 1),                  # N = 14336: 112 tiles already fill the GPU
+    (8, 64, None, 8),                    # the portable cluster limit
+    (9, 16, None, 4),                    # at least 4 k tiles per split
+    (1, 1, None, 1),                     # nothing to split
+    (32, 64, lambda s: s <= 3, 3),       # only clusters of 3 are all co-resident
+    (64, 128, lambda s: False, 1),       # no cluster fits: no split
+])
+def test_split_count(tiles, k_tiles, fits, splits):
+    assert split_count(tiles, k_tiles, H200_MULTIPROCESSORS, fits) == splits
+
+
+def test_small_m_grid_covers_the_output_with_whole_clusters():
+    spec = BY_NAME["hgemm_small_m"]
+    for shape in (Shape(16, 8192, 8192), Shape(37, 1032, 1000), Shape(300, 136, 64)):
+        gx, gy, gz = spec.grid_dims(shape)
+        p = spec.param_dict
+        assert gx * p["BN"] >= shape.n and gy * p["BM"] >= shape.m and gz == 1
+    assert spec.grid_dims(Shape(16, 8192, 8192)) == (64 * 2, 1, 1)
+    assert small_m_grid_for(spec.param_dict, Shape(37, 1032, 1000), 4) == (9 * 4, 1, 1)
+
+
+# ------------------------------------------------------------------ compiles and SASS
+def _variants():
+    out = []
+    for act in ("none", "gelu", "silu"):
+        out.append(("hgemm_fused_bias_act", act, 0, None, None))
+    out.append(("hgemm_fused_bias_act", "gelu", 1, None, None))
+    for m in (16, 100, 256):
+        for act, res in (("gelu", 0), ("silu", 0), ("gelu", 1)):
+            out.append(("hgemm_small_m", act, res, m, 128))
+    out += [("hgemm_small_m", "gelu", 0, 16, 256), ("hgemm_small_m", "gelu", 1, 16, 256)]
+    return out
+
+
+def _spec(name, act, residual, m, bn):
+    spec = BY_NAME[name].with_params(ACT=ACTIVATIONS[act], RESIDUAL=residual)
+    if m is None:
+        return spec
+    return spec.with_params(BN=bn, **small_m_params(m, bn=bn))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name, act, residual, m, bn", _variants(),
+                         ids=lambda x: str(x) if x is not None else "-")
+def test_stage_compiles_without_spills_and_runs_on_tma_and_wgmma(name, act, residual, m, bn, dtype):
+    tool = disassembler_or_skip()
+    spec = _spec(name, act, residual, m, bn)
+    mod = compile_stage(spec, dtype, ARCH)
+    expr = spec.name_expression(dtype)
+    use = mod.usage(expr)
+    assert not use.spills, mod.log
+    assert use.static_smem == spec.static_smem_bytes(), spec.name
+    assert use.static_smem + spec.dynamic_smem_bytes() <= SMEM_LIMIT
+    assert use.registers * spec.block_threads() <= 65536
+    assert "setmaxnreg" not in mod.log.lower(), mod.log   # ptxas drops it with a warning
+    sass = disassemble(mod.cubin_path, tool).kernel(mod.mangled(expr))
+    ops, bases = sass.opcodes, sass.base_opcodes
+    bn = spec.param_dict["BN"]
+    assert any(op.startswith(f"HGMMA.64x{bn}x16.F32") for op in ops), sorted(ops)
+    assert bases["UTMALDG"] > 0 and bases["UTMASTG"] > 0
+    assert not bases["HMMA"] and not bases["LDGSTS"]
+    assert not bases["LDL"] and not bases["STL"]
+    tanh = ops["MUFU.TANH"]
+    assert (tanh > 0) == (act != "none")
+    if name == "hgemm_small_m":
+        # The split-K reduction: cluster barriers, and the leader's prefetch of its bias.
+        assert bases["UCGABAR_ARV"] > 0 and bases["UCGABAR_WAIT"] > 0
+        assert bases["UBLKPF"] > 0
+        assert (bases["USETMAXREG"] > 0) == (spec.param_dict["BM"] > 64)
+    else:
+        assert bases["USETMAXREG"] >= 2
+        assert (bases["UBLKPF"] > 0) == bool(residual)   # the residual's L2 prefetch
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_baselines_elementwise_kernel_compiles(dtype):
+    mod = compile_cubin(CompileRequest(fc.ELEMENTWISE_SOURCE, "fused_check_elementwise.cu",
+                                       (fc.ELEMENTWISE_EXPR[dtype],), ARCH))
+    assert not mod.usage(fc.ELEMENTWISE_EXPR[dtype]).spills
+
+
+def _git(*args: str) -> str | None:
+    if shutil.which("git") is None:
+        return None
+    proc = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=False)
+    return proc.stdout if proc.returncode == 0 else None
+
+
+@pytest.fixture(scope="module")
+def committed_kernels(tmp_path_factory):
+    """hopper.cu and the headers it can include, as committed (HEAD), in a folder."""
+    listing = _git("ls-tree", "--name-only", "HEAD", "perfscope/kernels/")
+    if listing is None:
+        pytest.skip("no git history here to hold hopper.cu's SASS against")
+    out = tmp_path_factory.mktemp("committed")
+    for path in listing.split():
+        if path.endswith((".cuh", "/hopper.cu")):
+            text = _git("show", f"HEAD:{path}")
+            assert text is not None, path
+            (out / Path(path).name).write_text(text)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", HOPPER_STAGES)
+def test_hopper_stages_compile_to_the_committed_sass(committed_kernels, name, dtype):
+    """Moving hop:: into hopper.cuh changed no instruction of the four hopper.cu stages."""
+    tool = disassembler_or_skip()
+    expr = f"{name}<{CXX[dtype]}, {', '.join(str(v) for v in HOPPER_STAGES[name])}>"
+
+    def sass(folder: Path):
+        mod = compile_cubin(CompileRequest((folder / "hopper.cu").read_text(), "hopper.cu",
+                                           (expr,), ARCH, (), folder))
+        return disassemble(mod.cubin_path, tool).kernel(mod.mangled(expr)), mod.usage(expr)
+
+    (now, now_use), (then, then_use) = sass(KERNEL_DIR), sass(committed_kernels)
+    assert Counter(now.opcodes) == Counter(then.opcodes)
+    assert len(now.instructions) == len(then.instructions)
+    assert (now_use.registers, now_use.static_smem) == (then_use.registers, then_use.static_smem)
+
+
+# ------------------------------------------------------------------ the GPU check's host side
+class FakeDriver:
+    """Records what the launcher would hand cuTensorMapEncodeTiled and cuLaunchKernelEx."""
+
+    def __init__(self, clusters: dict[int, int] | None = None) -> None:
+        self.encoded: list[tuple[MapPlan, int]] = []
+        self.launches: list[tuple] = []
+        self.clusters = clusters or {}
+
+    def encode(self, plan: MapPlan, address: int) -> TensorMap:
+        self.encoded.append((plan, address))
+        return TensorMap()
+
+    def launch(self, function, geometry, stream, args, cluster=1) -> None:
+        self.launches.append((function, geometry, stream, args, cluster))
+
+    def max_active_clusters(self, function, block, smem, cluster) -> int:
+        return self.clusters.get(cluster, 1000)
+
+
+def test_launcher_passes_maps_c_m_n_k_then_bias_and_residual():
+    spec = BY_NAME["hgemm_fused_bias_act"].with_params(RESIDUAL=1)
+    shape = Shape(1000, 2008, 520)
+    fake = FakeDriver()
+    launch = fc.FusedLaunch.plan(spec, "bf16", shape, 0xF00, fake, 132)
+    assert launch.grid == (64, 1, 1) and launch.cluster == 1   # 8 x 8 tiles, under 132
+    launch(0x1000, 0x2000, 0x3000, 0x4000, 0x3000, 7)          # the residual is C
+    launch(0x1000, 0x2000, 0x3000, 0x4000, 0x3000, 7)
+    assert [(p.operand, addr) for p, addr in fake.encoded] == [("A", 0x1000), ("B", 0x2000),
+                                                               ("C", 0x3000)]   # encoded once
+    a_plan = fake.encoded[0][0]
+    assert a_plan.dims == (520, 1000) and a_plan.box == (64, 128)
+    (fn, geometry, stream, args, cluster), _ = fake.launches
+    assert (fn, stream, cluster) == (0xF00, 7, 1)
+    assert geometry == ((64, 1, 1), (384, 1, 1), 214016)
+    assert all(isinstance(x, TensorMap) for x in args[:3]) and len(args) == 9
+    assert args[3].value == 0x3000 and [x.value for x in args[4:7]] == [1000, 2008, 520]
+    assert all(isinstance(x, ctypes.c_int) for x in args[4:7])
+    assert (args[7].value, args[8].value) == (0x4000, 0x3000)
+    launch(0x1000, 0x2000, 0x5000, 0, 0, 7)
+    assert fake.launches[-1][3][8].value is None   # no residual: a null pointer
+
+
+def test_launcher_persistent_grid_caps_at_the_multiprocessors():
+    launch = fc.FusedLaunch.plan(BY_NAME["hgemm_fused_bias_act"], "fp16", Shape(4096, 4096, 4096),
+                                 1, FakeDriver(), 132)
+    assert launch.grid == (132, 1, 1)
+
+
+def test_small_m_launch_is_a_split_k_cluster():
+    spec = BY_NAME["hgemm_small_m"]
+    shape = Shape(16, 8192, 8192)
+    launch = fc.FusedLaunch.plan(spec, "fp16", shape, 1, FakeDriver(), 132)
+    assert (launch.grid, launch.block, launch.cluster) == ((128, 1, 1), (256, 1, 1), 2)
+    launch(0x1000, 0x2000, 0x3000, 0x4000, 0, 0)
+    ((_, _, _, args, cluster),) = launch.driver.launches
+    assert cluster == 2 and len(args) == 9
+    a_plan = launch.driver.encoded[0][0]
+    assert a_plan.dims == (8192, 16) and a_plan.box == (64, 64)   # M = 16 in a 64-row box
+    # Fewer co-resident clusters of 2 than tiles: no split rather than a second wave.
+    narrow = fc.FusedLaunch.plan(spec, "fp16", shape, 1, FakeDriver({2: 60}), 132)
+    assert (narrow.grid, narrow.cluster) == ((64, 1, 1), 1)
+    forced = fc.FusedLaunch.plan(spec, "fp16", shape, 1, FakeDriver(), 132, splits=8)
+    assert (forced.grid, forced.cluster) == ((512, 1, 1), 8)
+
+
+def test_the_check_needs_every_variant_once():
+    variants = fc.needed_variants(timing=True)
+    labels = [s.name_expression(d) for s, d in variants]
+    assert len(labels) == len(set(labels))
+    tiers = {(s.param_dict["BM"], s.param_dict["BN"], s.param_dict["STAGES"])
+             for s, _ in variants if s.name == "hgemm_small_m"}
+    assert tiers == {(64, 128, 8), (128, 128, 6), (256, 128, 4), (64, 256, 4)}
+    assert len(variants) <= 32   # a few seconds of parallel compiles on the GPU machine
+
+
+# ------------------------------------------------------------------ the reference and the check
+def _bf16(x: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 (round to nearest even) -> float32, without ml_dtypes."""
+    bits = x.astype(np.float32).view(np.uint32)
+    bits = (bits + np.uint32(0x7FFF) + ((bits >> 16) & 1)) & np.uint32(0xFFFF0000)
+    return bits.view(np.float32)
+
+
+def _round(x: np.ndarray, dtype: str) -> np.ndarray:
+    return x.astype(np.float16).astype(np.float32) if dtype == "fp16" else _bf16(x)
+
+
+def _fused_in_fp32(a, b, bias, res, act, dtype, rng):
+    """What the kernels compute: fp32 accumulate, fp32 epilogue with a tanh off by up to
+    2^-11 (tanh.approx), one rounding of C."""
+    acc = a.astype(np.float32) @ b.astype(np.float32) + bias.astype(np.float32)
+    wobble = 1 + rng.choice([-1.0, 1.0], size=acc.shape).astype(np.float32) * np.float32(2.0 ** -11)
+    if act == "gelu":
+        u = acc * (np.float32(0.0356774081363001) * acc * acc + np.float32(0.7978845608028654))
+        acc = 0.5 * acc * (1 + np.tanh(u) * wobble)
+    elif act == "silu":
+        acc = 0.5 * acc * (1 + np.tanh(0.5 * acc) * wobble)
+    if res is not None:
+        acc = acc + res
+    return _round(acc, dtype).astype(np.float64)
+
+
+@pytest.fixture(scope="module", params=DTYPES)
+def problem(request):
+    rng = np.random.default_rng(19)
+    dtype = request.param
+    m, n, k = 70, 136, 520
+    a = _round((rng.standard_normal((m, k)) / np.sqrt(k)).astype(np.float32), dtype)
+    b = _round(rng.standard_normal((k, n)).astype(np.float32), dtype)
+    bias = _round((0.5 * rng.standard_normal(n)).astype(np.float32), dtype)
+    res = _round(rng.standard_normal((m, n)).astype(np.float32), dtype)
+    return dtype, rng, a, b, bias, res
+
+
+@pytest.mark.parametrize("act", ["gelu", "silu", "none"])
+@pytest.mark.parametrize("residual", [False, True])
+def test_the_fused_math_passes_the_check(problem, act, residual):
+    dtype, rng, a, b, bias, res = problem
+    res = res if residual else None
+    c = _fused_in_fp32(a, b, bias, res, act, dtype, rng)
+    ref, pre, scale = fc.reference(np, a.astype(np.float64), b.astype(np.float64),
+                                   bias.astype(np.float64), None if res is None else res.astype(np.float64),
+                                   act)
+    got = fc.check(np, c, ref, pre, scale, dtype, act)
+    assert got["verdict"] == "OK", got
+    assert got["rel_fro_error"] < 1e-2
+
+
+@pytest.mark.parametrize("fault", ["bias shifted a column", "silu for gelu", "residual dropped",
+                                   "one element NaN", "one element unwritten"])
+def test_epilogue_mistakes_fail_the_check(problem, fault):
+    dtype, rng, a, b, bias, res = problem
+    act, bias_used, res_used = "gelu", bias, res
+    if fault == "bias shifted a column":
+        bias_used = np.roll(bias, 1)
+    if fault == "silu for gelu":
+        act = "silu"
+    if fault == "residual dropped":
+        res_used = None
+    c = _fused_in_fp32(a, b, bias_used, res_used, act, dtype, rng)
+    ref, pre, scale = fc.reference(np, a.astype(np.float64), b.astype(np.float64),
+                                   bias.astype(np.float64), res.astype(np.float64), "gelu")
+    if fault == "one element NaN":
+        c[3, 5] = np.nan
+    if fault == "one element unwritten":
+        # C aliased the residual and one element kept it: the one where that shows most.
+        i, j = np.unravel_index(np.argmax(np.abs(ref - res)), ref.shape)
+        c[i, j] = res[i, j]
+    assert fc.check(np, c, ref, pre, scale, dtype, "gelu")["verdict"] == "WRONG"
+
+
+def test_reference_activations_are_the_textbook_ones():
+    x = np.array([-3.0, -1.0, 0.0, 0.5, 2.0])
+    gelu = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+    assert np.allclose(fc.gelu_tanh(np, x), gelu, rtol=0, atol=1e-15)
+    assert np.allclose(fc.silu(np, x), x / (1 + np.exp(-x)), rtol=0, atol=1e-15)
+    # The kernels' SiLU form: x * sigmoid(x) = 0.5x(1 + tanh(x/2)).
+    assert np.allclose(0.5 * x * (1 + np.tanh(x / 2)), fc.silu(np, x), rtol=0, atol=1e-15)
+
+
+# ------------------------------------------------------------------ the GPU check, end to end
+class _Array(np.ndarray):
+    """A numpy array with CuPy's ``.data.ptr``."""
+
+    @property
+    def data(self):
+        return _Namespace(ptr=self.__array_interface__["data"][0])
+
+
+class _Namespace:
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+def _host(ptr: int, shape: tuple[int, ...]) -> np.ndarray:
+    """The fp16 array at a host address (the stand-in's "device" memory)."""
+    count = int(np.prod(shape))
+    raw = np.ctypeslib.as_array((ctypes.c_uint16 * count).from_address(ptr))
+    return raw.view(np.float16).reshape(shape)
+
+
+def _fake_cupy() -> object:
+    import types
+
+    cp = types.ModuleType("cupy")
+    wrap = lambda a: np.asarray(a).view(_Array)  # noqa: E731
+    for name in ("float16", "float32", "float64", "uint16", "int16"):
+        setattr(cp, name, getattr(np, name))
+    cp.__version__ = "numpy stand-in"
+    cp.empty = lambda shape, dtype=np.float32: wrap(np.empty(shape, dtype))
+    cp.ones = lambda shape, dtype=np.float32: wrap(np.ones(shape, dtype))
+    cp.full = lambda shape, value, dtype=np.float32: wrap(np.full(shape, value, dtype))
+    for name in ("abs", "tanh", "exp", "isfinite", "count_nonzero", "argmax"):
+        setattr(cp, name, getattr(np, name))
+    cp.linalg = np.linalg
+
+    def matmul(a, b, out):
+        out[...] = (a.astype(np.float32) @ b.astype(np.float32)).astype(out.dtype)
+
+    cp.matmul = matmul
+
+    class Rng:
+        def __init__(self, seed):
+            self.rng = np.random.default_rng(seed)
+
+        def standard_normal(self, shape, dtype=np.float64):
+            return wrap(self.rng.standard_normal(shape).astype(dtype))
+
+    cp.random = _Namespace(default_rng=Rng)
+
+    class Event:
+        done = True
+
+        def record(self):
+            pass
+
+        def synchronize(self):
+            pass
+
+    def memcpy(dst, src, nbytes, kind, stream):
+        ctypes.memmove(dst, src, nbytes)
+
+    cp.cuda = _Namespace(
+        Event=Event, get_elapsed_time=lambda s, e: 0.25,
+        get_current_stream=lambda: _Namespace(ptr=0),
+        Device=lambda *a: _Namespace(id=0, compute_capability="90"),
+        runtime=_Namespace(memcpyAsync=memcpy, memcpyDeviceToDevice=3,
+                           getDeviceProperties=lambda i: {"name": b"stand-in", "multiProcessorCount": 132,
+                                                          "l2CacheSize": 60 << 20},
+                           runtimeGetVersion=lambda: 13000, driverGetVersion=lambda: 13000))
+    cp.get_default_memory_pool = lambda: _Namespace(free_all_blocks=lambda: None)
+    return cp
+
+
+class _EmulatingDriver:
+    """Runs the fused stages' arithmetic (fp32, exact tanh) where cuLaunchKernelEx would run
+    them, reading the operands at the addresses the launcher passes."""
+
+    kernels: ClassVar[dict] = {}
+    launches: ClassVar[list] = []
+
+    def encode(self, plan, address):
+        return _Namespace(plan=plan, address=address)
+
+    def max_active_clusters(self, function, block, smem, cluster):
+        return 1000
+
+    def launch(self, function, geometry, stream, args, cluster=1):
+        spec, _dtype = self.kernels[function]
+        (grid, block, smem) = geometry
+        assert len(args) == 9 and grid[0] % cluster == 0 and block == spec.block_dims()
+        assert smem == spec.dynamic_smem_bytes()
+        m, n, k = (x.value for x in args[4:7])
+        assert args[3].value == args[2].address
+        a, b = _host(args[0].address, (m, k)), _host(args[1].address, (k, n))
+        c = _host(args[2].address, (m, n))
+        bias = _host(args[7].value, (n,)) if args[7].value else np.zeros(n, np.float16)
+        res = _host(args[8].value, (m, n)).astype(np.float32) if args[8].value else None   # before C
+        acc = a.astype(np.float32) @ b.astype(np.float32) + bias.astype(np.float32)
+        act = spec.param_dict["ACT"]
+        if act == 1:
+            acc = 0.5 * acc * (1 + np.tanh(0.7978845608028654 * (acc + 0.044715 * acc ** 3)))
+        elif act == 2:
+            acc = acc / (1 + np.exp(-acc))
+        if res is not None:
+            acc = acc + res
+        c[...] = acc.astype(np.float16)
+        self.launches.append((spec.name, grid, cluster))
+
+
+def _elementwise(grid, block, args):
+    y, bias, _vectors, per_row = args
+    x = y.view(np.float16).reshape(-1, int(per_row) * 8).astype(np.float32) + bias.view(np.float16)
+    y.view(np.float16).reshape(x.shape)[...] = fc.gelu_tanh(np, x).astype(np.float16)
+
+
+def test_the_gpu_check_runs_end_to_end_on_a_stand_in(monkeypatch, tmp_path):
+    import perfscope.kernels.launch as launch_mod
+    import perfscope.kernels.tensormap as tensormap_mod
+
+    cp = _fake_cupy()
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    monkeypatch.setitem(sys.modules, "torch", None)      # import torch -> ImportError
+    monkeypatch.setitem(sys.modules, "nvmath", None)
+    monkeypatch.setattr(launch_mod, "require_gpu", lambda: cp)
+    monkeypatch.setattr(tensormap_mod, "Driver", _EmulatingDriver)
+    monkeypatch.setattr(fc, "build_all", lambda timing, jobs: [])
+    monkeypatch.setattr(fc, "nvidia_smi", lambda: {"clocks.sm": "1980"})
+    monkeypatch.setattr(fc, "DTYPES", ("fp16",))
+    monkeypatch.setattr(fc, "CHECK_SHAPES", {fc.BIAS_ACT: ((1, 8, 8), (127, 136, 72)),
+                                             fc.SMALL_M: ((37, 1032, 1000), (200, 264, 512))})
+    monkeypatch.setattr(fc, "TIMING_M", (16, 300))
+    monkeypatch.setattr(fc, "TIMING_NK", ((256, 512),))
+    monkeypatch.setattr(fc, "COPY_BYTES", 1 << 20)
+    _EmulatingDriver.kernels, _EmulatingDriver.launches = {}, []
+
+    def function(self, spec, dtype):
+        key = len(_EmulatingDriver.kernels) + 1
+        _EmulatingDriver.kernels[key] = (spec, dtype)
+        return _Namespace(kernel=_Namespace(ptr=key))
+
+    monkeypatch.setattr(fc.Gpu, "function", function)
+    monkeypatch.setattr(fc.Gpu, "elementwise", lambda self, dtype: _elementwise)
+    out = tmp_path / "fused.json"
+    monkeypatch.setattr(sys, "argv", ["fused_check.py", "--json", str(out), "--flush-mib", "1"])
+    assert fc.main() == 0
+    record = __import__("json").loads(out.read_text())
+    assert record["errors"] == []
+    checks = record["correctness"]
+    assert len(checks) == 4 * 4 and all(r["verdict"] == "OK" for r in checks), checks
+    # Splits as planned: 37 x 1032 x 1000 -> 9 tiles x 4; 200 x 264 x 512 -> BM 256, 3 tiles x 2.
+    assert {(r["m"], r["cluster"]) for r in checks if r["stage"] == fc.SMALL_M} == {(37, 4), (200, 2)}
+    timing = record["timing"]
+    assert [(e["m"], e["n"], e["k"]) for e in timing] == [(16, 256, 512), (300, 256, 512)]
+    small, large = (e["candidates"] for e in timing)
+    assert set(small) == {fc.BIAS_ACT, fc.SMALL_M, f"{fc.SMALL_M} BN=256", "cublas+elementwise"}
+    assert set(large) == {fc.BIAS_ACT, "cublas+elementwise"}
+    for name in (fc.BIAS_ACT, fc.SMALL_M, f"{fc.SMALL_M} BN=256"):
+        row = small[name]
+        assert row["verdict"] == "OK" and len(row["times_ms"]) == 3
+        assert all(len(t) == 20 for t in row["times_ms"])
+        assert row["speedup_per_round"] == {"cublas+elementwise": [1.0, 1.0, 1.0]}
+        assert row["percent_of_copy"] > 0
+    assert small["cublas+elementwise"]["verdict"] == "OK"
+    assert "percent_of_copy" not in large[fc.BIAS_ACT]
+    assert record["copy_bandwidth"]["bytes"] == 1 << 20 and record["gpu"]["name"] == "stand-in"

@@ -1,0 +1,247 @@
+"""The tune coordinator end to end on fake workers: store, pruning, WRONG, resume, crash."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from fakes.tune_fakes import FakeExecutor
+
+from perfscope.errors import PerfscopeError
+from perfscope.kernels import parse_shape
+from perfscope.manifest import OK, WRONG
+from perfscope.tune import workflow
+from perfscope.tune.store import Store
+
+STAGE = "hgemm_tma_wgmma_persistent"
+SHAPES = (parse_shape("4096x4096x4096"), parse_shape("1024x8192x8192"))
+LEGAL = 35       # of the persistent stage's 50 declared configurations (see test_tune_space)
+TESTS = Path(__file__).parent
+
+
+def request(store: Path, **kw) -> workflow.TuneRequest:
+    base = {"stages": (STAGE,), "shapes": SHAPES, "dtypes": ("bf16",), "store": store}
+    return workflow.TuneRequest(**{**base, **kw})
+
+
+def counts(path: Path) -> dict[str, int]:
+    db = sqlite3.connect(path)
+    try:
+        out = {t: db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
+               for t in ("configs", "trials", "timings")}
+        out["distinct"] = db.execute(
+            "SELECT COUNT(*) FROM (SELECT DISTINCT stage, params, m, n, k, dtype, gpu, driver, "
+            "toolchain, source FROM trials)").fetchone()[0]
+        return out
+    finally:
+        db.close()
+
+
+def test_exhaustive_sweep_measures_every_legal_configuration_per_shape(tmp_path):
+    store = tmp_path / "tune.sqlite"
+    ex = FakeExecutor(gpus=2)
+    doc = workflow.run(request(store), ex)
+    assert ex.closed
+    assert len(ex.compiled) == LEGAL            # compiled once, for both shapes
+    assert len(ex.submitted) == 2 * LEGAL
+    assert counts(store) == {"configs": 50, "trials": 70, "timings": 70, "distinct": 70}
+    assert [r.shape for r in doc.results] == ["4096x4096x4096", "1024x8192x8192"]
+    for r in doc.results:
+        assert len(r.timed) == LEGAL and len(r.pruned) == 15
+        assert r.best is not None and r.best.label == "default"   # the synthetic optimum
+        ratios = [t.ratio.median for t in r.timed]
+        assert ratios == sorted(ratios, reverse=True)
+    assert doc.stats.trials_run == 70 and doc.stats.compiled == LEGAL
+    assert doc.stats.compile_serial_s == pytest.approx(0.25 * LEGAL)
+    assert dict(doc.environment)["gpu"] == "FAKE H200"
+
+
+def test_a_wrong_configuration_is_recorded_and_never_timed(tmp_path):
+    store = tmp_path / "tune.sqlite"
+    doc = workflow.run(request(store, shapes=SHAPES[:1]), FakeExecutor(wrong=[{"STAGES": 2}],
+                                                                       fail=[{"STAGES": 5}]))
+    r = doc.results[0]
+    wrong = [t for t in r.trials if t.verdict == WRONG]
+    assert len(wrong) == 10 and all(t.ratio is None and t.tflops is None for t in wrong)
+    assert r.count("error") == 5
+    assert r.best.verdict == OK
+    with Store.open(store) as s:
+        rows = s.trials(STAGE, "bf16", SHAPES[0])
+    assert all(not r.timings for r in rows if r.verdict != OK)
+    assert counts(store)["timings"] == LEGAL - 15
+
+
+def test_configurations_ptxas_prunes_never_reach_a_gpu(tmp_path):
+    ex = FakeExecutor(spill=[{"BN": 128, "STAGES": 6}])
+    doc = workflow.run(request(tmp_path / "t.sqlite", shapes=SHAPES[:1]), ex)
+    assert not [t for t in ex.submitted if t.params["BN"] == 128 and t.params["STAGES"] == 6]
+    assert doc.stats.pruned_compiled == 5
+    assert any("spills" in why for _, why in doc.results[0].pruned)
+
+
+def test_every_configuration_pruned_after_compiling_is_refused(tmp_path):
+    store = tmp_path / "t.sqlite"
+    with pytest.raises(PerfscopeError, match=r"no configuration of .* is left after pruning: all 35 .*"
+                                             "spills"):
+        workflow.run(request(store), FakeExecutor(spill=[{}]))
+    assert counts(store)["configs"] == 50          # what was learnt is kept
+
+
+def test_a_second_run_is_refused_without_resume_and_repeats_nothing_with_it(tmp_path):
+    store = tmp_path / "tune.sqlite"
+    first = workflow.run(request(store), FakeExecutor())
+    before = counts(store)
+    with pytest.raises(PerfscopeError, match=r"already holds 70 result.*--resume"):
+        workflow.run(request(store), FakeExecutor())
+    assert counts(store) == before
+    again = FakeExecutor()
+    doc = workflow.run(request(store, resume=True), again)
+    assert again.submitted == [] and again.compiled == []
+    assert doc.stats.trials_resumed == 70
+    assert [r.best.config for r in doc.results] == [r.best.config for r in first.results]
+    assert counts(store) == before
+
+
+def test_resume_after_an_interruption_measures_only_the_rest(tmp_path):
+    store = tmp_path / "tune.sqlite"
+    with pytest.raises(KeyboardInterrupt):
+        workflow.run(request(store), FakeExecutor(interrupt_after=24))
+    assert counts(store)["trials"] == 24
+    rest = FakeExecutor()
+    workflow.run(request(store, resume=True), rest)
+    assert len(rest.submitted) == 70 - 24
+    assert counts(store) == {"configs": 50, "trials": 70, "timings": 70, "distinct": 70}
+
+
+def test_resume_after_a_crash_mid_sweep(tmp_path):
+    """The coordinator dies without cleanup (os._exit) after 30 results: the store opens,
+    holds those 30, and a resumed run measures exactly the other 40."""
+    store = tmp_path / "tune.sqlite"
+    script = textwrap.dedent(f"""
+        from pathlib import Path
+        from fakes.tune_fakes import FakeExecutor
+        from perfscope.kernels import parse_shape
+        from perfscope.tune import workflow
+        shapes = tuple(parse_shape(s) for s in {[str(s) for s in SHAPES]!r})
+        req = workflow.TuneRequest(stages=({STAGE!r},), shapes=shapes, dtypes=("bf16",),
+                                   store=Path({str(store)!r}))
+        workflow.run(req, FakeExecutor(crash_after=30))
+    """)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert proc.returncode == 9, proc.stderr
+    assert counts(store)["trials"] == 30
+    rest = FakeExecutor()
+    doc = workflow.run(request(store, resume=True), rest)
+    assert len(rest.submitted) == 40
+    assert doc.stats.trials_resumed == 30
+    assert counts(store) == {"configs": 50, "trials": 70, "timings": 70, "distinct": 70}
+
+
+def test_confirm_times_the_best_again_and_the_table_shows_it(tmp_path):
+    store = tmp_path / "t.sqlite"
+    ex = FakeExecutor()
+    doc = workflow.run(request(store, shapes=SHAPES[:1], confirm=3), ex)
+    confirms = [t for t in ex.submitted if t.phase == "confirm"]
+    assert len(confirms) == 3 and all(not t.verify and t.runs == 20 and t.rounds == 5 for t in confirms)
+    assert doc.results[0].best.phase == "confirm"
+    assert doc.stats.confirmed == 3
+    # Resumed, the confirmations are not repeated either.
+    again = FakeExecutor()
+    workflow.run(request(store, shapes=SHAPES[:1], confirm=3, resume=True), again)
+    assert again.submitted == []
+
+
+def test_a_deadline_stops_the_search_and_resume_finishes_it(tmp_path):
+    store = tmp_path / "t.sqlite"
+    doc = workflow.run(request(store, deadline_s=0.0), FakeExecutor())
+    assert doc.stats.stopped and "--resume" in doc.notes[-1]
+    assert counts(store)["trials"] < 70
+    workflow.run(request(store, resume=True), FakeExecutor())
+    assert counts(store)["trials"] == 70
+
+
+def test_bayes_measures_its_budget_per_shape(tmp_path):
+    pytest.importorskip("optuna")
+    ex = FakeExecutor(gpus=2)
+    doc = workflow.run(request(tmp_path / "t.sqlite", strategy="bayes", budget=8), ex)
+    assert [len(r.timed) for r in doc.results] == [8, 8]
+    assert all(r.strategy == "bayes" and r.default is not None for r in doc.results)
+    # Only what was proposed is compiled.
+    assert len(ex.compiled) < LEGAL
+
+
+def test_workers_on_different_gpus_are_refused(tmp_path):
+    with pytest.raises(PerfscopeError, match="different GPUs"):
+        workflow.run(request(tmp_path / "t.sqlite"),
+                     FakeExecutor(gpus=2, gpu_names=["NVIDIA H200", "NVIDIA H100 80GB HBM3"]))
+
+
+def test_another_gpu_is_another_key(tmp_path):
+    store = tmp_path / "t.sqlite"
+    workflow.run(request(store, shapes=SHAPES[:1]), FakeExecutor())
+    other = FakeExecutor(gpu_names=["NVIDIA H100"])
+    workflow.run(request(store, shapes=SHAPES[:1]), other)   # no refusal: nothing of it is held
+    assert len(other.submitted) == LEGAL
+    assert counts(store)["trials"] == 2 * LEGAL
+
+
+def test_shapes_file(tmp_path):
+    f = tmp_path / "shapes.txt"
+    f.write_text("# the issue's shapes\n4096x4096x4096\n\n 8192x2048x8192  # tall\n4096x4096x4096\n")
+    assert [str(s) for s in workflow.read_shapes(f)] == ["4096x4096x4096", "8192x2048x8192"]
+    f.write_text("4096x4096x4096\n4096x4096\n")
+    with pytest.raises(PerfscopeError, match=r"shapes.txt line 2: shape '4096x4096' is not of the form"):
+        workflow.read_shapes(f)
+
+
+@pytest.mark.slow
+def test_profile_best_diffs_best_against_worst_through_ncu(tmp_path, monkeypatch):
+    """--profile-best 1 with a fake ncu whose reports are the committed persistent-stage
+    capture: one ncu run over the best and the worst configuration, diffed in the child
+    process, the verdict stored and shown; a resumed run profiles nothing again."""
+    import lzma
+    import shutil
+
+    from test_ncu import make_fake
+
+    from perfscope.locations import reference_root
+
+    plain = tmp_path / "persistent.ncu-rep"
+    src = reference_root() / "h200" / "hgemm_tma_wgmma_persistent-bf16-4096x4096x4096.ncu-rep.xz"
+    with lzma.open(src) as f, open(plain, "wb") as out:
+        shutil.copyfileobj(f, out)
+    exe, log = make_fake(tmp_path)
+    monkeypatch.setenv("PERFSCOPE_NCU", exe)
+    monkeypatch.setenv("FAKE_NCU_REPORT", str(plain))
+    store = tmp_path / "t.sqlite"
+    req = request(store, shapes=SHAPES[:1], profile_best=1, profile_out=tmp_path / "profiles")
+    doc = workflow.run(req, FakeExecutor())
+    assert not doc.notes, doc.notes
+    d = doc.results[0].diff
+    assert d is not None and not d.error
+    assert d.best == "default" and d.worst == doc.results[0].worst.label
+    assert d.verdict and d.best_report.endswith(".ncu-rep")
+    assert (tmp_path / "profiles" / Path(d.best_report).name).is_file()
+    runs = [line for line in log.read_text().splitlines() if "perfscope.runner" in line]
+    assert len(runs) == 1                      # both configurations in one ncu process
+    workflow.run(workflow.TuneRequest(**{**req.__dict__, "resume": True}), FakeExecutor())
+    assert len([line for line in log.read_text().splitlines() if "perfscope.runner" in line]) == 1
+
+
+def test_a_large_space_is_searched_not_enumerated_by_default(tmp_path):
+    pytest.importorskip("optuna")
+    big = workflow.plan_tune(workflow.TuneRequest(stages=("sgemm_pipe",), shapes=SHAPES[:1],
+                                                  store=tmp_path / "t.sqlite"))
+    sp = big.stages[0]
+    assert len(sp.legal) > 64 and sp.strategy == "bayes" and sp.budget == 64
+    small = workflow.plan_tune(request(tmp_path / "t.sqlite"))
+    assert small.stages[0].strategy == "exhaustive" and small.stages[0].budget is None
+    asked = workflow.plan_tune(workflow.TuneRequest(stages=("sgemm_pipe",), shapes=SHAPES[:1],
+                                                    strategy="exhaustive", store=tmp_path / "t.sqlite"))
+    assert asked.stages[0].strategy == "exhaustive" and asked.stages[0].budget is None
