@@ -86,8 +86,10 @@ def _version(dist: str) -> str:
 
 
 def generator() -> str:
-    """What made the page: the versions its bytes depend on (matplotlib draws the SVGs)."""
-    return f"perfscope {__version__}; matplotlib {_version('matplotlib')}"
+    """What made the page: the versions its bytes depend on (matplotlib draws the SVGs; the
+    report reader writes the SASS text, and 2026.3 writes it otherwise than 2025.3)."""
+    return (f"perfscope {__version__}; matplotlib {_version('matplotlib')}; "
+            f"ncu-report {_version('ncu-report')}")
 
 
 # --------------------------------------------------------------------------- views
