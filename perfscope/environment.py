@@ -9,7 +9,6 @@ another card's clock.
 
 from __future__ import annotations
 
-import importlib.metadata as md
 import logging
 import os
 import platform
@@ -20,6 +19,7 @@ from typing import Any
 from perfscope.build import nvrtc_version
 from perfscope.kernels.launch import require_gpu
 from perfscope.manifest import Environment
+from perfscope.version import installed_version
 
 log = logging.getLogger(__name__)
 
@@ -107,10 +107,7 @@ class ClockReader:
 
 
 def _version(dist: str) -> str:
-    try:
-        return md.version(dist)
-    except md.PackageNotFoundError:
-        return ""
+    return installed_version(dist) or ""
 
 
 def _cuda_version(v: int) -> str:

@@ -23,12 +23,12 @@ import tempfile
 import time
 import weakref
 from collections.abc import Iterable
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from perfscope.cache import cache_root
 from perfscope.errors import PerfscopeError
+from perfscope.version import installed_version
 
 log = logging.getLogger(__name__)
 
@@ -55,10 +55,7 @@ STALE_PART_S = 600
 def reader_version() -> str | None:
     """The installed ``ncu-report`` wheel's version, None for a local install's copy."""
     # Not IContext.get_version(): it crashes the process when CuPy was imported first.
-    try:
-        return metadata.version("ncu-report")
-    except metadata.PackageNotFoundError:
-        return None
+    return installed_version("ncu-report")
 
 
 def reader_has_import_fault(version: str | None = None) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -23,6 +23,7 @@ from perfscope.diagnosis import default_catalogue, diagnose
 from perfscope.diff import ProfileDiff, compare
 from perfscope.documents import TUNE_RESULTS, TuneDocument
 from perfscope.errors import PerfscopeError
+from perfscope.hardware import math_kind, peak_flops
 from perfscope.manifest import BENCH_NAME, BenchFile, Environment, RunManifest, Spread, run_key
 from perfscope.profile import KernelProfile
 from perfscope.record import Catalogue, Diagnosed, incomplete_reports, machine_notes
@@ -32,16 +33,6 @@ from perfscope.source import SourceView, source_view
 log = logging.getLogger(__name__)
 
 DTYPE_ORDER = ("fp32", "fp16", "bf16")
-
-# Dense peak FLOP per SM per clock by compute capability and dtype (fp32: FFMA lanes x 2;
-# fp16/bf16: tensor cores, fp32 accumulate). The peak line of the overview is this times
-# the SM count times the SM clock measured while timing, so it moves with the clock the
-# numbers were taken at. sm_90: 989.4 TFLOP/s at 1.83 GHz on 132 SMs is 4096 per SM-clock.
-PEAK_FLOP_PER_SM_CLOCK: Mapping[str, Mapping[str, int]] = {
-    "9.0": {"fp32": 256, "fp16": 4096, "bf16": 4096},
-    "8.0": {"fp32": 128, "fp16": 2048, "bf16": 2048},
-}
-
 
 @dataclass(frozen=True)
 class Entry:
@@ -255,11 +246,12 @@ def _find_tune(paths: Sequence[Path]) -> Path | None:
 def _peak(env: Environment | None, dtype: str, clock_mhz: float | None) -> tuple[float | None, str]:
     if env is None:
         return None, "peak unknown: no GPU environment recorded"
-    per = PEAK_FLOP_PER_SM_CLOCK.get(env.compute_capability, {}).get(dtype)
-    if per is None or clock_mhz is None:
+    # The peak line moves with the SM clock measured while timing (hardware.py's table).
+    peak = peak_flops(env.compute_capability, math_kind(dtype), env.sm_count,
+                      clock_mhz * 1e6 if clock_mhz is not None else None)
+    if peak is None:
         return None, f"peak unknown for compute capability {env.compute_capability}"
-    peak = per * env.sm_count * clock_mhz * 1e6 / 1e12
-    return peak, f"{env.gpu} peak at the timed SM clock {clock_mhz:.0f} MHz ({env.sm_count} SMs)"
+    return peak / 1e12, f"{env.gpu} peak at the timed SM clock {clock_mhz:.0f} MHz ({env.sm_count} SMs)"
 
 
 def _params_note(catalogue: Catalogue, m: RunManifest) -> str:

@@ -24,7 +24,6 @@ import re
 import tempfile
 from collections.abc import Iterable, Sequence
 from functools import cache
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,7 @@ from markupsafe import Markup
 from perfscope.calibration import SIGNIFICANT_SAVING
 from perfscope.errors import PerfscopeError
 from perfscope.families import FAMILY_BY_KEY
-from perfscope.reader import REPORT_SUFFIXES
+from perfscope.reader import REPORT_SUFFIXES, reader_version
 from perfscope.render import plots, tune
 from perfscope.render.diff import (
     REMAINING_HEADING,
@@ -57,7 +56,7 @@ from perfscope.render.summary import (
 from perfscope.review import Entry, Ladder, Review, collect
 from perfscope.rules import SEVERITIES
 from perfscope.source import MIN_LINE_SHARE
-from perfscope.version import __version__
+from perfscope.version import __version__, installed_version
 
 log = logging.getLogger(__name__)
 
@@ -78,18 +77,11 @@ def _environment() -> jinja2.Environment:
                               trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
 
 
-def _version(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "not installed"
-
-
 def generator() -> str:
     """What made the page: the versions its bytes depend on (matplotlib draws the SVGs; the
     report reader writes the SASS text, and 2026.3 writes it otherwise than 2025.3)."""
-    return (f"perfscope {__version__}; matplotlib {_version('matplotlib')}; "
-            f"ncu-report {_version('ncu-report')}")
+    return (f"perfscope {__version__}; matplotlib {installed_version('matplotlib') or 'not installed'}; "
+            f"ncu-report {reader_version() or 'not installed'}")
 
 
 # --------------------------------------------------------------------------- views
