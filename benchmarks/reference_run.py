@@ -4,14 +4,17 @@
                                                      [--compare-full] [--skip-bench] [--skip-tune]
 
 Each phase also runs alone (a device call is limited to 10 minutes): ``--profile-only``,
-``--bench-only``, ``--tune-only``.
+``--bench-only``, ``--tune-only``, and ``--full-only`` (the ``--compare-full`` half of
+``profile_cost.json``).
 
 1. ``perfscope profile all`` at 4096^3 in every dtype each stage takes: one ncu process
    over the whole ladder and the cuBLAS references, clocks as found, perfscope's
    collection set; one report and one run manifest per stage.
 2. ``benchmarks/bench_h200.py``: every stage verified on every issue-3 shape
    (``check.json``), then event-timed against cuBLAS at 4096^3 (``bench.json``), and the
-   Hopper stages with their parent at 8192^3 (``bench-8192.json``).
+   Hopper stages with their parent at 8192^3 (``bench-8192.json``), the FP32 stages at
+   2048^3 and 8192^3 (``bench-fp32.json``); then ``benchmarks/hmma_ceiling.py``, the
+   mma.sync roof of the hgemm ladder measured in the same run (``hmma_ceiling.json``).
 3. Every report compressed to ``.ncu-rep.xz``; ``profile_cost.json`` holds the passes
    and wall time per stage (and, with ``--compare-full``, the same for ``--set full``);
    ``README.md`` the GPU, clocks, versions and this command.
@@ -115,6 +118,16 @@ def run_bench(out: Path) -> None:
                   done.returncode)
 
 
+def run_ceiling(out: Path) -> None:
+    """hmma_ceiling.json: the mma.sync roof the hgemm ladder is held to, measured in the same
+    run as its ratios (issue 20), in a process of its own (it launches with CuPy)."""
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "hmma_ceiling.py"),
+                           "--json", str(out / "hmma_ceiling.json")], cwd=ROOT, check=False)
+    if done.returncode != 0:
+        log.error("the HMMA ceiling step exited with %d; hmma_ceiling.json may be missing",
+                  done.returncode)
+
+
 def run_tune(out: Path) -> int:
     """tune/ from benchmarks/tune_h200.py, in a process of its own (it times with CuPy)."""
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tune_h200.py"), "--out",
@@ -140,12 +153,18 @@ def write_index(out: Path) -> None:
     profiles and timings above are the run's real product.
     """
     from perfscope.errors import PerfscopeError
-    from perfscope.render.html import reference_page, write_atomic
+    from perfscope.render.html import FUSED_DIR, fused_page, reference_page, write_atomic
 
     try:
         write_atomic(out / "index.html", reference_page(out))
     except PerfscopeError as exc:
         log.error("index.html not written: %s", exc)
+    fused = out / FUSED_DIR
+    if fused.is_dir() and any(p.name.endswith(".ncu-rep.xz") for p in fused.iterdir()):
+        try:
+            write_atomic(fused / "index.html", fused_page(fused))
+        except PerfscopeError as exc:
+            log.error("fused/index.html not written: %s", exc)
 
 
 def large_clock_lines(out: Path) -> list[str]:
@@ -192,6 +211,9 @@ def main() -> int:
                     help="keep the folder's reports; rerun only the bench step and index.html")
     ap.add_argument("--profile-only", action="store_true",
                     help="keep bench.json and check.json; rerun the profiles and index.html")
+    ap.add_argument("--full-only", action="store_true",
+                    help="keep everything; profile the ladder again with --set full into a "
+                         "temporary folder and replace the full-set run in profile_cost.json")
     ap.add_argument("--skip-tune", action="store_true")
     ap.add_argument("--tune-only", action="store_true",
                     help="keep everything else; rerun the tuning sweep into tune/ and index.html")
@@ -200,10 +222,19 @@ def main() -> int:
     cost_file = out / "profile_cost.json"
     if args.bench_only:
         run_bench(out)
+        run_ceiling(out)
         write_index(out)
         return 0
     if args.profile_only:
         return profile_only(out, cost_file)
+    if args.full_only:
+        cost = json.loads(cost_file.read_text())
+        with tempfile.TemporaryDirectory() as tmp:
+            full = profile(Path(tmp), full=True)
+        cost["runs"] = [r for r in cost["runs"] if r["set"] != "full"] + [full]
+        cost_file.write_text(json.dumps(cost, indent=1) + "\n")
+        print_cost(cost)
+        return 1 if full["failed"] else 0
     if args.tune_only:
         rc = run_tune(out)
         write_index(out)
@@ -215,6 +246,7 @@ def main() -> int:
     cost_file.write_text(json.dumps(cost, indent=1) + "\n")
     if not args.skip_bench:
         run_bench(out)
+        run_ceiling(out)
     if not args.skip_tune:
         run_tune(out)
     compress(out)
@@ -228,7 +260,9 @@ def main() -> int:
               "Files: `<stage>-<dtype>-4096x4096x4096.ncu-rep.xz` (one kernel each; the "
               "cuBLAS references are `cublas_*`), the run manifest beside each as `.json`, "
               "`bench.json` (event-timed TFLOP/s and ratio to cuBLAS), `bench-8192.json` "
-              "(the Hopper stages and their parent again at 8192^3), `check.json` (every "
+              "(the Hopper stages and their parent again at 8192^3), `bench-fp32.json` (the FP32 "
+              "stages at 2048^3 and 8192^3), `hmma_ceiling.json` (the mma.sync roof, "
+              "benchmarks/hmma_ceiling.py), `check.json` (every "
               "stage on every issue-3 shape), `profile_cost.json` (ncu passes and wall time "
               "per stage).", *large_clock_lines(out)]
     (out / "README.md").write_text("\n".join(readme) + "\n")

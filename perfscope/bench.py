@@ -19,6 +19,8 @@ from perfscope.documents import BenchSummary
 from perfscope.environment import collect_environment
 from perfscope.errors import PerfscopeError
 from perfscope.kernels import REFERENCE_FOR_DTYPE, all_specs, get_spec, launch
+from perfscope.kernels.epilogue import epilogue_of
+from perfscope.kernels.fused_specs import small_m_for
 from perfscope.kernels.launch import (
     Prepared,
     capability_refusal,
@@ -26,6 +28,7 @@ from perfscope.kernels.launch import (
     prepare,
     require_gpu,
 )
+from perfscope.kernels.registry import reference_name
 from perfscope.kernels.spec import DTYPES, KernelSpec, Shape, normalize_dtype
 from perfscope.manifest import (
     ERROR,
@@ -74,12 +77,12 @@ def plan(stages: Sequence[str], dtypes: Sequence[str], shape: Shape,
         # "all" never holds such a stage (all_specs); named, it is refused before any job.
         if spec.never_run:
             raise PerfscopeError(never_run_refusal(spec, launch.driver_compute_capability()))
-        if spec.family == "fused":
-            raise PerfscopeError(f"{spec.name} takes bias and residual pointers that bench and profile "
-                                 "do not pass yet; run benchmarks/fused_check.py on a GPU (and "
-                                 f"`perfscope sass {spec.name}` anywhere)")
     if params:
         specs = _apply_params(specs, params, strict=not everything)
+    for spec in specs:
+        epilogue_of(spec)  # an ACT or RESIDUAL the kernel has no code for: one sentence
+    # hgemm_small_m takes its tile rows (and the ring depth that fills 192 KB) from M.
+    specs = [small_m_for(spec, shape, params) for spec in specs]
     jobs: list[Job] = []
     cc = launch.driver_compute_capability() if everything else None
     for spec in specs:
@@ -117,8 +120,11 @@ def _apply_params(specs: list[KernelSpec], params: dict[str, int], strict: bool)
     return out
 
 
-def reference_spec(dtype: str) -> KernelSpec:
-    """The cuBLAS reference stage a dtype is timed against."""
+def reference_spec(dtype: str, spec: KernelSpec | None = None) -> KernelSpec:
+    """The reference a stage is timed against: cuBLAS of its dtype, or for a fused stage the
+    group that computes the same epilogue unfused (cuBLAS, then an elementwise pass)."""
+    if spec is not None:
+        return get_spec(reference_name(spec, dtype))
     return get_spec(REFERENCE_FOR_DTYPE[dtype])
 
 
@@ -130,9 +136,9 @@ def compile_info(prep: Prepared) -> CompileInfo | None:
     mod = prep.module
     if mod is None:
         return None
-    expr = prep.spec.name_expression(prep.dtype)
+    expr = prep.expression
     return CompileInfo(arch=mod.arch, name_expression=expr, mangled=mod.mangled(expr),
-                       source=prep.spec.source or "", source_hash=mod.source_hash,
+                       source=prep.source_name, source_hash=mod.source_hash,
                        options=mod.options, resources=mod.usage(expr).to_dict(),
                        nvrtc=mod.nvrtc_version, dynamic_smem=prep.dynamic_smem,
                        block=prep.block, grid=prep.grid)
@@ -174,9 +180,10 @@ def _run_one(job: Job, opts: BenchOptions, refs: dict) -> tuple[Prepared, Verifi
         return prep, verdict, None
     ref = None
     if not job.spec.is_reference:
-        key = (job.dtype, job.shape)
+        rspec = reference_spec(job.dtype, job.spec)
+        key = (rspec.name, job.dtype, job.shape)
         if key not in refs:
-            rprep = prepare(reference_spec(job.dtype), job.dtype, job.shape)
+            rprep = prepare(rspec, job.dtype, job.shape)
             refs[key] = (rprep, verify(rprep, opts.seed))
         rprep, rver = refs[key]
         if rver.verdict == OK:
@@ -197,7 +204,7 @@ def run_jobs(jobs: Sequence[Job], opts: BenchOptions,
     """
     cp = require_gpu()
     env = env or collect_environment(cp)
-    refs: dict[tuple[str, Shape], tuple[Prepared, Verification]] = {}
+    refs: dict[tuple[str, str, Shape], tuple[Prepared, Verification]] = {}
     for job in jobs:
         if job.refusal is not None:
             yield make_manifest(job, Verification(REFUSED, detail=job.refusal), environment=env)

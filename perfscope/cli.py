@@ -467,7 +467,7 @@ def diagnose(
 def tune(
     ctx: typer.Context,
     stages: list[str] = typer.Argument(..., help="Stages to tune (those that declare a search "
-                                       "space: hgemm_tma_wgmma*, sgemm_pipe, hgemm_bcf_dbf_rw)."),
+                                       "space: sgemm_pipe, hgemm_bcf_dbf_rw, hgemm_ring, hgemm_tma_wgmma*)."),
     shape: list[str] | None = typer.Option(None, "--shape", help="Problem size MxNxK (repeat; "
                                            "default 4096x4096x4096)."),
     shapes_file: Path | None = typer.Option(None, "--shapes", help="A file of shapes, one MxNxK "

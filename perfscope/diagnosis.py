@@ -30,6 +30,7 @@ from perfscope.profile import KernelProfile, compile_kernel_regex, load
 from perfscope.reader import REPORT_SUFFIXES, find_reports, report_stem
 from perfscope.record import Catalogue, Diagnosed, machine_settings
 from perfscope.rules import Context, evaluate
+from perfscope.rules.bounds import sass_flops
 from perfscope.stage import StageInfo
 
 log = logging.getLogger(__name__)
@@ -173,6 +174,8 @@ def _one_launch(path: Path, regex: str | None, index: int | None, label: str,
             raise PerfscopeError(f"{what} {len(profiles)} launch(es) in {path}; @{index} is out of "
                                  f"range (0 to {len(profiles) - 1}).")
         profiles = [profiles[index]]
+    elif len(profiles) > 1 and regex is None and _is_group(path, catalogue):
+        return _group_record(path, profiles, label, catalogue)
     elif len(profiles) > 1:
         names = ", ".join(sorted({p.name for p in profiles}))
         ids = ", ".join(f"#{p.identity.launch_index}" for p in profiles[:6])
@@ -182,6 +185,24 @@ def _one_launch(path: Path, regex: str | None, index: int | None, label: str,
         raise PerfscopeError(f"{path} holds {len(profiles)} kernel launches ({names}); pick one "
                              f"with {path}:REGEX, {path}:REGEX@N or {path}#ID ({ids}).")
     return replace(diagnose_profiles(path, profiles, catalogue, several=False)[0], label=label)
+
+
+def _is_group(path: Path, catalogue: Catalogue) -> bool:
+    """Whether the report's run manifest names a group of launches (cublas+gelu, ...)."""
+    manifest = manifest_beside(path)
+    stage = catalogue.get(manifest.stage) if manifest is not None else None
+    return stage is not None and stage.is_group
+
+
+def _group_record(path: Path, profiles: list[KernelProfile], label: str,
+                  catalogue: Catalogue) -> Diagnosed:
+    """One record for a group of launches: the launch with the most math (the GEMM) as the
+    principal, the others (the epilogue passes) as its group, each diagnosed on its own."""
+    records = diagnose_profiles(path, profiles, catalogue, several=True)
+    principal = max(records, key=lambda r: (sass_flops(r.profile) or 0.0,
+                                            r.profile.sol.duration_ns or 0.0))
+    rest = tuple(r for r in records if r is not principal)
+    return replace(principal, label=label, group=rest)
 
 
 def _by_id(path: Path, launch: int, label: str, catalogue: Catalogue) -> Diagnosed:
@@ -228,6 +249,13 @@ def resolve(arg: str, options: ResolveOptions | None = None, like: Diagnosed | N
     if arg not in cat.stages:
         raise PerfscopeError(f"{arg!r} is neither a report file nor a stage; stages: "
                              f"{', '.join(cat.stages)}.")
+    m = like.manifest if like is not None else None
+    if m is not None and m.shape_known and m.dtype:
+        # B named by stage beside an A of known shape: B's report at that shape and dtype.
+        try:
+            return _newest(arg, m.dtype, m.shape, options)
+        except PerfscopeError:
+            pass
     return _newest(arg, options.dtype, None, options)
 
 
@@ -241,7 +269,9 @@ def _reference_of(alias: str, like: Diagnosed | None, options: ResolveOptions) -
         raise PerfscopeError(f"'{alias}' needs A's GEMM shape and dtype, and {like.path} {why}: "
                              "profile A with --shape MxNxK --dtype D (or name the reference's "
                              "report).")
-    stage = reference_stage(alias, m.dtype)
+    # A fused stage's "cublas" is the group that computes the same epilogue unfused.
+    own = like.stage.reference_for(m.dtype) if like.stage is not None else None
+    stage = own if alias == "cublas" and own else reference_stage(alias, m.dtype)
     # Beside A first: that is where a reference made for A is stored.
     beside = [f for f in _report_files(like.path.parent, stage, recursive=False)
               if f"-{m.dtype}-" in f.name and report_stem(f).endswith(f"-{m.shape}")]

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 
 from perfscope.errors import PerfscopeError
 from perfscope.families import family_of
+from perfscope.metrics import M_DRAM_READ, M_DRAM_WRITE
 from perfscope.profile import KernelProfile
 from perfscope.record import Diagnosed
 from perfscope.rules import Finding
@@ -203,6 +204,25 @@ def _instruction_sentence(slow: KernelProfile, fast: KernelProfile, only_fast: S
                    else f"; {names[0]} uses none of them")
 
 
+def _duration(r: Diagnosed) -> float | None:
+    return r.profile.sol.duration_ns
+
+
+def _cycles(r: Diagnosed) -> float | None:
+    return r.profile.identity.cycles
+
+
+def _dram(r: Diagnosed) -> float | None:
+    read, write = r.profile.metric(M_DRAM_READ), r.profile.metric(M_DRAM_WRITE)
+    return read + write if read is not None and write is not None else None
+
+
+def _total(r: Diagnosed, get) -> float | None:
+    """The sum over a record's launches (one, or a group's), None if any is unknown."""
+    values = [get(x) for x in r.launches]
+    return None if any(v is None for v in values) else float(sum(values))
+
+
 def _and(words) -> str:
     words = list(words)
     return ", ".join(words[:-1]) + (" and " if len(words) > 1 else "") + words[-1] if words else ""
@@ -327,6 +347,47 @@ def _path_claim(d: _Direction, only_fast: Sequence[str], findings: list[Finding]
                   "instruction path", tuple(mine))
 
 
+UNFUSED_FIX = ("Fuse the epilogue: apply the bias, the activation and the residual to the fp32 "
+               "accumulators before C is stored, so C is written once and the extra launch "
+               "disappears (hgemm_fused_bias_act does it in its TMA-store epilogue).")
+
+
+def _epilogue_pass(side: Diagnosed, name: str) -> tuple[str, float]:
+    """How a group's epilogue launches read in a sentence, and their share of its cycles."""
+    extra = side.group
+    whole, part = _total(side, _cycles), sum(x.profile.identity.cycles or 0 for x in extra)
+    moved = [b for b in (_dram(x) for x in extra) if b is not None]
+    took = sum(x.profile.sol.duration_ns or 0 for x in extra)
+    names = _and(sorted({x.profile.name.split("<")[0].split("(")[0].removeprefix("void ")
+                         for x in extra}))
+    traffic = f"{sum(moved) / 1e6:,.1f} MB of DRAM traffic and " if moved else ""
+    text = (f"{name} runs it as {len(extra)} more launch{'es' if len(extra) > 1 else ''} after "
+            f"its GEMM ({names}) that re-read{'' if len(extra) > 1 else 's'} C and write"
+            f"{'' if len(extra) > 1 else 's'} it again: {traffic}{took / 1e3:,.1f} us")
+    return text, (part / whole if whole else 0.0)
+
+
+def _group_claim(d: _Direction) -> _Claim | None:
+    """The slower side runs its epilogue as separate launches that the faster side fuses:
+    their share of its cycles, their DRAM bytes (C re-read and written again) and time."""
+    if not d.slow.group or d.fast.group:
+        return None
+    text, share = _epilogue_pass(d.slow, d.names[0])
+    return _Claim(f"Unfused epilogue: {text} that {d.names[1]}'s fused epilogue does not spend",
+                  "", None, UNFUSED_FIX, "unfused-epilogue", share, False, "epilogue pass")
+
+
+def _group_note(d: _Direction) -> Reason | None:
+    """The faster side is the group: its separate epilogue pass still costs it time, which
+    the slower side's fused epilogue saves; the gap lies elsewhere (not counted in it)."""
+    if not d.fast.group or d.slow.group:
+        return None
+    text, share = _epilogue_pass(d.fast, d.names[1])
+    return Reason(f"Unfused epilogue in {d.names[1]}: {text} ({share:.0%} of its time), which "
+                  f"{d.names[0]}'s fused epilogue saves; {d.names[1]} is faster anyway, so the gap "
+                  f"lies in {d.names[0]}'s GEMM.", None, None, UNFUSED_FIX, "unfused-epilogue")
+
+
 def _aspect_claims(d: _Direction, findings: list[Finding], aspects: list[Aspect]) -> list[_Claim]:
     out = []
     for a in aspects:
@@ -399,6 +460,9 @@ def _reasons(d: _Direction, findings: Sequence[Finding], only_fast: Sequence[str
     path = _path_claim(d, only_fast, left, differing)
     if path is not None:
         claims.append(path)
+    unfused = _group_claim(d)
+    if unfused is not None:
+        claims.append(unfused)
     claims += _aspect_claims(d, left, differing)
     for f in left:
         claims.append(_Claim(f.title, _evidence_text(f), f.code, f.fix, "finding",
@@ -406,8 +470,10 @@ def _reasons(d: _Direction, findings: Sequence[Finding], only_fast: Sequence[str
     shares, _ = _spread(claims, gap)
     order = sorted(range(len(claims)), key=lambda i: (-(shares[i] if shares[i] is not None
                                                         else -1.0), i))
-    return [Reason(_sentence(claims[i], shares[i], d), claims[i].code, shares[i], claims[i].fix,
-                   claims[i].kind) for i in order]
+    out = [Reason(_sentence(claims[i], shares[i], d), claims[i].code, shares[i], claims[i].fix,
+                  claims[i].kind) for i in order]
+    note = _group_note(d)
+    return [note, *out] if note is not None else out
 
 
 def _stall_reasons(stalls: Sequence[StallShift]) -> list[Reason]:
@@ -493,8 +559,9 @@ def compare(a: Diagnosed, b: Diagnosed, flops: int | None = None) -> ProfileDiff
                                 getattr(by_a.get(r), "cycles_per_issue", None),
                                 getattr(by_b.get(r), "cycles_per_issue", None)) for r in reasons),
                     key=lambda s: -abs(s.delta))
-    time_rows = _rows([("duration ns", pa.sol.duration_ns, pb.sol.duration_ns),
-                       ("cycles", pa.identity.cycles, pb.identity.cycles),
+    # A group of launches (cuBLAS, then its epilogue pass) counts every launch's time.
+    time_rows = _rows([("duration ns", _total(a, _duration), _total(b, _duration)),
+                       ("cycles", _total(a, _cycles), _total(b, _cycles)),
                        ("SM clock Hz", pa.identity.sm_clock_hz, pb.identity.sm_clock_hz)])
     sol = _rows([(name, getattr(pa.sol, key), getattr(pb.sol, key)) for name, key in (
         ("SM %", "sm_pct"), ("memory %", "memory_pct"), ("DRAM %", "dram_pct"),
@@ -505,7 +572,9 @@ def compare(a: Diagnosed, b: Diagnosed, flops: int | None = None) -> ProfileDiff
                     ("global excess sectors", ma.global_.excess, mb.global_.excess),
                     ("global excess %", ma.global_.excess_pct, mb.global_.excess_pct),
                     ("local bytes", ma.local_bytes, mb.local_bytes),
-                    ("L2 hit %", ma.l2_hit_rate_pct, mb.l2_hit_rate_pct)])
+                    ("L2 hit %", ma.l2_hit_rate_pct, mb.l2_hit_rate_pct),
+                    ("DRAM bytes", _total(a, _dram), _total(b, _dram)),
+                    ("launches", float(len(a.launches)), float(len(b.launches)))])
     la, lb = pa.launch, pb.launch
 
     def smem(x) -> float | None:

@@ -41,6 +41,7 @@ from perfscope import ncu as ncu_mod
 from perfscope.documents import ProfileSummary, StageResult
 from perfscope.errors import PerfscopeError
 from perfscope.kernels import KERNEL_DIR, Shape, get_spec, normalize_dtype, parse_shape
+from perfscope.kernels.epilogue import ELEMENTWISE_SOURCE, ELEMENTWISE_SOURCE_NAME
 from perfscope.kernels.launch import driver_device_count
 from perfscope.locations import LOCAL_ROOT
 from perfscope.manifest import (
@@ -216,6 +217,8 @@ def keep_sources(out_dir: Path) -> None:
     target.mkdir(exist_ok=True)
     for src in sorted(KERNEL_DIR.glob("*.cu*")):
         shutil.copyfile(src, target / src.name)
+    # The group references' elementwise pass is compiled from a string (kernels/epilogue.py).
+    (target / ELEMENTWISE_SOURCE_NAME).write_text(ELEMENTWISE_SOURCE)
 
 
 class ProfileInterrupted(KeyboardInterrupt):

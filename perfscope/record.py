@@ -44,6 +44,14 @@ class Diagnosed:
     evaluation: Evaluation
     stage: StageInfo | None = None
     dtype: str | None = None
+    # For a group of launches (a GEMM, then its epilogue as separate kernels): the launches
+    # after this one, the group's principal (its GEMM). Empty for a single kernel.
+    group: tuple[Diagnosed, ...] = ()
+
+    @property
+    def launches(self) -> tuple[Diagnosed, ...]:
+        """This launch and the rest of its group, in launch order of the principal first."""
+        return (self, *self.group)
 
     @property
     def flops(self) -> int | None:

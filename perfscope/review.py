@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -26,8 +27,10 @@ from perfscope.errors import PerfscopeError
 from perfscope.hardware import math_kind, peak_flops
 from perfscope.manifest import BENCH_NAME, BenchFile, Environment, RunManifest, Spread, run_key
 from perfscope.profile import KernelProfile
+from perfscope.reader import REPORT_SUFFIXES
 from perfscope.record import Catalogue, Diagnosed, incomplete_reports, machine_notes
 from perfscope.rules import Evaluation
+from perfscope.rules.bounds import sass_flops
 from perfscope.source import SourceView, source_view
 
 log = logging.getLogger(__name__)
@@ -132,6 +135,14 @@ class Ladder:
     peak_tflops: float | None
     peak_note: str
     wins: tuple[VariantWin, ...] = ()
+    # Set when the runs span several GEMM shapes: one ladder per (dtype, shape) then, since
+    # stages are only comparable on the same problem.
+    shape: str | None = None
+
+    @property
+    def title(self) -> str:
+        """``fp16``, or ``fp16 64x8192x8192`` for one shape of several."""
+        return self.dtype + (f" {self.shape}" if self.shape else "")
 
 
 @dataclass(frozen=True)
@@ -202,29 +213,51 @@ def _entries(records: Sequence[Diagnosed], roots: Sequence[Path], catalogue: Cat
     return [Entry(f"k{i}", e.file, e.record) for i, e in enumerate(staged)]
 
 
+def _shape_of(e: Entry) -> str | None:
+    return e.manifest.shape if e.manifest is not None and e.manifest.shape_known else None
+
+
 def _comparisons(entries: Sequence[Entry]) -> list[Comparison]:
-    """Each stage against its parent stage and its cuBLAS reference, where those are here."""
-    # One kernel per (stage, dtype): a stage profiled twice (or with several launches)
-    # is compared by its first entry, and the page says so.
-    by_stage: dict[tuple[str, str | None], Entry] = {}
+    """Each stage against its parent stage and its cuBLAS reference (for a fused stage, the
+    group of launches that computes its epilogue unfused), where those are here, on the
+    same GEMM shape."""
+    # One kernel per (stage, dtype, shape): a stage profiled twice (or with several
+    # launches) is compared by its first entry, and the page says so.
+    by_stage: dict[tuple[str, str | None, str | None], Entry] = {}
+    by_file: dict[str, list[Entry]] = {}
     for e in entries:
         if e.stage is not None:
-            by_stage.setdefault((e.stage, e.dtype), e)
+            by_stage.setdefault((e.stage, e.dtype, _shape_of(e)), e)
+        by_file.setdefault(e.file, []).append(e)
     out = []
     for e in entries:
         info = e.record.stage
-        if info is None or by_stage.get((info.name, e.dtype)) is not e:
+        shape = _shape_of(e)
+        if info is None or by_stage.get((info.name, e.dtype, shape)) is not e:
             continue
         targets = []
         if info.parent is not None:
-            targets.append(("parent stage", by_stage.get((info.parent, e.dtype))))
+            targets.append(("parent stage", by_stage.get((info.parent, e.dtype, shape))))
         ref = info.reference_for(e.dtype)
         if ref is not None:
-            targets.append(("cuBLAS", by_stage.get((ref, e.dtype))))
+            targets.append(("cuBLAS", by_stage.get((ref, e.dtype, shape))))
         for kind, other in targets:
             if other is not None:
-                out.append(Comparison(kind, e, other, compare(e.record, other.record)))
+                out.append(Comparison(kind, e, other, compare(e.record, _as_group(other, by_file))))
     return out
+
+
+def _as_group(e: Entry, by_file: dict[str, list[Entry]]) -> Diagnosed:
+    """A group reference's record with the other launches of its report as its group (the
+    launch with the most math as the principal); any other entry's record as it is."""
+    info = e.record.stage
+    members = by_file.get(e.file, [e])
+    if info is None or not info.is_group or len(members) < 2:
+        return e.record
+    principal = max(members, key=lambda x: (sass_flops(x.record.profile) or 0.0,
+                                            x.record.profile.sol.duration_ns or 0.0))
+    return dataclasses.replace(principal.record,
+                               group=tuple(x.record for x in members if x is not principal))
 
 
 def _find_beside(paths: Sequence[Path], name: str | Path) -> Path | None:
@@ -268,40 +301,50 @@ def _reference_name(catalogue: Catalogue, dtype: str) -> str | None:
 
 def _ladders(manifests: Sequence[RunManifest], env: Environment | None,
              catalogue: Catalogue) -> list[Ladder]:
-    order = list(catalogue.stages)
     out = []
     for dtype in DTYPE_ORDER:
         # A ladder holds stages; program captures and external workloads are no rung.
         runs = [m for m in manifests if m.dtype == dtype and m.family not in ("program", "external")]
-        if not runs:
-            continue
-        ref_name = _reference_name(catalogue, dtype)
-        ref_run = next((m for m in runs if m.stage == ref_name and m.timing), None)
-        ref_tflops = ref_run.timing.tflops if ref_run else next(
-            (m.timing.reference_tflops for m in runs if m.timing and m.timing.reference_tflops), None)
-        points = []
-        stages = [m for m in runs if m.stage != ref_name]
-        stages.sort(key=lambda m: (order.index(m.stage) if m.stage in order else len(order),
-                                   sorted(m.params.items())))
-        for m in stages:
-            note = _params_note(catalogue, m)
-            t = m.timing
-            points.append(LadderPoint(
-                label=m.stage + (f" ({note})" if note else ""), stage=m.stage,
-                tflops=t.tflops if t else None, verdict=m.verification.verdict, variant=m.variant,
-                sm_clock_mhz=t.sm_clock_mhz.median if t and t.sm_clock_mhz else None,
-                ratio_to_reference=t.ratio_to_reference.median if t and t.ratio_to_reference else None,
-                params_note=note))
-        wins = _variant_wins(dtype, points, catalogue)
-        beaten = {w.label: w.default for w in wins}
-        points = [dataclasses.replace(p, beats=beaten.get(p.label)) for p in points]
-        clocks = sorted(p.sm_clock_mhz for p in points if p.sm_clock_mhz is not None)
-        clock = clocks[len(clocks) // 2] if clocks else None
-        peak, peak_note = _peak(env or next((m.environment for m in runs if m.environment), None),
-                                dtype, clock)
-        out.append(Ladder(dtype, tuple(points), ref_name if ref_tflops else None, ref_tflops,
-                          peak, peak_note, tuple(wins)))
+        shapes = list(dict.fromkeys(m.shape for m in runs))
+        for shape in shapes:
+            mine = [m for m in runs if m.shape == shape] if len(shapes) > 1 else runs
+            out.append(_ladder(dtype, mine, env, catalogue, shape if len(shapes) > 1 else None))
     return out
+
+
+def _ladder(dtype: str, runs: Sequence[RunManifest], env: Environment | None,
+            catalogue: Catalogue, shape: str | None) -> Ladder:
+    """One ladder: the stages of one dtype (and shape) against the reference they were
+    timed against (cuBLAS, or a group such as cublas+gelu for fused stages)."""
+    order = list(catalogue.stages)
+    timed_against = Counter(m.timing.reference for m in runs if m.timing and m.timing.reference)
+    ref_name = (timed_against.most_common(1)[0][0] if timed_against
+                else _reference_name(catalogue, dtype))
+    ref_run = next((m for m in runs if m.stage == ref_name and m.timing), None)
+    ref_tflops = ref_run.timing.tflops if ref_run else next(
+        (m.timing.reference_tflops for m in runs if m.timing and m.timing.reference_tflops), None)
+    points = []
+    stages = [m for m in runs if m.stage != ref_name]
+    stages.sort(key=lambda m: (order.index(m.stage) if m.stage in order else len(order),
+                               sorted(m.params.items())))
+    for m in stages:
+        note = _params_note(catalogue, m)
+        t = m.timing
+        points.append(LadderPoint(
+            label=m.stage + (f" ({note})" if note else ""), stage=m.stage,
+            tflops=t.tflops if t else None, verdict=m.verification.verdict, variant=m.variant,
+            sm_clock_mhz=t.sm_clock_mhz.median if t and t.sm_clock_mhz else None,
+            ratio_to_reference=t.ratio_to_reference.median if t and t.ratio_to_reference else None,
+            params_note=note))
+    wins = _variant_wins(dtype, points, catalogue)
+    beaten = {w.label: w.default for w in wins}
+    points = [dataclasses.replace(p, beats=beaten.get(p.label)) for p in points]
+    clocks = sorted(p.sm_clock_mhz for p in points if p.sm_clock_mhz is not None)
+    clock = clocks[len(clocks) // 2] if clocks else None
+    peak, peak_note = _peak(env or next((m.environment for m in runs if m.environment), None),
+                            dtype, clock)
+    return Ladder(dtype, tuple(points), ref_name if ref_tflops else None, ref_tflops,
+                  peak, peak_note, tuple(wins), shape)
 
 
 # A variant "beats" its default when its median is this much faster and the two spreads
@@ -376,19 +419,30 @@ def build(records: Sequence[Diagnosed], *, catalogue: Catalogue, roots: Sequence
         source = "the run manifests beside the reports (event-timed, outside ncu)"
     else:
         source = None
-    seen: set[tuple[str, str | None]] = set()
+    seen: dict[tuple[str, str | None, str | None], str] = {}
     for e in entries:
         if e.stage is None:
             continue
-        if (e.stage, e.dtype) in seen:
+        key = (e.stage, e.dtype, e.manifest.shape if e.manifest is not None else None)
+        # The launches of one group report share its stage: that is no repeat.
+        if key in seen and seen[key] != e.file:
             warnings.append(f"{e.label} appears more than once; diffs use the first ({e.file} is "
                             "shown but not diffed).")
-        seen.add((e.stage, e.dtype))
+        seen.setdefault(key, e.file)
     return Review(title=title or "perfscope diagnosis report", entries=tuple(entries),
                   ladders=tuple(ladders), timing_source=source,
                   comparisons=tuple(_comparisons(entries)), bench=bench, command=command,
                   warnings=tuple(warnings), tune=tune, machine=machine_notes(records),
                   calibration=_calibration(records, bench, catalogue, bench_shown))
+
+
+def folder_reports(folder: str | os.PathLike[str]) -> list[Path]:
+    """The reports directly in folder, not in its subfolders (a reference run keeps pages
+    of their own there: fused/), in a stable order; [folder] itself when it holds none."""
+    root = Path(folder)
+    tops = sorted(p for p in root.iterdir() if p.is_file() and p.name.endswith(REPORT_SUFFIXES)) \
+        if root.is_dir() else []
+    return tops or [root]
 
 
 def collect(paths: Iterable[str | os.PathLike[str]], *, bench: str | os.PathLike[str] | None = None,

@@ -4,7 +4,8 @@ For every job (stage, dtype, shape, parameters) it builds the stage, makes seede
 inputs, verifies the result against a float64 reference first (a wrong stage is written
 down as wrong and never launched inside its range, so it is not profiled as if fine),
 warms up, then launches the kernel exactly once inside an NVTX push/pop range named
-after the job. ncu's NVTX filter selects only those ranges, so CuPy's own helper kernels
+after the job (a group reference, cuBLAS then its elementwise pass: both launches).
+ncu's NVTX filter selects only those ranges, so CuPy's own helper kernels
 (random numbers, casts, the reference check) are never captured.
 
 One manifest per job is written into MANIFEST_DIR as ``<stem>.json``. The process stops
@@ -27,7 +28,7 @@ from perfscope.errors import PerfscopeError
 from perfscope.kernels import get_spec, parse_shape
 from perfscope.kernels.launch import prepare, require_gpu
 from perfscope.manifest import ERROR, OK, Verification
-from perfscope.verify import make_inputs, verify
+from perfscope.verify import make_epilogue_operands, make_inputs, verify
 
 log = logging.getLogger("perfscope.runner")
 
@@ -112,13 +113,15 @@ def run_job(job: RunnerJob, manifest_dir: Path, env: Any) -> str:
     cp = require_gpu()
     a, b = make_inputs(cp, plan.shape, job.dtype, SEED)
     c = cp.empty((plan.shape.m, plan.shape.n), dtype=a.dtype)
+    extra = (make_epilogue_operands(cp, plan.shape, job.dtype, SEED, prep.epilogue)
+             if prep.epilogue is not None else None)
     for _ in range(WARMUP_LAUNCHES):
-        prep.launch(a, b, c)
+        prep.launch(a, b, c, extra)
     cp.cuda.get_current_stream().synchronize()
     nvtx = _nvtx()
     nvtx.RangePush(nvtx_range(job.stem))
     try:
-        prep.launch(a, b, c)
+        prep.launch(a, b, c, extra)
         cp.cuda.get_current_stream().synchronize()
     finally:
         nvtx.RangePop()

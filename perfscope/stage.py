@@ -40,6 +40,12 @@ class StageInfo:
         """Whether the stage is a cuBLAS reference."""
         return self.family == "cublas"
 
+    @property
+    def is_group(self) -> bool:
+        """Whether the stage is a group of launches (cuBLAS, then an elementwise epilogue
+        pass): its report holds every launch of the group, read as one side of a diff."""
+        return self.is_reference and "ACT" in self.defaults
+
     def reference_for(self, dtype: str | None) -> str | None:
         """The cuBLAS stage this dtype is held against, None for none."""
         return self.references.get(dtype or "")

@@ -1,6 +1,7 @@
 """CUDA-event timing of a stage against its reference, in alternating rounds.
 
-Each launch is timed with CUDA events; a 512 MiB buffer is rewritten before every launch so
+Each launch is timed with CUDA events (a group reference's two launches between one
+pair of events); a 512 MiB buffer is rewritten before every launch so
 that no run finds A or B in the 60 MiB L2 (that write also keeps the GPU busy while Python
 enqueues the launch, so host overhead stays outside the events). Stage and reference are
 timed in alternating rounds in one process; each round gives one ratio of the two medians,
@@ -19,7 +20,7 @@ from perfscope.errors import PerfscopeError
 from perfscope.kernels.launch import Prepared, numpy_dtype, require_gpu
 from perfscope.kernels.spec import Shape
 from perfscope.manifest import Spread, Timing
-from perfscope.verify import make_inputs
+from perfscope.verify import make_epilogue_operands, make_inputs
 
 
 @dataclass(frozen=True)
@@ -47,16 +48,20 @@ class _Batch:
 class _Timer:
     """Event-timed launches of prepared GEMMs over shared inputs and one flush buffer."""
 
-    def __init__(self, cp: Any, shape: Shape, dtype: str, opts: BenchOptions):
+    def __init__(self, cp: Any, shape: Shape, dtype: str, opts: BenchOptions,
+                 epilogue: Any = None):
         self.cp, self.opts = cp, opts
         self.a, self.b = make_inputs(cp, shape, dtype, opts.seed)
         self.c = cp.empty((shape.m, shape.n), dtype=numpy_dtype(dtype))
+        # A fused stage and its group reference read the same bias and residual.
+        self.extra = (make_epilogue_operands(cp, shape, dtype, opts.seed, epilogue)
+                      if epilogue is not None else None)
         self.flush = cp.empty(opts.l2_flush_bytes // 4, dtype=cp.float32)
         self.clock = ClockReader()
 
     def warm(self, prep: Prepared) -> None:
         for _ in range(self.opts.warmup):
-            prep.launch(self.a, self.b, self.c)
+            prep.launch(self.a, self.b, self.c, self.extra)
         self.cp.cuda.get_current_stream().synchronize()
 
     def batch(self, prep: Prepared) -> _Batch:
@@ -66,7 +71,7 @@ class _Timer:
         for start, end in zip(starts, ends, strict=True):
             self.flush.fill(1.0)
             start.record()
-            prep.launch(self.a, self.b, self.c)
+            prep.launch(self.a, self.b, self.c, self.extra)
             end.record()
         # Sample the clock while the queued launches run, not after they have finished.
         clocks = []
@@ -87,7 +92,10 @@ def _median(values: Sequence[float]) -> float:
 def time_stage(prep: Prepared, ref: Prepared | None, opts: BenchOptions) -> Timing:
     """Alternating rounds of the stage and its reference; one ratio per round."""
     cp = require_gpu()
-    timer = _Timer(cp, prep.shape, prep.dtype, opts)
+    if ref is not None and ref.epilogue != prep.epilogue:
+        raise PerfscopeError(f"{prep.spec.name} and {ref.spec.name} compute different epilogues "
+                             "and cannot be timed against each other")
+    timer = _Timer(cp, prep.shape, prep.dtype, opts, prep.epilogue)
     timer.warm(prep)
     if ref is not None:
         timer.warm(ref)

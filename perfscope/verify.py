@@ -11,6 +11,11 @@ float64 from the same (already rounded) inputs:
   wrong element (a missed k-tile, a race) fails even when the norm barely moves.
 
 NaN or infinity anywhere fails.
+
+A stage with a fused epilogue (and its unfused group reference) is checked against
+``act(A·B + bias) (+ residual)`` in float64, with A scaled by 1/sqrt(K) so that A·B is of
+order one, where GELU and SiLU bend; the elementwise bound grows by the activation's
+slope and adds ``tanh.approx``'s error on the pre-activation value (kernels/epilogue.py).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from perfscope.kernels.epilogue import ACT_TOL, MAX_SLOPE, Epilogue, EpilogueOperands, apply
 from perfscope.kernels.launch import Prepared, numpy_dtype, require_gpu
 from perfscope.kernels.spec import Shape
 from perfscope.manifest import OK, WRONG, Verification
@@ -36,13 +42,27 @@ CHECK_SHAPES: tuple[Shape, ...] = (
 )
 
 
-def make_inputs(cp: Any, shape: Shape, dtype: str, seed: int | None) -> tuple[Any, Any]:
-    """Seeded standard-normal A (MxK) and B (KxN) in the element type, contiguous on the GPU."""
+def make_inputs(cp: Any, shape: Shape, dtype: str, seed: int | None,
+                scaled: bool = False) -> tuple[Any, Any]:
+    """Seeded standard-normal A (MxK) and B (KxN) in the element type, contiguous on the GPU;
+    ``scaled``: A divided by sqrt(K), so A·B is of order one (for the epilogues)."""
     rng = cp.random.default_rng(seed)
     nd = numpy_dtype(dtype)
-    a = rng.standard_normal((shape.m, shape.k), dtype=cp.float32).astype(nd)
+    a = rng.standard_normal((shape.m, shape.k), dtype=cp.float32)
+    a = (a / float(shape.k) ** 0.5 if scaled else a).astype(nd)
     b = rng.standard_normal((shape.k, shape.n), dtype=cp.float32).astype(nd)
     return cp.ascontiguousarray(a), cp.ascontiguousarray(b)
+
+
+def make_epilogue_operands(cp: Any, shape: Shape, dtype: str, seed: int | None,
+                           epilogue: Epilogue) -> EpilogueOperands:
+    """Seeded bias N(0, 0.5^2) of length N and, for a residual epilogue, residual N(0, 1)."""
+    rng = cp.random.default_rng(None if seed is None else seed + 1)
+    nd = numpy_dtype(dtype)
+    bias = (0.5 * rng.standard_normal(shape.n, dtype=cp.float32)).astype(nd)
+    res = (rng.standard_normal((shape.m, shape.n), dtype=cp.float32).astype(nd)
+           if epilogue.residual else None)
+    return EpilogueOperands(bias, res)
 
 
 @dataclass(frozen=True)
@@ -72,7 +92,6 @@ def check_result(cp: Any, a: Any, b: Any, c: Any, dtype: str,
                  expected: Reference | None = None) -> Verification:
     """Compare c with a·b in float64 (expected: already computed for these a and b); see the
     module docstring for the two checks."""
-    fro_tol, acc_tol, out_tol, abs_tol = TOLERANCES[dtype]
     if expected is not None:
         ref, scale = expected.product, expected.scale
     else:
@@ -80,6 +99,42 @@ def check_result(cp: Any, a: Any, b: Any, c: Any, dtype: str,
         ref = a64 @ b64
         scale = cp.abs(a64) @ cp.abs(b64)
         del a64, b64
+    return _compare(cp, c, ref, Bound(dtype, scale))
+
+
+def check_epilogue(cp: Any, a: Any, b: Any, c: Any, dtype: str, epilogue: Epilogue,
+                   extra: EpilogueOperands) -> Verification:
+    """Compare c with act(a·b + bias) (+ residual) in float64 (the module docstring)."""
+    a64, b64 = a.astype(cp.float64), b.astype(cp.float64)
+    pre = a64 @ b64 + extra.bias.astype(cp.float64)[None, :]
+    scale = cp.abs(a64) @ cp.abs(b64)
+    del a64, b64
+    res = extra.residual.astype(cp.float64) if extra.residual is not None else None
+    ref = apply(cp, epilogue, pre, res)
+    return _compare(cp, c, ref, Bound(dtype, scale, epilogue.act, pre))
+
+
+@dataclass(frozen=True)
+class Bound:
+    """What the elementwise bound is made of: the dtype's tolerances, |A|·|B|, and for an
+    epilogue its activation and the pre-activation values."""
+
+    dtype: str
+    scale: Any
+    act: str = "none"
+    pre: Any = None
+
+    def of(self, cp: Any, ref: Any) -> Any:
+        """acc_tol·slope·(|A|·|B|) + out_tol·|ref| (+ act_tol·|pre|) + abs_tol."""
+        _fro, acc_tol, out_tol, abs_tol = TOLERANCES[self.dtype]
+        bound = acc_tol * MAX_SLOPE[self.act] * self.scale + out_tol * cp.abs(ref) + abs_tol
+        if self.pre is not None and ACT_TOL[self.act]:
+            bound = bound + ACT_TOL[self.act] * cp.abs(self.pre)
+        return bound
+
+
+def _compare(cp: Any, c: Any, ref: Any, limits: Bound) -> Verification:
+    fro_tol = TOLERANCES[limits.dtype][0]
     c64 = c.astype(cp.float64)
     nonfinite = int(cp.count_nonzero(~cp.isfinite(c64)))
     if nonfinite:
@@ -89,8 +144,7 @@ def check_result(cp: Any, a: Any, b: Any, c: Any, dtype: str,
     diff = cp.abs(c64 - ref)
     ref_norm = float(cp.linalg.norm(ref))
     err = float(cp.linalg.norm(diff)) / ref_norm if ref_norm > 0 else float(cp.linalg.norm(diff))
-    bound = acc_tol * scale + out_tol * cp.abs(ref) + abs_tol
-    ratio = diff / bound
+    ratio = diff / limits.of(cp, ref)
     bad = int(cp.count_nonzero(ratio > 1.0))
     worst = float(ratio.max())
     if err > fro_tol or bad:
@@ -109,8 +163,16 @@ def check_result(cp: Any, a: Any, b: Any, c: Any, dtype: str,
 def verify(prep: Prepared, seed: int | None = None,
            expected: Reference | None = None) -> Verification:
     """Fresh inputs (or expected's, with their product), poisoned output, one launch, two
-    checks."""
+    checks; for an epilogue stage, its bias and residual too, against the epilogue's math."""
     cp = require_gpu()
+    epi = prep.epilogue
+    if epi is not None:
+        a, b = make_inputs(cp, prep.shape, prep.dtype, seed, scaled=True)
+        extra = make_epilogue_operands(cp, prep.shape, prep.dtype, seed, epi)
+        c = _poisoned(cp, prep.shape, prep.dtype)
+        prep.launch(a, b, c, extra)
+        cp.cuda.get_current_stream().synchronize()
+        return check_epilogue(cp, a, b, c, prep.dtype, epi, extra)
     if expected is not None:
         a, b = expected.a, expected.b
     else:

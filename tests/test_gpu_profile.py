@@ -53,3 +53,21 @@ def test_program_mode_profiles_only_matching_kernels(ncu_exe, tmp_path):
     report = profiling.profile_command([sys.executable, str(script)], tmp_path / "p.ncu-rep", opts,
                                        ncu=ncu_exe)
     assert [kp.name for kp in perfscope.load(report)] == ["mine"]
+
+
+def test_a_group_reference_profiles_both_launches_and_reads_as_one_side(ncu_exe, tmp_path):
+    import subprocess
+
+    req = profiling.ProfileRequest(stages=("hgemm_small_m", "cublas+gelu"), dtypes=("bf16",),
+                                   shape="64x1024x1024", out=tmp_path)
+    results = profiling.profile_stages(req, ncu=ncu_exe).results
+    assert [r.verdict for r in results] == ["ok", "ok"], results
+    assert (tmp_path / "sources" / "perfscope_elementwise.cu").is_file()
+    # Reports are read in a process of their own: on the GPU machine the report reader
+    # crashes in a process that has loaded CuPy (this one may have, through conftest).
+    out = subprocess.run([sys.executable, "-m", "perfscope.cli", "diff", str(results[0].report),
+                          str(results[1].report), "--markdown"], capture_output=True, text=True,
+                         check=False)
+    assert out.returncode == 0, out.stderr
+    assert "| launches | 1 | 2 | 0.50x |" in out.stdout and "Unfused epilogue" in out.stdout
+    assert "bias_act_inplace" in out.stdout

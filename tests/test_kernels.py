@@ -31,7 +31,10 @@ pytestmark = pytest.mark.usefixtures("private_cubin_cache")
 
 
 def test_names_are_unique():
-    assert len(set(names())) == len(REGISTRY)
+    from perfscope.kernels.registry import EPILOGUE_STAGES, GROUP_REFERENCES
+
+    runnable = REGISTRY + EPILOGUE_STAGES + GROUP_REFERENCES
+    assert len(set(names())) == len(names()) == len(runnable)
 
 
 def test_parents_exist_in_the_same_family():

@@ -31,7 +31,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("profile", "source", "structure"),
     ("rules", "rules.*"),
     ("record", "diff", "documents"),
-    ("kernels", "kernels.registry", "kernels.fused_specs", "kernels.listing"),
+    ("kernels", "kernels.registry", "kernels.fused_specs", "kernels.epilogue", "kernels.listing"),
     ("diagnosis", "review", "calibration"),
     ("render", "render.*"),
     ("export",),
@@ -214,6 +214,19 @@ def test_function_level_imports_are_deferred_on_purpose():
 @pytest.mark.parametrize("module", ["perfscope.bench", "perfscope.runner", "perfscope.timing"])
 def test_processes_that_run_kernels_never_load_the_report_reader(module):
     code = (f"import sys, {module}; "
+            "print(','.join(m for m in ('ncu_report', 'perfscope.profile', 'matplotlib') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+@pytest.mark.parametrize("script", ["bench_h200", "bench_fused", "tune_h200", "fused_check", "hmma_ceiling"])
+def test_benchmarks_that_run_kernels_never_load_the_report_reader(script):
+    # The reference run starts these as processes of their own so that CuPy may load in
+    # them; a module-level import that pulls in the reader would make their bench refuse.
+    root = PACKAGE.parent
+    code = (f"import sys; sys.path[:0] = [{str(root)!r}, {str(root / 'benchmarks')!r}]; "
+            f"import {script}; "
             "print(','.join(m for m in ('ncu_report', 'perfscope.profile', 'matplotlib') "
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -225,5 +225,6 @@ def test_load_many_filters_and_expands_folders(tmp_path):
 
     profiles = perfscope.load_many([FIXTURES], kernel="nvjet")
     assert {p.name.split("_")[0] for p in profiles} == {"nvjet"}
-    # cublas_hgemm_4096, cublas_bgemm_4096, and torch_mlp's six GEMM launches.
-    assert len(profiles) == 8
+    # cublas_hgemm_4096, cublas_bgemm_4096, torch_mlp's six GEMM launches, and the GEMM of
+    # each cublas+gelu group in fused/ (a subfolder: folders are searched recursively).
+    assert len(profiles) == 10

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from perfscope.errors import PerfscopeError
 from perfscope.kernels.spec import (
     KernelSpec,
     Params,
@@ -30,6 +31,7 @@ from perfscope.kernels.spec import (
 )
 
 HALF = ("fp16", "bf16")
+SMALL_M = "hgemm_small_m"
 SOURCE = "fused.cu"
 SEED = "000 §7.1"
 
@@ -50,6 +52,15 @@ SMALL_M_MAX_M = 256
 _K8_TMA = ShapeConstraint("K", 8, "TMA needs A's row stride to be a multiple of 16 bytes")
 _N8_TMA = ShapeConstraint("N", 8, "TMA needs B's and C's row strides (and the bias and residual "
                                   "rows) to be multiples of 16 bytes")
+
+
+def group_name(act: str, residual: bool) -> str:
+    """``cublas+gelu``, ``cublas+silu+residual``, ``cublas+bias``: the unfused baseline of an
+    epilogue, cuBLAS followed by one elementwise pass (kernels/epilogue.py)."""
+    return "+".join(["cublas", act if act != "none" else "bias", *(["residual"] if residual else [])])
+
+
+_N8_PASS = ShapeConstraint("N", 8, "the elementwise pass reads C and the bias in 16-byte vectors")
 
 
 def _ceil(a: int, b: int) -> int:
@@ -113,6 +124,41 @@ def small_m_params(m: int, bn: int = 128, bk: int = 64) -> dict[str, int]:
     """BM for M and the deepest ring that fits SMALL_M_RING_BYTES at that BM."""
     bm = small_m_tile_rows(m)
     return {"BM": bm, "STAGES": SMALL_M_RING_BYTES // ((bm * bk + bk * bn) * 2)}
+
+
+def check_small_m(spec: KernelSpec, shape: Shape) -> None:
+    """Refuse, in one sentence, an M hgemm_small_m does not cover in one tile row."""
+    if spec.name == SMALL_M and not 1 <= shape.m <= SMALL_M_MAX_M:
+        raise PerfscopeError(f"{SMALL_M} covers M of 1 to {SMALL_M_MAX_M} in one tile row, not "
+                             f"M={shape.m}; take hgemm_fused_bias_act for that shape")
+
+
+def small_m_for(spec: KernelSpec, shape: Shape, pinned: Mapping[str, int] | None = None) -> KernelSpec:
+    """hgemm_small_m with BM and STAGES chosen for M (small_m_params), unless pinned; any
+    other stage unchanged."""
+    if spec.name != SMALL_M:
+        return spec
+    check_small_m(spec, shape)
+    chosen = {k: v for k, v in small_m_params(shape.m, spec.param_dict["BN"],
+                                              spec.param_dict["BK"]).items()
+              if k not in (pinned or {})}
+    return spec.with_params(**chosen) if chosen else spec
+
+
+def fused_geometry(spec: KernelSpec, shape: Shape, multiprocessors: int,
+                   fits: Callable[[int], bool] | None = None
+                   ) -> tuple[tuple[int, int, int], int]:
+    """(grid, cluster size) of a fused stage's launch on a GPU with this many
+    multiprocessors: hgemm_small_m's split-K clusters (``fits(S)``: all clusters of S CTAs
+    co-resident), the persistent grid of hgemm_fused_bias_act."""
+    if spec.name == SMALL_M:
+        check_small_m(spec, shape)
+        p = spec.param_dict
+        tiles_n, tiles_m, k_tiles = small_m_tiles(p, shape)
+        splits = split_count(tiles_n * tiles_m, k_tiles, multiprocessors, fits)
+        return small_m_grid_for(p, shape, splits), splits
+    tiles = spec.grid_dims(shape)[0]
+    return (max(1, min(tiles, multiprocessors)), 1, 1), 1
 
 
 def split_count(tiles: int, k_tiles: int, multiprocessors: int,
@@ -199,4 +245,19 @@ FUSED: tuple[KernelSpec, ...] = (
                      "Same ABI and epilogue parameters as hgemm_fused_bias_act.", **_COMMON),
 )
 
-BY_NAME: Mapping[str, KernelSpec] = {s.name: s for s in FUSED}
+# The unfused baselines, one per epilogue: cuBLAS (cupy.matmul), then one elementwise pass
+# that re-reads C, applies the epilogue in fp32 and writes C again (kernels/epilogue.py).
+# References like cuBLAS itself (family "cublas"), they are what a fused stage is timed and
+# diffed against: `perfscope bench hgemm_fused_bias_act`, `perfscope diff A cublas+gelu`.
+GROUPS: tuple[KernelSpec, ...] = tuple(
+    KernelSpec(name=group_name(act, bool(res)), family="cublas", dtypes=HALF,
+               params=(("ACT", code), ("RESIDUAL", res)),
+               change=f"cuBLAS GEMM through cupy.matmul, then one elementwise pass in place: + "
+                      f"bias[n]{'' if act == 'none' else ', ' + act.upper() + ' in fp32'}"
+                      f"{', + residual[m][n]' if res else ''} (C written, re-read and written "
+                      "again; two launches).",
+               seed=SEED, fingerprint=("gmma",), constraints=(_N8_PASS,),
+               notes="A group of two launches: times and traffic are the sum of both.")
+    for act, code in ACTIVATIONS.items() for res in (0, 1))
+
+BY_NAME: Mapping[str, KernelSpec] = {s.name: s for s in FUSED + GROUPS}

@@ -22,6 +22,16 @@ from typing import Any
 
 from perfscope.build import CompiledModule, CompileRequest, check_arch, compile_cubin
 from perfscope.errors import PerfscopeError
+from perfscope.kernels.epilogue import (
+    ELEMENTWISE_SOURCE,
+    ELEMENTWISE_SOURCE_NAME,
+    Epilogue,
+    EpilogueOperands,
+    elementwise_expression,
+    elementwise_grid,
+    epilogue_of,
+)
+from perfscope.kernels.fused_specs import SMALL_M, fused_geometry, small_m_tiles
 from perfscope.kernels.registry import LT_REFERENCES
 from perfscope.kernels.spec import KERNEL_DIR, KernelSpec, Shape
 from perfscope.kernels.tensormap import Driver, TensorMapLauncher, persistent_grid, plan_maps
@@ -167,10 +177,33 @@ class Prepared:
     tensormap: Any = None
     # Set for the cuBLASLt references: an LtMatmul.
     library: Any = None
+    # Set for a fused stage and for its group reference: what follows the GEMM.
+    epilogue: Epilogue | None = None
+    # Set for a group reference: the elementwise pass launched after cuBLAS.
+    elementwise: Any = None
 
-    def launch(self, a: Any, b: Any, c: Any) -> None:
-        """Enqueue C = A·B on the current stream: through cuBLASLt, cuBLAS, a tensor-map launch or
-        the kernel itself."""
+    @property
+    def expression(self) -> str:
+        """The name expression of the kernel that was compiled: the stage's, or for a group
+        reference its elementwise pass's."""
+        if self.elementwise is not None and self.epilogue is not None:
+            return elementwise_expression(self.dtype, self.epilogue)
+        return self.spec.name_expression(self.dtype)
+
+    @property
+    def source_name(self) -> str:
+        """The CUDA source file the compiled kernel came from."""
+        if self.elementwise is not None:
+            return ELEMENTWISE_SOURCE_NAME
+        return self.spec.source or ""
+
+    def launch(self, a: Any, b: Any, c: Any, extra: EpilogueOperands | None = None) -> None:
+        """Enqueue C = A·B (then the epilogue, given its bias and residual in ``extra``) on the
+        current stream: through cuBLASLt, cuBLAS, a tensor-map launch or the kernel itself."""
+        if self.epilogue is not None and extra is None:
+            raise PerfscopeError(f"{self.spec.name} applies {self.epilogue.label} and needs its "
+                                 "bias" + (" and residual" if self.epilogue.residual else "")
+                                 + " operands")
         if self.library is not None:
             self.library(a, b, c)
             return
@@ -178,18 +211,32 @@ class Prepared:
             import cupy
 
             cupy.matmul(a, b, out=c)
+            if self.elementwise is not None:
+                self._elementwise(cupy, c, extra)
             return
         if self.tensormap is not None:
             import cupy
 
+            ptrs = () if extra is None else (
+                extra.bias.data.ptr, extra.residual.data.ptr if extra.residual is not None else 0)
             self.tensormap(a.data.ptr, b.data.ptr, c.data.ptr,
-                           cupy.cuda.get_current_stream().ptr)
+                           cupy.cuda.get_current_stream().ptr, ptrs)
             return
         import numpy as np
 
         s = self.shape
         self.function(self.grid, self.block, (a, b, c, np.int32(s.m), np.int32(s.n),
                                               np.int32(s.k)), shared_mem=self.dynamic_smem)
+
+    def _elementwise(self, cupy: Any, c: Any, extra: EpilogueOperands) -> None:
+        import numpy as np
+
+        s = self.shape
+        vectors, blocks = self.grid[0], self.grid[1]
+        res = extra.residual if extra.residual is not None else c
+        self.elementwise((blocks,), (256,), (c.view(cupy.uint16), extra.bias.view(cupy.uint16),
+                                             res.view(cupy.uint16), np.int64(vectors),
+                                             np.int32(s.n // 8)))
 
 
 def prepare(spec: KernelSpec, dtype: str, shape: Shape) -> Prepared:
@@ -198,12 +245,15 @@ def prepare(spec: KernelSpec, dtype: str, shape: Shape) -> Prepared:
     spec.check_shape(shape)
     if spec.never_run:
         raise PerfscopeError(never_run_refusal(spec, driver_compute_capability()))
+    epilogue = epilogue_of(spec)
     cupy = require_gpu()
     arch, cc = device_arch(cupy)
     refusal = capability_refusal(spec, cc)
     if refusal:
         raise PerfscopeError(refusal)
     if spec.is_reference:
+        if epilogue is not None:
+            return _group(cupy, spec, dtype, shape, epilogue, arch)
         lt = LtMatmul(nvmath_advanced()) if spec.name in _LT_NAMES else None
         return Prepared(spec, dtype, shape, None, None, (0, 0, 0), (0, 0, 0), 0, library=lt)
     module = compile_stage(spec, dtype, arch)
@@ -217,12 +267,58 @@ def prepare(spec: KernelSpec, dtype: str, shape: Shape) -> Prepared:
     launcher = None
     if spec.abi == "tensormap":
         driver = Driver()
-        if spec.persistent:
+        cluster = spec.cluster
+        if epilogue is not None:
+            grid, cluster = _fused_geometry(cupy, spec, shape, driver, fn.kernel.ptr, smem)
+        elif spec.persistent:
             capacity = _capacity(cupy, spec, driver, fn.kernel.ptr, smem)
             grid = (persistent_grid(grid[0] * grid[1] * grid[2], capacity, spec.cluster), 1, 1)
         launcher = TensorMapLauncher(plan_maps(spec, dtype, shape), fn.kernel.ptr,
-                                     (grid, block, smem), shape, driver, spec.cluster)
-    return Prepared(spec, dtype, shape, module, fn, grid, block, smem, raw, launcher)
+                                     (grid, block, smem), shape, driver, cluster)
+    return Prepared(spec, dtype, shape, module, fn, grid, block, smem, raw, launcher,
+                    epilogue=epilogue)
+
+
+def _group(cupy: Any, spec: KernelSpec, dtype: str, shape: Shape, epilogue: Epilogue,
+           arch: str) -> Prepared:
+    """cuBLAS then the elementwise epilogue pass: one prepared group of two launches (grid
+    holds the pass's (vectors, blocks))."""
+    expr = elementwise_expression(dtype, epilogue)   # N % 8 == 0: the spec's constraint
+    module = compile_cubin(elementwise_request(dtype, epilogue, arch))
+    raw = cupy.RawModule(path=str(module.cubin_path))
+    fn = raw.get_function(module.mangled(expr))
+    sms = int(cupy.cuda.Device().attributes["MultiProcessorCount"])
+    vectors, blocks = elementwise_grid(shape.m, shape.n, sms)
+    return Prepared(spec, dtype, shape, module, None, (vectors, blocks, 1), (256, 1, 1), 0, raw,
+                    epilogue=epilogue, elementwise=fn)
+
+
+def elementwise_request(dtype: str, epilogue: Epilogue, arch: str) -> CompileRequest:
+    """The NVRTC request of the unfused baseline's elementwise pass for a dtype and epilogue
+    (it includes activation.cuh from perfscope/kernels, as fused.cu does)."""
+    return CompileRequest(source=ELEMENTWISE_SOURCE, source_name=ELEMENTWISE_SOURCE_NAME,
+                          name_expressions=(elementwise_expression(dtype, epilogue),), arch=arch,
+                          include_dir=KERNEL_DIR)
+
+
+def _fused_geometry(cupy: Any, spec: KernelSpec, shape: Shape, driver: Driver, function: int,
+                    smem: int) -> tuple[tuple[int, int, int], int]:
+    sms = int(cupy.cuda.Device().attributes["MultiProcessorCount"])
+    block = spec.block_dims()
+
+    tiles_n, tiles_m, _ = small_m_tiles(spec.param_dict, shape) if spec.name == SMALL_M \
+        else (1, 1, 0)
+
+    def fits(splits: int) -> bool:
+        # Every one of the tiles' clusters of `splits` CTAs co-resident; a failing query
+        # counts as no.
+        try:
+            return driver.max_active_clusters(function, block, smem, splits) >= tiles_n * tiles_m
+        except Exception as exc:
+            log.warning("cuOccupancyMaxActiveClusters for %d CTAs: %s", splits, exc)
+            return False
+
+    return fused_geometry(spec, shape, sms, fits)
 
 
 def _capacity(cupy: Any, spec: KernelSpec, driver: Driver, function: int, smem: int) -> int:

@@ -292,8 +292,10 @@ class TensorMapLauncher:
     cluster: int = 1
     _maps: dict[tuple[int, int, int], tuple[TensorMap, ...]] = field(default_factory=dict)
 
-    def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int, stream: int) -> None:
-        """Launch the kernel on A, B and C at these addresses, encoding their maps on first use."""
+    def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int, stream: int,
+                 extra_ptrs: Sequence[int] = ()) -> None:
+        """Launch the kernel on A, B and C at these addresses, encoding their maps on first use;
+        ``extra_ptrs`` follow K (the fused stages' bias and residual; 0 passes NULL)."""
         key = (a_ptr, b_ptr, c_ptr)
         maps = self._maps.get(key)
         if maps is None:
@@ -301,5 +303,5 @@ class TensorMapLauncher:
             self._maps[key] = maps
         s = self.shape
         args = [*maps, ctypes.c_void_p(c_ptr), ctypes.c_int(s.m), ctypes.c_int(s.n),
-                ctypes.c_int(s.k)]
+                ctypes.c_int(s.k), *(ctypes.c_void_p(p or None) for p in extra_ptrs)]
         self.driver.launch(self.function, self.geometry, stream, args, self.cluster)

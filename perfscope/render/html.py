@@ -53,7 +53,7 @@ from perfscope.render.summary import (
     num,
     sections,
 )
-from perfscope.review import Entry, Ladder, Review, collect
+from perfscope.review import Entry, Ladder, Review, collect, folder_reports
 from perfscope.rules import SEVERITIES
 from perfscope.source import MIN_LINE_SHARE
 from perfscope.version import __version__, installed_version
@@ -93,6 +93,8 @@ def _tflops(s) -> str:
 
 def _ladder_view(ladder: Ladder, index: int) -> dict[str, Any]:
     ref = ladder.reference_tflops
+    # cuBLAS, or the group of launches fused stages are timed against (cublas+gelu).
+    word = ladder.reference if ladder.reference and "+" in ladder.reference else "cuBLAS"
     bars, rows = [], []
     for p in ladder.points:
         ok = p.verdict == "ok" and p.tflops is not None
@@ -105,7 +107,7 @@ def _ladder_view(ladder: Ladder, index: int) -> dict[str, Any]:
             # The ratio measured round by round in the bench run, as the table shows it.
             ratio = p.ratio_to_reference if p.ratio_to_reference is not None else (
                 p.tflops.median / ref.median if ref else None)
-            note = f"{p.tflops.median:,.1f}" + ("" if ratio is None else f" ({ratio:.0%} of cuBLAS)")
+            note = f"{p.tflops.median:,.1f}" + ("" if ratio is None else f" ({ratio:.0%} of {word})")
             if p.beats:
                 note += ", beats its default"
         bars.append(plots.Bar(p.label, p.tflops.median if ok else None,
@@ -122,12 +124,12 @@ def _ladder_view(ladder: Ladder, index: int) -> dict[str, Any]:
         })
     lines = []
     if ref is not None:
-        lines.append(plots.Line(f"cuBLAS {ref.median:,.0f}", ref.median, plots.REFERENCE))
+        lines.append(plots.Line(f"{word} {ref.median:,.0f}", ref.median, plots.REFERENCE))
     if ladder.peak_tflops is not None:
         lines.append(plots.Line(f"peak {ladder.peak_tflops:,.0f}", ladder.peak_tflops, plots.PEAK,
                                 dashed=True))
-    svg = plots.ladder(f"ladder{index}", f"{ladder.dtype}: TFLOP/s per stage", "TFLOP/s", bars, lines)
-    return {"dtype": ladder.dtype, "svg": svg, "rows": rows,
+    svg = plots.ladder(f"ladder{index}", f"{ladder.title}: TFLOP/s per stage", "TFLOP/s", bars, lines)
+    return {"dtype": ladder.title, "svg": svg, "rows": rows, "ref_word": word,
             "wins": [w.sentence() for w in ladder.wins],
             "reference": ladder.reference, "reference_tflops": _tflops(ref),
             "reference_spread": "" if ref is None else f"{ref.min:,.1f} – {ref.max:,.1f}",
@@ -656,6 +658,27 @@ REFERENCE_TITLE = "perfscope reference run: the GEMM ladders on NVIDIA H200"
 REFERENCE_COMMAND = "PYTHONPATH=. python3 benchmarks/reference_run.py"
 
 
+FUSED_DIR = "fused"
+FUSED_TITLE = "perfscope fused epilogues on NVIDIA H200: against cuBLAS + an elementwise pass"
+FUSED_COMMAND = ("PYTHONPATH=. python3 benchmarks/bench_fused.py; perfscope profile "
+                 "hgemm_small_m cublas+gelu --dtype bf16 --shape 64x8192x8192")
+
+
 def reference_page(folder: str | os.PathLike[str]) -> str:
-    """The committed reference run's index.html, from the reports and bench.json in folder."""
-    return build_report([folder], title=REFERENCE_TITLE, command=REFERENCE_COMMAND)
+    """The committed reference run's index.html, from the ladder's reports (the folder's
+    own, not its subfolders': fused/ has a page of its own) and the bench.json in folder."""
+    root = Path(folder)
+    bench = root / "bench.json"
+    tune = root / "tune" / "results.json"
+    return build_report(folder_reports(root), bench=bench if bench.is_file() else None,
+                        tune=tune if tune.is_file() else None, title=REFERENCE_TITLE,
+                        command=REFERENCE_COMMAND)
+
+
+def fused_page(folder: str | os.PathLike[str]) -> str:
+    """fused/index.html of the reference run: the fused stages' and their groups' reports,
+    with bench-fused.json (each fused stage against cublas+gelu) as the overview."""
+    root = Path(folder)
+    bench = root / "bench-fused.json"
+    return build_report([root], bench=bench if bench.is_file() else None, title=FUSED_TITLE,
+                        command=FUSED_COMMAND)

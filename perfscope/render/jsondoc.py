@@ -37,7 +37,8 @@ Schemas, versioned by name (a field that changes bumps the version):
                              speedup_pct, speedup_type, links: [[label, url]]}],
               "launch_id": "FILE#ID",           # these five when rules were evaluated
               "headroom": {fraction, bound, t_ns, t_min_ns, t_math_ns, t_bytes_ns, flops,
-                           flops_source, bytes, bytes_source, dtype, dtype_source}|null,
+                           flops_source, bytes, bytes_source, dtype, dtype_source,
+                           path_fraction, path, t_path_ns}|null,   # path: mma.sync on Hopper
               "combined_gain": float|null, "reference_cap": float|null,
               "severity_notes": [str],
               "findings": [FINDING],
@@ -170,7 +171,8 @@ def headroom_dict(h: Any) -> dict[str, Any] | None:
     return {"fraction": h.fraction, "bound": h.bound, "t_ns": h.t_ns, "t_min_ns": h.t_min_ns,
             "t_math_ns": h.t_math_ns, "t_bytes_ns": h.t_bytes_ns, "flops": w.flops,
             "flops_source": w.flops_source, "bytes": w.bytes, "bytes_source": w.bytes_source,
-            "dtype": w.dtype, "dtype_source": w.dtype_source}
+            "dtype": w.dtype, "dtype_source": w.dtype_source,
+            "path_fraction": h.path_fraction, "path": h.path, "t_path_ns": h.t_path_ns}
 
 
 def record_dict(r: Diagnosed) -> dict[str, Any]:

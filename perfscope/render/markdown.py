@@ -153,14 +153,14 @@ def _ladder(review: Review) -> list[str]:
             ok = p.verdict == "ok" and p.tflops is not None
             flag = " **(beats its default)**" if p.beats else ""
             lines.append(
-                f"| {ld.dtype} | {md_cell(p.label)}{' (variant)' if p.variant else ''}{flag} | "
+                f"| {ld.title} | {md_cell(p.label)}{' (variant)' if p.variant else ''}{flag} | "
                 f"{f'{p.tflops.median:,.1f}' if ok else '-'} | "
                 f"{f'{p.ratio_to_reference:.1%}' if ok and p.ratio_to_reference is not None else '-'} | "
                 f"{f'{p.tflops.median / ld.peak_tflops:.1%}' if ok and ld.peak_tflops else '-'} | "
                 f"{'ok' if p.verdict == 'ok' else f'**{md_cell(p.verdict)}**'} |")
         if ld.reference_tflops is not None:
             peak = "-" if not ld.peak_tflops else f"{ld.reference_tflops.median / ld.peak_tflops:.1%}"
-            lines.append(f"| {ld.dtype} | **{md_cell(ld.reference or '')}** | "
+            lines.append(f"| {ld.title} | **{md_cell(ld.reference or '')}** | "
                          f"**{ld.reference_tflops.median:,.1f}** | 100% | {peak} | |")
     lines.append("")
     lines += [f"> **variant:** {md_cell(w.sentence())}" for w in review.variant_wins]

@@ -235,6 +235,8 @@ def headroom_text(evaluation) -> str | None:
         return None
     text = (f"headroom {100 * h.fraction:.1f}% of kernel time (bound by {h.bound}: "
             f"{h.t_min_ns / 1e3:,.1f} of {h.t_ns / 1e3:,.1f} us)")
+    if getattr(h, "path_fraction", None) is not None:
+        text += f", {100 * h.path_fraction:.1f}% on its {h.path} path"
     if evaluation.combined_gain is not None:
         text += f"; findings combined: est. {100 * evaluation.combined_gain:.1f}%"
     if evaluation.reference_cap is not None:

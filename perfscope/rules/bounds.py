@@ -14,6 +14,13 @@ manifest the FLOPs are read from the SASS (HGMMA/HMMA shapes, FFMA lanes) and th
 are the DRAM bytes measured, an upper bound on what the work needs; the evidence says
 which. When the kernel was timed against its reference, an estimate is also capped at the
 gap to it plus REFERENCE_MARGIN.
+
+A kernel that does its tensor math with mma.sync (HMMA) on a chip where wgmma is the
+full-rate path (the H200: HMMA peaks at 61% of it, ``hardware.hmma_share``) has a second,
+nearer roof: the same FLOPs at the HMMA rate. A fix that keeps the instruction (a deeper
+pipeline, more occupancy, fewer conflicts) cannot take the kernel below it, so those
+findings are capped at ``path_fraction``; only a change of path (PATH_CHANGE_TAGS: to
+wgmma, to tensor cores at all) is bounded by the dense peak alone.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ import re
 from dataclasses import dataclass
 
 from perfscope.families import base_opcode
-from perfscope.hardware import ELEMENT_BYTES, math_kind, peak_flops
+from perfscope.hardware import ELEMENT_BYTES, hmma_share, math_kind, peak_flops
 from perfscope.metrics import M_DRAM_READ, M_DRAM_WRITE, SECTOR_BYTES
 from perfscope.profile import KernelProfile
 from perfscope.rules.model import Evidence, Inputs
@@ -36,6 +43,10 @@ MIN_PCT_FOR_PEAK = 1.0
 # A launch whose SASS counts less than this share of the manifest's 2·M·N·K does only
 # part of the manifest's work (one launch of a group): it is judged by its own counters.
 PART_OF_WORK = 0.5
+
+# Findings whose fix changes the math instruction itself: bounded by the dense peak, not by
+# the roof of the instruction the kernel uses now.
+PATH_CHANGE_TAGS = frozenset({"legacy-mma", "no-tensor-cores"})
 
 _MMA_SHAPE = re.compile(r"^(?:H|Q|I|B)GMMA\.(\d+)x(\d+)x(\d+)")
 # FLOP per warp-level instruction of the mma.sync shapes (m x n x k x 2).
@@ -69,6 +80,17 @@ class Headroom:
     evidence: tuple[Evidence, ...]
     t_math_ns: float | None = None      # the work's FLOPs at the math peak
     t_bytes_ns: float | None = None     # its bytes at the DRAM peak
+    # The same for the kernel's own instruction path when that path is slower than the
+    # dense peak (mma.sync on Hopper); None when the kernel is on the full-rate path.
+    path_fraction: float | None = None
+    path: str | None = None             # e.g. "mma.sync (HMMA)"
+    t_path_ns: float | None = None      # the work's FLOPs at that path's rate
+
+    def cap_for(self, tag: str) -> tuple[float, str]:
+        """The headroom that bounds a finding of this tag, and its name."""
+        if self.path_fraction is not None and tag not in PATH_CHANGE_TAGS:
+            return self.path_fraction, f"headroom on {self.path}"
+        return self.fraction, "headroom"
 
 
 def sass_flops(p: KernelProfile) -> float | None:
@@ -188,7 +210,31 @@ def headroom(inputs: Inputs) -> Headroom | None:
         ev.append(Evidence(f"bytes ({w.bytes_source}) / DRAM peak (ns)", round(t_bytes, 1),
                            f"{bw / 1e12:.2f} TB/s"))
     ev.append(Evidence("headroom 1 - t_min / t", round(fraction, 3), f"bound by {bound}"))
-    return Headroom(fraction, t, t_min, bound, w, tuple(ev), t_math, t_bytes)
+    share = _hmma_path_share(p) if t_math is not None else None
+    if share is None:
+        return Headroom(fraction, t, t_min, bound, w, tuple(ev), t_math, t_bytes)
+    t_path = t_math / share
+    path_fraction = max(0.0, min(1.0, 1 - max(t_path, t_bytes or 0.0) / t))
+    ev.append(Evidence("FLOPs at the mma.sync (HMMA) rate, the kernel's own path (ns)",
+                       round(t_path, 1), f"{pf * share / 1e12:,.0f} TFLOP/s ({share:.2f} of the "
+                       "dense peak, measured)"))
+    ev.append(Evidence("headroom on the mma.sync path", round(path_fraction, 3),
+                       "caps every finding but a change of instruction"))
+    return Headroom(fraction, t, t_min, bound, w, tuple(ev), t_math, t_bytes,
+                    path_fraction, HMMA_PATH, t_path)
+
+
+HMMA_PATH = "mma.sync (HMMA)"
+
+
+def _hmma_path_share(p: KernelProfile) -> float | None:
+    """HMMA's rate over the dense peak when the tensor math is mma.sync on a chip where it
+    is measured to be slower (None otherwise: wgmma/tcgen05 kernels, FFMA kernels)."""
+    ops = p.opcodes
+    if not ops.with_modifiers or not ops.has("hmma") or ops.has("gmma") or ops.has("utcmma"):
+        return None
+    share = hmma_share(p.identity.compute_capability)
+    return share if share is not None and share < 1 else None
 
 
 def reference_cap(inputs: Inputs) -> tuple[float | None, Evidence | None]:

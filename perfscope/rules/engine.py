@@ -13,6 +13,7 @@ overlap group only the largest counts, groups combine as independent savings
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 
 from perfscope.manifest import RunManifest
@@ -116,6 +117,13 @@ def evaluate(profile: KernelProfile, manifest: RunManifest | None = None,
     ref_cap, _ = reference_cap(inputs)
     caps = [(c, name) for c, name in ((room.fraction if room else None, "headroom"),
                                       (ref_cap, "reference gap")) if c is not None]
+
+    def caps_for(tag: str) -> list[tuple[float, str]]:
+        # A finding that keeps the kernel's instruction is bounded by that instruction's roof.
+        if room is None:
+            return caps
+        return [room.cap_for(tag) if name == "headroom" else (c, name) for c, name in caps]
+
     no_warning = _no_warning_reason(profile, ref_cap)
     findings: list[Finding] = []
     skipped: list[NotEvaluated] = []
@@ -133,10 +141,11 @@ def evaluate(profile: KernelProfile, manifest: RunManifest | None = None,
         gain, capped_by = raw, None
         if raw is not None:
             gain = max(0.0, raw)
-            for cap, name in caps:
+            for cap, name in caps_for(rule.tag):
                 if gain > cap:
                     gain, capped_by = cap, name
-            gain = round(gain, 4)
+            # Rounded down when capped, so the stored estimate never exceeds its bound.
+            gain = math.floor(gain * 1e4) / 1e4 if capped_by else round(gain, 4)
         severity = severity_for(rule, gain)
         if severity is None:
             silent.append(rule.code)

@@ -188,8 +188,13 @@ def _occupancy(inputs: Inputs, limiter: str) -> Hit | None:
         regs = REGISTER_FILE // ((blocks + 1) * la.block_size) // REGISTER_GRANULE * REGISTER_GRANULE
         now = la.registers_per_thread or regs
         if regs < now * (1 - REGISTER_CUT_MAX):
+            # A smaller tile costs reuse; a kernel engineer would as often keep the tile and
+            # hide the latency inside the block (hgemm_bcf_dbf_rw -> hgemm_ring on the H200).
             args.append(("how", f"shrink the per-thread tile: a cap alone ({now} -> {regs} registers) "
-                                "would spill"))
+                                "would spill; or keep the tile and hide the latency inside the "
+                                "block: a deeper cp.async ring with a larger BK (fewer barriers "
+                                "per k) and the shared-memory fragments double-buffered in "
+                                "registers across the barrier"))
         else:
             args.append(("how", f"cap registers at {regs} per thread (__launch_bounds__(threads, "
                                 f"{blocks + 1}) or -maxrregcount)"))
@@ -212,7 +217,9 @@ def _check_register_occupancy(inputs: Inputs) -> Hit | None:
     Why: with few resident warps nothing covers the scoreboard and barrier waits (an
     oversized FP32 register tile is the classic case).
     Fix: fewer registers per thread to fit one more block: a cap when the cut is small
-    (under a quarter), else a smaller per-thread tile (a deep cap would spill).
+    (under a quarter), else a smaller per-thread tile (a deep cap would spill), or, keeping
+    the tile, latency hidden inside the block (a deeper ring, a larger BK, fragments
+    double-buffered in registers), which is what took hgemm_bcf_dbf_rw to hgemm_ring.
     Estimate: idle issue fraction x latency stall share (an upper bound: what full latency
     hiding would recover).
     Example:

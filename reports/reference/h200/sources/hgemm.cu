@@ -1,9 +1,13 @@
 // perfscope FP16/BF16 HGEMM ladder: mma.sync.m16n8k16 on tensor cores (seed 004).
 //
+// What each stage changes against its parent is written once, in its KernelSpec
+// (perfscope/kernels/registry.py; `perfscope kernels` prints it); the headers here say how.
+//
 // C[M][N] = A[M][K] * B[K][N], all row-major (numpy `a @ b`), T = __half or
 // __nv_bfloat16, fp32 accumulation, C rounded to T (round to nearest even).
 //
-// Shared by all four stages:
+// Shared by the first four stages (hgemm_ring, last, adds STAGES and takes dynamic
+// shared memory; its header says how):
 //   template <typename T, int BM = 128, int BN = 128, int BK = 32, int GROUP = 8>
 //   threads  256, 1-D (8 warps as 2 x 4; each warp owns a BM/2 x BN/4 = 64x32 C tile,
 //            i.e. 4 x 4 m16n8 accumulator fragments, 64 fp32 registers)
@@ -18,7 +22,8 @@
 //            HMMA.16816.F32.BF16 (bf16); BAR.SYNC; DEPBAR / LDGDEPBAR for the groups.
 //
 // Name expressions for NVRTC: "hgemm_naive<__half, 128, 128, 32>",
-// "hgemm_bcf<__nv_bfloat16, 128, 128, 32>", and so on for the four kernels below.
+// "hgemm_bcf<__nv_bfloat16, 128, 128, 32>", and so on for the kernels below;
+// "hgemm_ring<__half, 128, 256, 64, 3, 8>" (BM, BN, BK, STAGES, GROUP).
 //
 // Written for perfscope; no code is taken from the seed article, only its design.
 
@@ -146,9 +151,10 @@ __device__ __forceinline__ void tile_coords(int& tile_m, int& tile_n) {
     tile_m = local / width;
 }
 
-enum Stage { NAIVE = 0, BCF = 1, BCF_DBF = 2, BCF_DBF_RW = 3 };
+enum Stage { NAIVE = 0, BCF = 1, BCF_DBF = 2, BCF_DBF_RW = 3, RING = 4 };
 
-template <int BM, int BN, int BK, int STAGE>
+// RING_DEPTH is read only by the RING stage (the earlier stages fix 1 or 2 buffers).
+template <int BM, int BN, int BK, int STAGE, int RING_DEPTH = 2>
 struct Shape {
     static constexpr int THREADS = 256;
     static constexpr int WM = BM / 2, WN = BN / 4;       // warp tile, 2 x 4 warps
@@ -158,9 +164,9 @@ struct Shape {
     static constexpr int A_LOADS = BM * A_RC / THREADS;  // chunks per thread per tile
     static constexpr int B_LOADS = BK * B_RC / THREADS;
     static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BK * BN * 2;
-    static constexpr int STAGES = STAGE >= BCF_DBF ? 2 : 1;
+    static constexpr int STAGES = STAGE == RING ? RING_DEPTH : STAGE >= BCF_DBF ? 2 : 1;
     static constexpr int OPERAND_BYTES = STAGES * (A_BYTES + B_BYTES);
-    static constexpr int C_BYTES = STAGE == BCF_DBF_RW ? BM * BN * 2 : 0;
+    static constexpr int C_BYTES = STAGE >= BCF_DBF_RW ? BM * BN * 2 : 0;
     static constexpr int SMEM_BYTES = OPERAND_BYTES > C_BYTES ? OPERAND_BYTES : C_BYTES;
 
     static_assert(BM % 32 == 0 && BN % 64 == 0 && BK % 16 == 0, "tile must split 2x4 warps");
@@ -170,19 +176,22 @@ struct Shape {
     static_assert((BM * B_RC) % THREADS == 0, "C staging splits evenly over threads");
     static_assert(THREADS / A_RC % 8 == 0 && THREADS / B_RC % 8 == 0,
                   "a thread's chunks must share row % 8 so one swizzle serves all");
-    static_assert(SMEM_BYTES <= 48 * 1024, "static shared memory is capped at 48 KiB");
+    static_assert(STAGE == RING || SMEM_BYTES <= 48 * 1024,
+                  "static shared memory is capped at 48 KiB");
+    static_assert(STAGE != RING || (RING_DEPTH >= 2 && SMEM_BYTES <= 227 * 1024),
+                  "a ring needs two slots and must fit the 227 KiB a block may opt into");
 };
 
-// One body for the four stages; the flags below are the ladder. The kernels are thin
+// One body for the five stages; the flags below are the ladder. The kernels are thin
 // wrappers so each stage is a separately named, separately profiled entry point.
-template <typename T, int BM, int BN, int BK, int GROUP, int STAGE>
+template <typename T, int BM, int BN, int BK, int GROUP, int STAGE, int RING_DEPTH = 2>
 __device__ __forceinline__ void hgemm_body(const T* __restrict__ A, const T* __restrict__ B,
                                            T* __restrict__ C, int M, int N, int K,
                                            unsigned char* smem) {
-    using S = Shape<BM, BN, BK, STAGE>;
+    using S = Shape<BM, BN, BK, STAGE, RING_DEPTH>;
     constexpr bool SWIZZLE = STAGE >= BCF;
     constexpr bool ANY_SHAPE = STAGE == NAIVE;
-    constexpr bool STAGED_C = STAGE == BCF_DBF_RW;
+    constexpr bool STAGED_C = STAGE >= BCF_DBF_RW;
 
     const int tid = threadIdx.x;
     const int lane = tid & 31;
@@ -338,6 +347,64 @@ __device__ __forceinline__ void hgemm_body(const T* __restrict__ A, const T* __r
             compute_tile(0);
             __syncthreads();  // the next tile overwrites what this one read
         }
+    } else if constexpr (STAGE == RING) {
+        // Tile kt lives in slot kt % STAGES; all STAGES slots are in flight. Fragments are
+        // double-buffered in registers across k16 steps and across tiles: at a tile's
+        // last k16 step every fragment of it is already in registers, so that is where
+        // the one barrier per tile goes (tile kt+1 has landed and is visible, every warp
+        // is done reading slot kt, which the next copy refills with tile kt+STAGES), and
+        // tile kt+1's first fragments load before the last mma.sync of tile kt, so the
+        // tensor pipe has work across the barrier instead of draining at it.
+        static_assert(S::KS % 2 == 0, "the fragment double buffer needs an even k16 count");
+        constexpr unsigned STAGE_BYTES = S::A_BYTES + S::B_BYTES;
+        constexpr int R = S::STAGES;
+        unsigned af[2][S::MI][4];
+        unsigned bf[2][S::NI][2];
+        auto load_frags = [&](unsigned sb, int ks, int buf) {
+#pragma unroll
+            for (int mi = 0; mi < S::MI; ++mi)
+                ldsm_x4(af[buf][mi], sb + a_frag_off[ks] + mi * 16 * (BK * 2));
+#pragma unroll
+            for (int p = 0; p < S::NI / 2; ++p)
+                ldsm_x4_trans(bf[buf][2 * p][0], bf[buf][2 * p][1], bf[buf][2 * p + 1][0],
+                              bf[buf][2 * p + 1][1], sb + b_frag_off[p] + ks * 16 * (BN * 2));
+        };
+        auto mma_frags = [&](int buf) {
+#pragma unroll
+            for (int mi = 0; mi < S::MI; ++mi)
+#pragma unroll
+                for (int ni = 0; ni < S::NI; ++ni)
+                    Traits<T>::mma(acc[mi][ni], af[buf][mi], bf[buf][ni][0], bf[buf][ni][1]);
+        };
+        // Groups are committed even when empty, so "tile t landed" is always "at most
+        // STAGES - 2 newer groups pending" at a tile's end (STAGES - 1 before the loop).
+#pragma unroll
+        for (int s = 0; s < R; ++s) {
+            if (s < KT) load_tile(s, s * STAGE_BYTES);
+            cp_async_commit();
+        }
+        cp_async_wait<R - 1>();
+        __syncthreads();
+        load_frags(s_base, 0, 0);
+        int slot = 0;
+        for (int kt = 0; kt < KT; ++kt) {
+            const unsigned sb = s_base + slot * STAGE_BYTES;
+            const int next = slot + 1 == R ? 0 : slot + 1;
+#pragma unroll
+            for (int ks = 0; ks < S::KS; ++ks) {
+                if (ks + 1 < S::KS) {
+                    load_frags(sb, ks + 1, (ks + 1) & 1);
+                } else {
+                    cp_async_wait<R - 2>();
+                    __syncthreads();
+                    if (kt + R < KT) load_tile(kt + R, slot * STAGE_BYTES);
+                    cp_async_commit();
+                    if (kt + 1 < KT) load_frags(s_base + next * STAGE_BYTES, 0, 0);
+                }
+                mma_frags(ks & 1);
+            }
+            slot = next;
+        }
     } else {
         constexpr unsigned STAGE_BYTES = S::A_BYTES + S::B_BYTES;
         load_tile(0, 0);
@@ -379,7 +446,7 @@ __device__ __forceinline__ void hgemm_body(const T* __restrict__ A, const T* __r
             }
         }
     } else {
-        // Stage the 128x128 C tile through the (now idle) operand buffers so global
+        // Stage the BM x BN C tile through the (now idle) operand buffers so global
         // writes become whole 16-byte chunks, a warp covering two full 256-byte rows.
         // Rows are BN/8 chunks; XOR by row % 8 spreads the 8 fragment rows a warp writes
         // per st.shared over 8 chunk slots (32 distinct banks), and keeps each 8-thread
@@ -431,7 +498,7 @@ __device__ __forceinline__ void hgemm_body(const T* __restrict__ A, const T* __r
 //     aligned, that operand is loaded with predicated scalar loads and zero fill
 //     instead; C stores are predicated per element.
 //   parent: none (first stage of the FP16/BF16 ladder).
-//   change: cp.async + ldmatrix + mma.sync m16n8k16 with a 2x4-warp 128x128x32 tile and a
+//   how: cp.async + ldmatrix + mma.sync m16n8k16 with a 2x4-warp 128x128x32 tile and a
 //     grid swizzle; shared tiles are NOT swizzled, so ldmatrix hits 4-way (A) and 8-way
 //     (B) bank conflicts on purpose.
 //   seed 004 section 1 (hgemm_naive).
@@ -455,7 +522,7 @@ hgemm_naive(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
 //     tile edges are zero-filled (cp.async src-size 0) and C stores predicated;
 //     A, B, C 16-byte aligned.
 //   parent: hgemm_naive.
-//   change: XOR-swizzles the A and B shared tiles (16-byte chunk ^ row bits) so every
+//   how: XOR-swizzles the A and B shared tiles (16-byte chunk ^ row bits) so every
 //     ldmatrix phase hits 8 distinct bank groups, i.e. conflict-free.
 //   seed 004 section 2 (hgemm_bcf).
 //   SASS: LDGSTS, LDSM, LDSM.T, HMMA.16816.F32[.BF16], BAR.SYNC, STG.E (32-bit).
@@ -476,7 +543,7 @@ hgemm_bcf(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
 //   shapes: K % 8 == 0 and N % 8 == 0; any M; edges zero-filled, C stores predicated;
 //     A, B, C 16-byte aligned.
 //   parent: hgemm_bcf.
-//   change: double-buffers the shared tiles, issuing tile k+1's cp.async before the
+//   how: double-buffers the shared tiles, issuing tile k+1's cp.async before the
 //     tensor-core work on tile k, with one barrier per k tile instead of two.
 //   seed 004 section 3 (hgemm_bcf_dbf).
 //   SASS: LDGSTS, LDSM, LDSM.T, HMMA.16816.F32[.BF16], BAR.SYNC, STG.E (32-bit).
@@ -499,7 +566,7 @@ hgemm_bcf_dbf(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ 
 //   shapes: K % 8 == 0 and N % 8 == 0; any M; edges zero-filled, C stored per 16-byte
 //     chunk with row/column predication; A, B, C 16-byte aligned.
 //   parent: hgemm_bcf_dbf.
-//   change: stages the C tile through swizzled shared memory and writes it with 16-byte
+//   how: stages the C tile through swizzled shared memory and writes it with 16-byte
 //     coalesced stores (STS + LDS.128 + STG.E.128) instead of 4-byte fragment stores.
 //   seed 004 section 4 (hgemm_bcf_dbf_rw).
 //   SASS: LDGSTS, LDSM, LDSM.T, HMMA.16816.F32[.BF16], BAR.SYNC, STS, LDS.128, STG.E.128.
@@ -511,4 +578,35 @@ hgemm_bcf_dbf_rw(const T* __restrict__ A, const T* __restrict__ B, T* __restrict
     __shared__ __align__(128) unsigned char smem[S::SMEM_BYTES];
     hgemm_detail::hgemm_body<T, BM, BN, BK, GROUP, hgemm_detail::BCF_DBF_RW>(A, B, C, M, N, K,
                                                                             smem);
+}
+
+// ---------------------------------------------------------------------------------------
+// hgemm_ring<T, BM = 128, BN = 256, BK = 64, STAGES = 3, GROUP = 8>
+//   flags: -lineinfo, -arch=sm_80 or sm_90a (NVRTC, CUDA 13.0). ptxas at the defaults,
+//     sm_90a: see the KernelSpec's note; one 256-thread block per SM at 128x256.
+//   threads 256 (8 warps as 2 x 4, each a BM/2 x BN/4 tile: 64x64 at the defaults);
+//   grid dim3(ceil(N/BN), ceil(M/BM)); DYNAMIC shared memory
+//     max(STAGES * (BM*BK + BK*BN) * 2, BM*BN*2) bytes (147456 at the defaults), so the
+//     launcher raises cudaFuncAttributeMaxDynamicSharedMemorySize.
+//   shapes: K % 8 == 0 and N % 8 == 0; any M; edges zero-filled, C stored per 16-byte
+//     chunk with row/column predication; A, B, C 16-byte aligned.
+//   parent: hgemm_bcf_dbf_rw.
+//   how: the two fixed buffers become a STAGES-deep cp.async ring (wait_group STAGES-2, one
+//     barrier per k tile), so a tile's copies have STAGES-1 tiles of tensor-core work to
+//     land in, not one; ldmatrix fragments are double-buffered in registers across k16
+//     steps and across the barrier (seed 002's register prefetch, on tensor-core
+//     fragments), so the barrier no longer drains the tensor pipe; and the warp tile may
+//     grow to 64x64 (BN = 256), which halves the ldmatrix per mma.sync of B. The parent
+//     hides latency with a second resident block (its registers cap it there); a ring hides
+//     it inside one block, so the tile can grow.
+//   seed 004 section 3 (double buffering, generalised to a ring); seed 002 section 4.
+//   SASS: LDGSTS, LDSM, LDSM.T, HMMA.16816.F32[.BF16], BAR.SYNC, STS, LDS.128, STG.E.128;
+//     no HGMMA and no UTMALDG (sm_80 instructions only).
+template <typename T, int BM = 128, int BN = 256, int BK = 64, int STAGES = 3, int GROUP = 8>
+__global__ void __launch_bounds__(256)
+hgemm_ring(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
+           int M, int N, int K) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    hgemm_detail::hgemm_body<T, BM, BN, BK, GROUP, hgemm_detail::RING, STAGES>(A, B, C, M, N,
+                                                                             K, smem);
 }

@@ -1,5 +1,8 @@
 // perfscope FP32 SGEMM ladder: C[M][N] = A[M][K] * B[K][N], row-major, float.
 //
+// What each stage changes against its parent is written once, in its KernelSpec
+// (perfscope/kernels/registry.py; `perfscope kernels` prints it); the headers here say how.
+//
 // Written for perfscope after the designs in seeds 000 (sections 2-3) and 002; no code
 // is taken from them. Every stage is FFMA-only (no tf32, no tensor cores) and
 // accumulates each output in one float across all of K, so its rounding error is that of

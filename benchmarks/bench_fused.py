@@ -1,0 +1,64 @@
+"""Issue 19 through `perfscope bench`'s own path: the fused stages against their groups.
+
+    PYTHONPATH=. python3 benchmarks/bench_fused.py [--out reports/reference/h200/fused/bench-fused.json]
+
+Shapes M in {16, 64, 256, 4096} x (N, K) in {(4096, 4096), (8192, 8192), (14336, 4096),
+(4096, 14336)}, fp16 and bf16, bias + GELU: hgemm_small_m (M <= 256) and
+hgemm_fused_bias_act (every M), each verified against float64 and then timed in
+alternating rounds against ``cublas+gelu`` (cuBLAS, then the elementwise bias+GELU pass:
+two launches between one pair of events) in this one process. It prints the table and the
+ratio of the best fused stage per shape. benchmarks/fused_check.py holds the same shapes
+against torch and cuBLASLt as well; this file is what `perfscope bench` itself measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from perfscope import bench
+from perfscope.kernels import Shape
+
+log = logging.getLogger("bench_fused")
+M_VALUES = (16, 64, 256, 4096)
+NK = ((4096, 4096), (8192, 8192), (14336, 4096), (4096, 14336))
+DTYPES = ("fp16", "bf16")
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path,
+                    default=Path("reports/reference/h200/fused/bench-fused.json"))
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args()
+    jobs = []
+    for m in M_VALUES:
+        for n, k in NK:
+            stages = ["hgemm_fused_bias_act"] + (["hgemm_small_m"] if m <= 256 else [])
+            jobs += bench.plan(stages, list(DTYPES), Shape(m, n, k))
+    done = []
+    try:
+        for man in bench.run_jobs(jobs, bench.BenchOptions(runs=args.runs, rounds=args.rounds)):
+            done.append(man)
+    finally:
+        if done:
+            bench.write_bench_json(args.out, done, "PYTHONPATH=. python3 " + " ".join(sys.argv))
+    best: dict[tuple[str, str], tuple[float, str]] = {}
+    for man in done:
+        t = man.timing
+        if t is None or t.ratio_to_reference is None:
+            continue
+        key = (man.dtype, man.shape)
+        if t.ratio_to_reference.median > best.get(key, (0.0, ""))[0]:
+            best[key] = (t.ratio_to_reference.median, man.stage)
+    for (dtype, shape), (ratio, stage) in sorted(best.items()):
+        print(f"{dtype} {shape:>16} {stage:22s} {ratio:.3f}x cublas+gelu")
+    return 1 if bench.failed(done) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,184 @@
+"""Fused epilogues: what a stage applies to A·B before it rounds C, its float64 reference,
+and the separate elementwise pass that does the same after cuBLAS (the unfused baseline).
+
+A stage of the fused family (kernels/fused_specs.py) computes ``C = act(A·B + bias) (+
+residual)`` in fp32 and rounds C once; its template parameters ``ACT`` (0 none, 1 GELU-tanh,
+2 SiLU) and ``RESIDUAL`` (0/1) say which. :func:`epilogue_of` reads them off a spec (None
+for a plain GEMM). The baseline a framework runs without fusion is cuBLAS followed by one
+elementwise kernel that re-reads C, adds the bias, applies the activation, adds the
+residual and writes C again: :data:`ELEMENTWISE_SOURCE`, the same fp32 math and the same
+``tanh.approx.f32`` as the fused epilogue, 16 bytes per thread per step.
+
+The checks (perfscope.verify) hold the result to the GEMM's tolerances widened by the
+activation: an accumulation error before it grows by at most its slope (:data:`MAX_SLOPE`),
+and ``tanh.approx`` adds :data:`ACT_TOL` of the pre-activation value.
+
+Nothing here imports CuPy: the array math takes the array module (NumPy or CuPy) as ``xp``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from perfscope.errors import PerfscopeError
+from perfscope.kernels.fused_specs import ACTIVATIONS, group_name
+from perfscope.kernels.spec import KernelSpec
+
+ACT_NAMES: Mapping[int, str] = {v: k for k, v in ACTIVATIONS.items()}
+ACT_TITLES: Mapping[str, str] = {"none": "no activation", "gelu": "GELU (tanh form)",
+                                 "silu": "SiLU"}
+
+# The largest slope of GELU-tanh (1.1289 near x = 1.5) and of SiLU (1.0998 near x = 2.4):
+# an accumulation error before the activation grows by at most this much.
+MAX_SLOPE: Mapping[str, float] = {"none": 1.0, "gelu": 1.13, "silu": 1.13}
+# tanh.approx.f32 is within ~2^-11 of tanh (relative); 0.5x * that error is ~2.5e-4 |x|.
+# Four times that, against the pre-activation value.
+ACT_TOL: Mapping[str, float] = {"none": 0.0, "gelu": 1e-3, "silu": 1e-3}
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """What follows the GEMM: + bias[n], an activation, and optionally + residual[m][n]."""
+
+    act: str = "gelu"
+    residual: bool = False
+
+    def __post_init__(self) -> None:
+        if self.act not in ACTIVATIONS:
+            raise PerfscopeError(f"unknown activation {self.act!r}; the epilogues know "
+                                 f"{', '.join(ACTIVATIONS)}")
+
+    @property
+    def label(self) -> str:
+        """``bias+gelu``, ``bias+silu+residual``, ``bias``: what the epilogue computes."""
+        parts = ["bias", *([self.act] if self.act != "none" else []),
+                 *(["residual"] if self.residual else [])]
+        return "+".join(parts)
+
+    @property
+    def group(self) -> str:
+        """The unfused baseline's name: cuBLAS, then this epilogue as one elementwise pass
+        (``cublas+gelu``, ``cublas+silu+residual``, ``cublas+bias``)."""
+        return group_name(self.act, self.residual)
+
+    @property
+    def params(self) -> dict[str, int]:
+        """The template parameters that select this epilogue."""
+        return {"ACT": ACTIVATIONS[self.act], "RESIDUAL": int(self.residual)}
+
+
+def epilogue_of(spec: KernelSpec) -> Epilogue | None:
+    """The epilogue a stage fuses (from its ACT and RESIDUAL parameters), None for a plain
+    GEMM; a value the kernel has no code for is refused in one sentence."""
+    p = spec.param_dict
+    if "ACT" not in p:
+        return None
+    act = ACT_NAMES.get(p["ACT"])
+    if act is None:
+        known = ", ".join(f"{v} ({k})" for k, v in ACTIVATIONS.items())
+        raise PerfscopeError(f"{spec.name} has no epilogue for ACT={p['ACT']}; ACT takes {known}")
+    if p.get("RESIDUAL", 0) not in (0, 1):
+        raise PerfscopeError(f"{spec.name} takes RESIDUAL=0 or 1, not {p['RESIDUAL']}")
+    return Epilogue(act, bool(p.get("RESIDUAL", 0)))
+
+
+@dataclass(frozen=True)
+class EpilogueOperands:
+    """The operands an epilogue reads besides A and B: bias[N] and residual[M][N] (or None),
+    device arrays of the GEMM's dtype."""
+
+    bias: Any
+    residual: Any | None = None
+
+
+# ------------------------------------------------------------------ float64 reference
+def gelu_tanh(xp: Any, x: Any) -> Any:
+    """GELU in its tanh form, 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3)))."""
+    return 0.5 * x * (1.0 + xp.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def silu(xp: Any, x: Any) -> Any:
+    """x * sigmoid(x)."""
+    return x / (1.0 + xp.exp(-x))
+
+
+def apply(xp: Any, epilogue: Epilogue, pre: Any, residual: Any | None) -> Any:
+    """act(pre) (+ residual), pre being A·B + bias in float64; a new array."""
+    out = {"none": lambda v: v.copy(), "gelu": lambda v: gelu_tanh(xp, v),
+           "silu": lambda v: silu(xp, v)}[epilogue.act](pre)
+    if epilogue.residual:
+        if residual is None:
+            raise PerfscopeError("a residual epilogue needs the residual operand")
+        out += residual
+    return out
+
+
+# ------------------------------------------------------------------ the unfused pass
+# y = act(y + bias[n]) (+ residual[m][n]) in place, 8 elements (16 bytes) per thread and
+# step, fp32 math: the activation is activation.cuh's, the one fused.cu's epilogue applies
+# (compile with include_dir=KERNEL_DIR). N must be a multiple of 8 (the fused stages
+# require it for TMA anyway).
+ELEMENTWISE_SOURCE = r"""
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include "activation.cuh"
+
+template <typename T> struct Conv;
+template <> struct Conv<__half> {
+    static __device__ float in(unsigned short u) { return __half2float(__ushort_as_half(u)); }
+    static __device__ unsigned short out(float f) { return __half_as_ushort(__float2half_rn(f)); }
+};
+template <> struct Conv<__nv_bfloat16> {
+    static __device__ float in(unsigned short u) { return __uint_as_float(static_cast<unsigned>(u) << 16); }
+    static __device__ unsigned short out(float f) {
+        return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+    }
+};
+
+template <typename T, int ACT, int RESIDUAL>
+__global__ void bias_act_inplace(unsigned short* y, const unsigned short* bias,
+                                 const unsigned short* residual, long long vectors,
+                                 int vectors_per_row) {
+    for (long long v = blockIdx.x * (long long)blockDim.x + threadIdx.x; v < vectors;
+         v += (long long)gridDim.x * blockDim.x) {
+        uint4 yv = reinterpret_cast<const uint4*>(y)[v];
+        const uint4 bv = reinterpret_cast<const uint4*>(bias)[v % vectors_per_row];
+        uint4 rv = make_uint4(0, 0, 0, 0);
+        if (RESIDUAL) rv = reinterpret_cast<const uint4*>(residual)[v];
+        unsigned* yw = reinterpret_cast<unsigned*>(&yv);
+        const unsigned* bw = reinterpret_cast<const unsigned*>(&bv);
+        const unsigned* rw = reinterpret_cast<const unsigned*>(&rv);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            float lo = act::activate<ACT>(Conv<T>::in(yw[i] & 0xFFFFu) + Conv<T>::in(bw[i] & 0xFFFFu));
+            float hi = act::activate<ACT>(Conv<T>::in(yw[i] >> 16) + Conv<T>::in(bw[i] >> 16));
+            if (RESIDUAL) {
+                lo += Conv<T>::in(rw[i] & 0xFFFFu);
+                hi += Conv<T>::in(rw[i] >> 16);
+            }
+            yw[i] = static_cast<unsigned>(Conv<T>::out(lo)) | (static_cast<unsigned>(Conv<T>::out(hi)) << 16);
+        }
+        reinterpret_cast<uint4*>(y)[v] = yv;
+    }
+}
+"""
+ELEMENTWISE_SOURCE_NAME = "perfscope_elementwise.cu"
+_CXX_TYPES = {"fp16": "__half", "bf16": "__nv_bfloat16"}
+
+
+def elementwise_expression(dtype: str, epilogue: Epilogue) -> str:
+    """The name expression NVRTC instantiates for one dtype and epilogue."""
+    if dtype not in _CXX_TYPES:
+        raise PerfscopeError(f"the elementwise epilogue pass takes fp16 or bf16, not {dtype}")
+    return (f"bias_act_inplace<{_CXX_TYPES[dtype]}, {ACTIVATIONS[epilogue.act]}, "
+            f"{int(epilogue.residual)}>")
+
+
+def elementwise_grid(m: int, n: int, multiprocessors: int) -> tuple[int, int]:
+    """(vectors, blocks of 256): 16-byte vectors of C, a grid-stride loop of at most 16
+    blocks per multiprocessor."""
+    vectors = m * n // 8
+    return vectors, max(1, min(-(-vectors // 256), multiprocessors * 16))

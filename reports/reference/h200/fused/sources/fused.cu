@@ -1,0 +1,436 @@
+// perfscope fused-epilogue stages: bias, activation and residual applied to the fp32
+//
+// What each stage changes against its parent is written once, in its KernelSpec
+// (perfscope/kernels/registry.py; `perfscope kernels` prints it); the headers here say how.
+// accumulators in registers, before C is rounded and stored (sm_90a; issue 19).
+//
+// Seed 000 §7.1: cuBLAS computes the plain GEMM; a model then runs the bias, the
+// activation and the residual add as separate passes over C, each reading and writing
+// M x N elements in DRAM. Doing them in the GEMM's epilogue removes those passes, which
+// is where a hand-written kernel can beat cuBLAS + elementwise. The second stage applies
+// the same epilogue to decode shapes (M <= 256), where the GEMM is a stream of the weight
+// B through DRAM and the measure is bandwidth, not FLOP/s.
+//
+// C[M][N] = act(A[M][K] * B[K][N] + bias[N]) (+ residual[M][N]), all row-major, T = __half
+// or __nv_bfloat16, fp32 accumulation; the bias add, the activation (computed in fp32) and
+// the residual add all happen in fp32 on the accumulators, and C is rounded to T once.
+//   ACT = 0: none; 1: GELU, tanh form 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3)));
+//         2: SiLU x * sigmoid(x), computed as 0.5x(1 + tanh(x/2)). tanh is tanh.approx.f32
+//         (one MUFU op; relative error about 2^-11, below bf16's and at fp16's rounding).
+//   RESIDUAL = 1: + residual[m][n], read from global memory after the activation. The
+//         residual may be C itself (C = act(A*B + bias) + C): each output tile reads its
+//         residual into registers before the tile is written, and only that tile's CTA
+//         ever writes those elements.
+//
+// ABI (both stages): hopper.cu's tensor-map ABI with two pointers appended,
+//   (const __grid_constant__ TensorMap2D tmap_a, tmap_b, tmap_c, T* C, int M, int N, int K,
+//    const T* bias, const T* residual)
+// bias: N elements, or nullptr for none; residual: M x N (row stride N), or nullptr when
+// RESIDUAL == 0. Both 16-byte aligned. The maps are those of hopper.cu (A box {64, BM},
+// B box {64, BK}, C box {64, 64}, 128B swizzle, zero OOB fill); K % 8 == 0, N % 8 == 0.
+// Ragged M and N: A and B are zero-filled by TMA, bias and residual reads are predicated
+// on n < N and m < M, and the TMA store clips C.
+//
+// The Hopper building blocks (wgmma, the ring, the swizzled staging + TMA store) are
+// hopper.cuh's; the operand layouts and the accumulator fragment are described in the
+// header of hopper.cu: thread t (warp w = t%128/32, lane l) of a consumer warpgroup holds
+// d[4j + q] = D[16w + l/4 + 8*(q/2)][8j + 2*(l%4) + (q%2)].
+//
+// hgemm_fused_bias_act
+//   template <typename T, int BM = 128, int BN = 256, int BK = 64, int STAGES = 3,
+//             int GROUP = 8, int ACT = 1, int RESIDUAL = 0>
+//   threads  384, 1-D: warpgroup 0 produces (one thread issues TMA), 1 and 2 consume
+//   grid     dim3(min(tiles, multiprocessors)), persistent, grouped tile order
+//   smem     dynamic STAGES * (BM*BK + BK*BN) * 2 + 2 * 64 * BN * 2 + 1024 bytes (as the
+//            parent); static 2 * STAGES mbarriers
+//   parent   hgemm_tma_wgmma_persistent
+//   how      The parent's TMA-store epilogue, preceded by bias + activation (+ residual)
+//            on the fp32 accumulators: each thread reads its bias pairs and, with RESIDUAL,
+//            its 2 x BN/8 residual pairs (all issued before any is used, so their latency
+//            overlaps), and halfway through each tile's k loop one warp of each consumer
+//            prefetches that tile's residual rows into L2 (cp.async.bulk.prefetch), so the
+//            epilogue's reads hit L2 instead of waiting on DRAM.
+//   seed     000 §7.1 (epilogue fusion: bias, activation, residual)
+//
+// hgemm_small_m
+//   template <typename T, int BM = 64, int BN = 128, int BK = 64, int STAGES = 8,
+//             int ACT = 1, int RESIDUAL = 0>
+//   threads  128 * (1 + CONS), CONS = 1 consumer warpgroup for BM = 64, else 2; each
+//            consumer owns BM / CONS rows (MI = BM / 64 / CONS m64 fragments)
+//   cluster  (S, 1, 1), a launch attribute; S = split count, read as %cluster_nctarank
+//   grid     dim3(ceil(N / BN) * S, ceil(M / BM)): CTA x = n * S + s computes k tiles
+//            [s*KT/S, (s+1)*KT/S) of output tile (m = y, n); with M <= BM there is one tile
+//            row, so B is read from DRAM exactly once
+//   smem     dynamic STAGES * (BM*BK + BK*BN) * 2 + 1024 bytes (192 KB rings by default:
+//            BM 64 / STAGES 8, BM 128 / 6, BM 256 / 4); static 2 * STAGES mbarriers. After
+//            the k loop the ring holds the fp32 partial tile (peers) or the C staging
+//            tiles (the leader)
+//   parent   hgemm_tma_wgmma_persistent
+//   how      For decode shapes (M <= 256): one thin tile row (M padded to BM by TMA zero
+//            fill; wgmma m64), a deep ring (8 x 16 KB of B per SM at BM = 64), and split-K
+//            over the S CTAs of a thread-block cluster so that ceil(N/BN) * S CTAs (about
+//            all the SMs) each stream a disjoint slab of B. The fp32 partials are reduced
+//            through distributed shared memory: every CTA but rank 0 writes its partial to
+//            its own shared memory, a cluster barrier, rank 0 adds them in rank order
+//            (ld.shared::cluster) to its own, a second cluster barrier lets the peers exit,
+//            and rank 0 alone applies bias / activation / residual (which an idle warp of
+//            its producer warpgroup prefetched into L2 at the start) and stores C by TMA.
+//            BN = 256 (4 stages at BM = 64, 255 registers, no spills) is the wide-tile
+//            alternative that benchmarks/fused_check.py times beside the default.
+//   seed     000 §7.1 (fused epilogue, small-shape inference)
+//
+// hgemm_small_m: why these numbers (H200: ~4.8 TB/s HBM3e, 132 SMs, ~600 ns idle DRAM
+// latency, nearer 1 us under full load).
+//   Bytes in flight. Little's law: 4.8 TB/s x ~1 us = ~4.8 MB must be in flight across the
+//   chip, ~37 KB per SM when 128 SMs stream (N = 8192: 64 tiles x 2 splits). One k tile of
+//   B is BK x BN x 2 = 16 KB, and a 192 KB ring at BM = 64 holds 8 stages: up to 128 KB of B
+//   in flight per SM, 3.5x the need, so the stream keeps DRAM busy even where only 112 CTAs
+//   run (N = 14336, no split) or latency runs above 1 us. At BM = 256 (4 stages, 64 KB of
+//   B) the problem is compute-bound already (2 x 256 x 8192^2 FLOP ~ 35 us at the tensor
+//   peak against ~28 us to stream 128 MiB).
+//   Split count. S is chosen on the host as the largest S <= 8 (portable cluster size),
+//   S <= KT / 4 (at least 4 k tiles per CTA to fill the ring) and tiles * S <= the
+//   multiprocessors, for which all tiles' clusters are co-resident (the driver's
+//   cuOccupancyMaxActiveClusters): one wave in which every CTA streams the same number of
+//   bytes. No tail, no second wave.
+//   Reduction. Distributed shared memory rather than a global fp32 workspace: the partials
+//   (BM x BN x 4 bytes per CTA, 32 KB at BM = 64) never touch L2 or DRAM, nothing needs
+//   zeroing before a launch, there is no counter to reset (a "last CTA reduces" counter left
+//   non-zero by an aborted launch corrupts the next one), no second kernel and its launch
+//   gap, and the sum is deterministic (always rank 0 + 1 + ... + S-1, whichever CTA
+//   finishes first). Its cost: the cluster must be co-resident, which the host checks.
+//   MMA waste. M = 16 padded to m64 does 4x the needed MMA work; at N = K = 8192 that is
+//   ~9 us of tensor time per SM against ~28 us of streaming, fully overlapped by the ring.
+//   (Swapping A and B so that M becomes wgmma's N dimension, n16, would remove the waste;
+//   it needs an M-major A operand layout that no stage here uses yet.)
+//
+// Written for perfscope from the PTX ISA (wgmma, cp.async.bulk, mbarrier, barrier.cluster,
+// mapa, ld.shared::cluster, tanh.approx); no code is taken from the seed articles, CUTLASS
+// or other libraries.
+
+#include "hopper.cuh"
+
+namespace fused {
+
+using tma::smem_u32;
+
+constexpr int ACT_NONE = 0;
+constexpr int ACT_GELU = 1;
+constexpr int ACT_SILU = 2;
+
+// --------------------------------------------------------------------- activation
+__device__ __forceinline__ float tanh_approx(float x) {
+    float y;
+    asm("tanh.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+template <int ACT>
+__device__ __forceinline__ float activate(float x) {
+    if constexpr (ACT == ACT_GELU) {
+        // u = sqrt(2/pi) * (x + 0.044715 x^3) = x * (sqrt(2/pi) + sqrt(2/pi) * 0.044715 * x^2)
+        const float h = 0.5f * x;
+        const float u = x * fmaf(0.0356774081363001f, x * x, 0.7978845608028654f);
+        return fmaf(h, tanh_approx(u), h);            // 0.5x + 0.5x * tanh(u)
+    } else if constexpr (ACT == ACT_SILU) {
+        const float h = 0.5f * x;
+        return fmaf(h, tanh_approx(h), h);            // x * sigmoid(x) = 0.5x(1 + tanh(x/2))
+    } else {
+        return x;
+    }
+}
+
+// Two consecutive T (4 bytes, element n at the low half) -> two floats, exactly.
+template <typename T> struct Pair;
+template <> struct Pair<__half> {
+    static __device__ __forceinline__ float2 unpack(unsigned u) {
+        return make_float2(__half2float(__ushort_as_half(static_cast<unsigned short>(u & 0xFFFFu))),
+                           __half2float(__ushort_as_half(static_cast<unsigned short>(u >> 16))));
+    }
+};
+template <> struct Pair<__nv_bfloat16> {
+    static __device__ __forceinline__ float2 unpack(unsigned u) {
+        return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xFFFF0000u));
+    }
+};
+
+__device__ __forceinline__ unsigned load_pair(const void* p) {
+    return *reinterpret_cast<const unsigned*>(p);
+}
+
+// ----------------------------------------------------------------------- epilogue
+// One warpgroup's 64 x N accumulator fragment for C rows row0.., columns col0..:
+// d = act(d + bias[n]) (+ residual[m][n]), in fp32. Elements outside M x Ncols read
+// nothing (their values are clipped by the TMA store). With RESIDUAL, every residual pair
+// the thread needs is loaded before the first is used, so the loads are in flight together.
+template <typename T, int ACT, int RESIDUAL, int N>
+__device__ __forceinline__ void apply_epilogue(float (&d)[N / 2], const T* bias, const T* residual,
+                                               int row0, int col0, int M, int Ncols) {
+    static_assert(ACT == ACT_NONE || ACT == ACT_GELU || ACT == ACT_SILU, "ACT is 0, 1 or 2");
+    static_assert(RESIDUAL == 0 || RESIDUAL == 1, "RESIDUAL is 0 or 1");
+    const int t = threadIdx.x % 128, w = t / 32, l = t % 32;
+    const int r = row0 + 16 * w + l / 4;
+    unsigned res[RESIDUAL ? N / 4 : 1];
+    if constexpr (RESIDUAL) {
+        const bool lo = r < M, hi = r + 8 < M;
+        const long long base = static_cast<long long>(r) * Ncols;
+#pragma unroll
+        for (int j = 0; j < N / 8; ++j) {
+            const int col = col0 + 8 * j + 2 * (l % 4);
+            res[2 * j] = (lo && col < Ncols) ? load_pair(residual + base + col) : 0u;
+            res[2 * j + 1] = (hi && col < Ncols) ? load_pair(residual + base + 8LL * Ncols + col) : 0u;
+        }
+    }
+    const bool has_bias = bias != nullptr;
+#pragma unroll
+    for (int j = 0; j < N / 8; ++j) {
+        const int col = col0 + 8 * j + 2 * (l % 4);
+        const float2 b = (has_bias && col < Ncols) ? Pair<T>::unpack(load_pair(bias + col))
+                                                   : make_float2(0.f, 0.f);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            float x = activate<ACT>(d[4 * j + q] + (q % 2 ? b.y : b.x));
+            if constexpr (RESIDUAL) {
+                const float2 rr = Pair<T>::unpack(res[2 * j + q / 2]);
+                x += q % 2 ? rr.y : rr.x;
+            }
+            d[4 * j + q] = x;
+        }
+    }
+}
+
+// Asks L2 to fetch `bytes` (a multiple of 16) from `p` (16-byte aligned); no completion.
+__device__ __forceinline__ void prefetch_l2(const void* p, unsigned bytes) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n"
+                 :: "l"(reinterpret_cast<unsigned long long>(p)), "r"(bytes) : "memory");
+}
+
+// The lanes of one warp prefetch rows [row0, row_end) x columns [col0, col_end) of a
+// row-major matrix with Ncols columns into L2, one bulk prefetch per row.
+template <typename T>
+__device__ __forceinline__ void prefetch_rows_l2(const T* base, int row0, int row_end, int col0,
+                                                 int col_end, int Ncols, int lane) {
+    if (col_end <= col0) return;
+    const unsigned bytes = static_cast<unsigned>(col_end - col0) * 2u;
+    for (int r = row0 + lane; r < row_end; r += 32)
+        prefetch_l2(base + static_cast<long long>(r) * Ncols + col0, bytes);
+}
+
+// hgemm_fused_bias_act's epilogue policy for hop::persistent_gemm (the interface is
+// described in hopper.cuh): with RESIDUAL, at k tile kt_prefetch of each tile warp 0 of
+// each consumer sends that consumer's residual rows to L2 while the k loop still runs;
+// then bias + activation (+ residual) on the fp32 accumulators, and the persistent stage's
+// TMA store.
+template <typename T, int BN, int ACT, int RESIDUAL>
+struct BiasActEpilogue {
+    struct Args {
+        const T* bias;
+        const T* residual;
+    };
+    const T* bias;
+    const T* residual;
+    int lane;
+    bool prefetcher;   // warp 0 of this consumer
+
+    __device__ __forceinline__ BiasActEpilogue(const Args& args, int tid)
+        : bias(args.bias), residual(args.residual), lane(tid % 32),
+          prefetcher((tid % 128) / 32 == 0) {}
+
+    __device__ __forceinline__ void after_k_tile(int kt, int kt_prefetch, int row0, int n0, int M,
+                                                 int N) const {
+        if constexpr (RESIDUAL) {
+            if (prefetcher && kt == kt_prefetch)
+                prefetch_rows_l2(residual, row0, min(row0 + 64, M), n0, min(n0 + BN, N), N, lane);
+            __syncwarp();
+        }
+    }
+    __device__ __forceinline__ void store(float (&acc)[BN / 2], unsigned staging,
+                                          const TensorMap2D* tmap_c, int row0, int n0, int M, int N,
+                                          unsigned bar_id) const {
+        apply_epilogue<T, ACT, RESIDUAL, BN>(acc, bias, residual, row0, n0, M, N);
+        hop::store_tile_tma<T, BN>(acc, staging, tmap_c, row0, n0, bar_id);
+    }
+};
+
+// ------------------------------------------------------------------------ cluster
+__device__ __forceinline__ unsigned cluster_size() {
+    unsigned n;
+    asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(n));
+    return n;
+}
+// Every thread of the cluster, in any warp state (not .aligned): shared-memory writes
+// before it are visible to every CTA of the cluster after it.
+__device__ __forceinline__ void cluster_barrier() {
+    asm volatile("barrier.cluster.arrive.release;\n"
+                 "barrier.cluster.wait.acquire;\n" ::: "memory");
+}
+__device__ __forceinline__ void st_shared_v4(unsigned addr, float a, float b, float c, float d) {
+    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n"
+                 :: "r"(addr), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+}
+// 16 bytes at this CTA's shared address `addr`, as seen in CTA `rank` of the cluster.
+__device__ __forceinline__ float4 ld_peer_v4(unsigned addr, unsigned rank) {
+    float4 v;
+    asm volatile(
+        "{\n"
+        ".reg .b32 remote;\n"
+        "mapa.shared::cluster.u32 remote, %4, %5;\n"
+        "ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [remote];\n"
+        "}\n"
+        : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr), "r"(rank) : "memory");
+    return v;
+}
+
+}  // namespace fused
+
+// ====================================================================== fused stage 1
+// hgemm_tma_wgmma_persistent's body (hop::persistent_gemm, hopper.cuh) with the
+// bias / activation / residual epilogue in place of the plain TMA store.
+template <typename T, int BM, int BN, int BK, int STAGES, int GROUP, int ACT, int RESIDUAL>
+__global__ void __launch_bounds__(384, 1)
+hgemm_fused_bias_act(const __grid_constant__ TensorMap2D tmap_a,
+                     const __grid_constant__ TensorMap2D tmap_b,
+                     const __grid_constant__ TensorMap2D tmap_c, T* C, int M, int N, int K,
+                     const T* bias, const T* residual) {
+    using Epilogue = fused::BiasActEpilogue<T, BN, ACT, RESIDUAL>;
+    hop::persistent_gemm<T, BM, BN, BK, STAGES, GROUP, Epilogue>(&tmap_a, &tmap_b, &tmap_c, M, N,
+                                                                 K, {bias, residual});
+}
+
+// ====================================================================== fused stage 2
+template <typename T, int BM, int BN, int BK, int STAGES, int ACT, int RESIDUAL>
+__global__ void __launch_bounds__(BM == 64 ? 256 : 384, 1)
+hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant__ TensorMap2D tmap_b,
+              const __grid_constant__ TensorMap2D tmap_c, T* C, int M, int N, int K,
+              const T* bias, const T* residual) {
+    using namespace hop;
+    constexpr int CONS = BM == 64 ? 1 : 2;           // consumer warpgroups
+    constexpr int MI = BM / 64 / CONS;               // m64 fragments per consumer
+    constexpr int CONSUMER_THREADS = 128 * CONS;
+    constexpr unsigned CONSUMERS_BAR = 3;            // 1 and 2 are store_tile_tma's
+    using S = Slot<BM, BN, BK>;
+    static_assert(BM == 64 || BM == 128 || BM == 256, "a tile row of 64, 128 or 256 rows");
+    static_assert(BN == 128 || BN == 256, "wgmma m64nBNk16 with BN 128 or 256");
+    static_assert(STAGES >= 2, "one slot would serialise every copy with every wgmma");
+    static_assert(STAGES * S::BYTES >= BM * BN * 4,
+                  "after the k loop the ring holds the fp32 partial tile");
+
+    __shared__ alignas(8) unsigned long long bars[2 * STAGES];
+    extern __shared__ unsigned char dyn_smem[];
+    const unsigned ring = align1024(smem_u32(dyn_smem));
+    const unsigned full0 = smem_u32(&bars[0]), empty0 = smem_u32(&bars[STAGES]);
+    const int tid = threadIdx.x, wg = tid / 128;
+    const unsigned rank = tma::cluster_rank(), splits = fused::cluster_size();
+    // A cluster is the S consecutive CTAs of one output tile along x (x = tile * S + rank).
+    const int n0 = (blockIdx.x / splits) * BN, m0 = blockIdx.y * BM;
+    const int KT = (K + BK - 1) / BK;
+    // k tiles [KT*rank/S, KT*(rank+1)/S): every split gets floor or ceil of KT/S (KT*S < 2^31).
+    const int kt0 = KT * static_cast<int>(rank) / static_cast<int>(splits);
+    const int nk = KT * static_cast<int>(rank + 1) / static_cast<int>(splits) - kt0;
+
+    if (tid == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            tma::mbar_init(full0 + 8 * s, 1);
+            tma::mbar_init(empty0 + 8 * s, CONSUMER_THREADS);
+        }
+        tma::mbar_init_fence();
+        tma::prefetch_tmap(&tmap_a);
+        tma::prefetch_tmap(&tmap_b);
+        tma::prefetch_tmap(&tmap_c);
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        if constexpr (CONS == 2) setmaxnreg_dec<40>();
+        if (tid == 0) {
+            // Slot s, round r >= 1 waits for the consumers' (r-1)-th release of it.
+            for (int i = 0; i < nk; ++i) {
+                const int s = i % STAGES;
+                if (i >= STAGES) tma::mbar_wait(empty0 + 8 * s, ((i / STAGES) + 1) & 1);
+                S::load(ring + s * S::BYTES, full0 + 8 * s, &tmap_a, &tmap_b, m0, n0, kt0 + i);
+            }
+        } else if (tid / 32 == 1 && rank == 0) {
+            // The leader's epilogue reads this tile's bias and residual: to L2 meanwhile.
+            const int col_end = min(n0 + BN, N);
+            if (tid % 32 == 0 && bias != nullptr && col_end > n0)
+                fused::prefetch_l2(bias + n0, static_cast<unsigned>(col_end - n0) * 2u);
+            if constexpr (RESIDUAL)
+                fused::prefetch_rows_l2(residual, m0, min(m0 + BM, M), n0, col_end, N, tid % 32);
+        }
+        if (splits > 1) {
+            fused::cluster_barrier();   // the peers' partials are written
+            fused::cluster_barrier();   // the leader has read them
+        }
+    } else {
+        if constexpr (CONS == 2) setmaxnreg_inc<232>();
+        const int c = wg - 1, ct = tid - 128;
+        float acc[MI][BN / 2];
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+            for (int j = 0; j < BN / 2; ++j) acc[mi][j] = 0.f;
+        for (int i = 0; i < nk; ++i) {
+            const int s = i % STAGES;
+            const unsigned slot = ring + s * S::BYTES;
+            tma::mbar_wait(full0 + 8 * s, (i / STAGES) & 1);
+            wgmma_fence();
+#pragma unroll
+            for (int k = 0; k < BK / 16; ++k)
+#pragma unroll
+                for (int mi = 0; mi < MI; ++mi)
+                    Wgmma<T, BN>::mma(acc[mi], S::a_desc(slot, c * MI + mi, k), S::b_desc(slot, k), 1);
+            wgmma_commit();
+            wgmma_wait<1>();   // the group before this one has read its slot: free it
+            if (i > 0) tma::mbar_arrive(empty0 + 8 * ((i - 1) % STAGES));
+        }
+        wgmma_wait<0>();
+        // Every consumer's wgmmas are done with the ring (and every TMA load was waited
+        // for), so the ring is free: partials in the peers, C staging in the leader. The
+        // proxy fence orders the async proxy's use of it (TMA writes, wgmma reads) before
+        // this thread's ordinary stores into it.
+        named_sync(CONSUMERS_BAR, CONSUMER_THREADS);
+        tma::fence_proxy_async();
+
+        // Fragment-native partial layout: 16-byte chunk (mi, j) of consumer thread ct at
+        // (chunk * CONSUMER_THREADS + ct) * 16, so a warp's accesses are 512 contiguous
+        // bytes and the leader's thread ct reads exactly what the peer's thread ct wrote.
+        if (splits > 1) {
+            if (rank != 0) {
+#pragma unroll
+                for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+                    for (int j = 0; j < BN / 8; ++j)
+                        fused::st_shared_v4(ring + ((mi * (BN / 8) + j) * CONSUMER_THREADS + ct) * 16,
+                                            acc[mi][4 * j], acc[mi][4 * j + 1], acc[mi][4 * j + 2],
+                                            acc[mi][4 * j + 3]);
+            }
+            fused::cluster_barrier();
+            if (rank == 0) {
+                for (unsigned peer = 1; peer < splits; ++peer)
+#pragma unroll
+                    for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+                        for (int j = 0; j < BN / 8; ++j) {
+                            const float4 v = fused::ld_peer_v4(
+                                ring + ((mi * (BN / 8) + j) * CONSUMER_THREADS + ct) * 16, peer);
+                            acc[mi][4 * j] += v.x;
+                            acc[mi][4 * j + 1] += v.y;
+                            acc[mi][4 * j + 2] += v.z;
+                            acc[mi][4 * j + 3] += v.w;
+                        }
+            }
+            fused::cluster_barrier();
+        }
+        if (rank == 0) {
+#pragma unroll
+            for (int mi = 0; mi < MI; ++mi) {
+                const int f = c * MI + mi;   // this fragment's 64-row block of the tile
+                fused::apply_epilogue<T, ACT, RESIDUAL, BN>(acc[mi], bias, residual, m0 + 64 * f,
+                                                            n0, M, N);
+                store_tile_tma<T, BN>(acc[mi], ring + f * (64 * BN * 2), &tmap_c, m0 + 64 * f, n0,
+                                      1 + c);
+            }
+            if (tid % 128 == 0) tma::store_wait_all();
+        }
+    }
+}

@@ -1,0 +1,406 @@
+// perfscope: the Hopper building blocks that hopper.cu's stages and fused.cu's stages share.
+//
+// wgmma descriptors and issue (m64n128k16 / m64n256k16 from shared memory), setmaxnreg,
+// named barriers, the 128B-swizzled ring slot and its TMA loads, the warp-specialised
+// mbarrier ring, grouped tile order, the two C epilogues (fragment stores and the
+// swizzled staging tile + TMA store), and the persistent warp-specialised body that
+// hgemm_tma_wgmma_persistent and fused.cu's hgemm_fused_bias_act share, parameterised by
+// an epilogue policy. The layouts they assume (operand tiles, accumulator fragment,
+// tensor maps) are described once, in the header comment of hopper.cu.
+//
+// Moved here from hopper.cu (issue 19) so fused.cu can build on them; the four hopper.cu
+// stages compile to the same SASS as before (tests/test_fused.py checks it).
+// Written for perfscope from the PTX ISA; no code is taken from CUTLASS or other libraries.
+#pragma once
+
+#include "tma.cuh"
+
+namespace hop {
+
+using tma::smem_u32;
+
+// -------------------------------------------------------------- wgmma descriptors
+// PTX ISA "Matrix Descriptor Format" (wgmma): start address bits 0-13, leading-dimension
+// byte offset 16-29, stride-dimension byte offset 32-45 (each as bytes >> 4), base
+// offset 49-51 (0: ring slots are 1024-byte aligned), layout type 62-63 (1 = 128B swizzle).
+constexpr unsigned LAYOUT_SWIZZLE_128B = 1;
+
+__host__ __device__ constexpr unsigned long long wgmma_desc(unsigned addr, unsigned lbo_bytes,
+                                                            unsigned sbo_bytes) {
+    return (static_cast<unsigned long long>((addr & 0x3FFFFu) >> 4))
+         | (static_cast<unsigned long long>((lbo_bytes >> 4) & 0x3FFFu) << 16)
+         | (static_cast<unsigned long long>((sbo_bytes >> 4) & 0x3FFFu) << 32)
+         | (static_cast<unsigned long long>(LAYOUT_SWIZZLE_128B) << 62);
+}
+static_assert(wgmma_desc(0x400, 16, 1024) == 0x4000004000010040ull,
+              "descriptor fields in the PTX ISA positions");
+
+// ------------------------------------------------------------------ wgmma issue
+__device__ __forceinline__ void wgmma_fence() {
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+// Waits until at most N committed wgmma groups of this warpgroup are still pending.
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory");
+}
+
+template <int REGS>
+__device__ __forceinline__ void setmaxnreg_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(REGS));
+}
+template <int REGS>
+__device__ __forceinline__ void setmaxnreg_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(REGS));
+}
+// Barrier `id` (1..15; 0 is __syncthreads) over `count` threads: one warpgroup's sync.
+__device__ __forceinline__ void named_sync(unsigned id, unsigned count) {
+    asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(count) : "memory");
+}
+
+// D[64 x N] (+)= A[64 x 16] * B[16 x N]: A K-major and B N-major, both from shared memory
+// through descriptors; scale_d == 0 overwrites D. One operand register per accumulator.
+template <typename T, int N> struct Wgmma;
+
+#define PS_WGMMA_SS_N128(CXX_T, PTX_T) \
+template <> struct Wgmma<CXX_T, 128> { \
+    static __device__ __forceinline__ void mma(float (&d)[64], unsigned long long da, \
+                                               unsigned long long db, int scale_d) { \
+        asm volatile( \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32." PTX_T "." PTX_T " {" \
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63" \
+        "}, %64, %65, p, 1, 1, 0, 1;\n}\n" \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
+        : "l"(da), "l"(db), "r"(scale_d) : "memory"); \
+    } \
+};
+
+#define PS_WGMMA_SS_N256(CXX_T, PTX_T) \
+template <> struct Wgmma<CXX_T, 256> { \
+    static __device__ __forceinline__ void mma(float (&d)[128], unsigned long long da, \
+                                               unsigned long long db, int scale_d) { \
+        asm volatile( \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n" \
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32." PTX_T "." PTX_T " {" \
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127" \
+        "}, %128, %129, p, 1, 1, 0, 1;\n}\n" \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), \
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), \
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127]) \
+        : "l"(da), "l"(db), "r"(scale_d) : "memory"); \
+    } \
+};
+
+PS_WGMMA_SS_N128(__half, "f16")
+PS_WGMMA_SS_N128(__nv_bfloat16, "bf16")
+PS_WGMMA_SS_N256(__half, "f16")
+PS_WGMMA_SS_N256(__nv_bfloat16, "bf16")
+#undef PS_WGMMA_SS_N128
+#undef PS_WGMMA_SS_N256
+
+// The operand tiles of one ring slot: BM x 64 of A (K-major), 64 x BN of B (N-major).
+template <int BM, int BN, int BK>
+struct Slot {
+    static_assert(BK == 64, "a 128B-swizzled K-major row holds exactly 64 16-bit elements");
+    static_assert(BN % 64 == 0, "B arrives in 64-column (128-byte) swizzle atoms");
+    static constexpr unsigned A_BYTES = BM * BK * 2;
+    static constexpr unsigned B_ATOM_BYTES = BK * 64 * 2;
+    static constexpr unsigned BYTES = A_BYTES + BK * BN * 2;
+
+    // A rows 64*i .. 64*i+63, k16 step k.
+    static __device__ __forceinline__ unsigned long long a_desc(unsigned slot, int i, int k) {
+        return wgmma_desc(slot + i * 64 * 128 + k * 32, 16, 1024);
+    }
+    // All BN columns of B, k16 step k.
+    static __device__ __forceinline__ unsigned long long b_desc(unsigned slot, int k) {
+        return wgmma_desc(slot + A_BYTES + k * 16 * 128, B_ATOM_BYTES, 1024);
+    }
+    // One TMA load of A (box 64 x BM) and BN/64 of B (box 64 x BK), all on `bar`.
+    static __device__ __forceinline__ void load(unsigned slot, unsigned bar, const TensorMap2D* ta,
+                                                const TensorMap2D* tb, int m0, int n0, int kt) {
+        tma::mbar_expect_tx(bar, BYTES);   // out-of-bounds zero fill counts too
+        tma::load_2d(slot, ta, bar, kt * BK, m0);
+#pragma unroll
+        for (int j = 0; j < BN / 64; ++j)
+            tma::load_2d(slot + A_BYTES + j * B_ATOM_BYTES, tb, bar, n0 + 64 * j, kt * BK);
+    }
+    // The two CTAs of a cluster share B (same n0): each loads its own A and half of B's
+    // atoms, multicast to both, so each slot still fills with all BYTES on `bar`.
+    static __device__ __forceinline__ void load_pair(unsigned slot, unsigned bar,
+                                                     const TensorMap2D* ta, const TensorMap2D* tb,
+                                                     int m0, int n0, int kt, unsigned rank) {
+        constexpr int HALF = BN / 64 / 2;
+        tma::mbar_expect_tx(bar, BYTES);
+        tma::load_2d(slot, ta, bar, kt * BK, m0);
+#pragma unroll
+        for (int j = rank * HALF; j < (rank + 1) * HALF; ++j)
+            tma::load_2d_multicast(slot + A_BYTES + j * B_ATOM_BYTES, tb, bar, n0 + 64 * j,
+                                   kt * BK, 0b11);
+    }
+};
+
+__device__ __forceinline__ unsigned align1024(unsigned addr) { return (addr + 1023u) & ~1023u; }
+
+// The warp-specialised stages' ring: STAGES slots, each with a "full" mbarrier (the
+// producer's expect_tx, completed by TMA bytes) and an "empty" one (every consumer thread
+// arrives once its wgmmas have read the slot). `it` counts k tiles across output tiles,
+// so slot and phase carry over from one tile to the next.
+// With CLUSTER == 2 a slot is refilled by both CTAs' multicasts, so its "empty" barrier
+// waits for the consumers of both: lane 0 of each of the 8 consumer warps of each CTA.
+template <typename T, int BM, int BN, int BK, int STAGES, int CLUSTER = 1>
+struct Ring {
+    static_assert(CLUSTER == 1 || CLUSTER == 2, "one CTA, or a pair sharing B");
+    using S = Slot<BM, BN, BK>;
+    static constexpr unsigned CONSUMERS = CLUSTER == 1 ? 256 : 8 * CLUSTER;
+    unsigned ring, full0, empty0;
+
+    __device__ __forceinline__ void init() const {
+        for (int s = 0; s < STAGES; ++s) {
+            tma::mbar_init(full0 + 8 * s, 1);
+            tma::mbar_init(empty0 + 8 * s, CONSUMERS);
+        }
+        tma::mbar_init_fence();
+    }
+    // Producer: round r >= 1 of slot s waits for the consumers' (r-1)-th release.
+    __device__ __forceinline__ void produce(int it, const TensorMap2D* ta, const TensorMap2D* tb,
+                                            int m0, int n0, int kt, unsigned rank = 0) const {
+        const int s = it % STAGES;
+        if (it >= STAGES) tma::mbar_wait(empty0 + 8 * s, ((it / STAGES) + 1) & 1);
+        if constexpr (CLUSTER == 1)
+            S::load(ring + s * S::BYTES, full0 + 8 * s, ta, tb, m0, n0, kt);
+        else
+            S::load_pair(ring + s * S::BYTES, full0 + 8 * s, ta, tb, m0, n0, kt, rank);
+    }
+    // Consumer warpgroup `half` (rows 64*half..): k tile `it` into acc. One wgmma group
+    // stays in flight; the one before it has finished reading its slot, which is freed.
+    __device__ __forceinline__ void consume(int it, bool free_previous, float (&acc)[BN / 2],
+                                            int half) const {
+        const int s = it % STAGES;
+        const unsigned slot = ring + s * S::BYTES;
+        tma::mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
+        wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < BK / 16; ++k)
+            Wgmma<T, BN>::mma(acc, S::a_desc(slot, half, k), S::b_desc(slot, k), 1);
+        wgmma_commit();
+        wgmma_wait<1>();
+        if (free_previous) release(it - 1);
+    }
+    __device__ __forceinline__ void release(int it) const {
+        if constexpr (CLUSTER == 1) {
+            tma::mbar_arrive(empty0 + 8 * (it % STAGES));
+        } else {
+            __syncwarp();   // the warp's wgmma wait is done in every lane
+            if (threadIdx.x % 32 == 0)
+                for (unsigned cta = 0; cta < CLUSTER; ++cta)
+                    tma::mbar_arrive_cluster(empty0 + 8 * (it % STAGES), cta);
+        }
+    }
+};
+
+// Writes one warpgroup's 64 x N accumulator fragment to C rows row0.., columns col0..
+// straight from registers (4-byte pairs; N % 8 == 0 keeps each pair inside a row).
+template <typename T, int N>
+__device__ __forceinline__ void store_fragment(const float (&d)[N / 2], T* C, int row0, int col0,
+                                               int M, int Ncols) {
+    const int t = threadIdx.x % 128, w = t / 32, l = t % 32;
+    const int r = row0 + 16 * w + l / 4;
+#pragma unroll
+    for (int j = 0; j < N / 8; ++j) {
+        const int col = col0 + 8 * j + 2 * (l % 4);
+        if (col < Ncols) {
+            if (r < M)
+                *reinterpret_cast<unsigned*>(C + (long long)r * Ncols + col) =
+                    tma::Pack<T>::two(d[4 * j], d[4 * j + 1]);
+            if (r + 8 < M)
+                *reinterpret_cast<unsigned*>(C + (long long)(r + 8) * Ncols + col) =
+                    tma::Pack<T>::two(d[4 * j + 2], d[4 * j + 3]);
+        }
+    }
+}
+
+// Grouped tile order: `group` tile rows at a time, down each column of the group, so the
+// CTAs of one wave share B columns and A rows in L2. Tile `tile` -> (row tm, column tn).
+__device__ __forceinline__ void grouped_tile(int tile, int tiles_m, int tiles_n, int group,
+                                             int& tm, int& tn) {
+    const int per_group = group * tiles_n;
+    const int first_m = (tile / per_group) * group;
+    const int rows = tiles_m - first_m < group ? tiles_m - first_m : group;
+    const int in = tile % per_group;
+    tm = first_m + in % rows;
+    tn = in / rows;
+}
+
+// One consumer warpgroup's 64 x BN accumulator -> a swizzled staging tile -> TMA store of
+// C rows row0.., columns n0.. (BN/64 boxes of 64 x 64). `bar_id` is the warpgroup's named
+// barrier; the store is committed, not waited for, so it overlaps the next tile's math.
+template <typename T, int BN>
+__device__ __forceinline__ void store_tile_tma(const float (&acc)[BN / 2], unsigned staging,
+                                               const TensorMap2D* tmap_c, int row0, int n0,
+                                               unsigned bar_id) {
+    constexpr unsigned BOX_BYTES = 64 * 64 * 2;
+    const int t = threadIdx.x % 128, w = t / 32, l = t % 32;
+    if (t == 0) tma::store_wait_read<0>();   // the last tile's store has read the staging
+    named_sync(bar_id, 128);
+    const int r = 16 * w + l / 4;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+        // 16-byte chunk j % 8 of box j / 8, XOR-swizzled by the row (128B pattern), so the
+        // warp's 32 four-byte writes land in 32 different banks.
+        const unsigned box = staging + (j / 8) * BOX_BYTES + (l % 4) * 4;
+        const unsigned chunk = ((j % 8) ^ (r % 8)) * 16;
+        const unsigned lo = tma::Pack<T>::two(acc[4 * j], acc[4 * j + 1]);
+        const unsigned hi = tma::Pack<T>::two(acc[4 * j + 2], acc[4 * j + 3]);
+        asm volatile("st.shared.u32 [%0], %1;\n" :: "r"(box + r * 128 + chunk), "r"(lo) : "memory");
+        asm volatile("st.shared.u32 [%0], %1;\n" :: "r"(box + (r + 8) * 128 + chunk), "r"(hi)
+                     : "memory");
+    }
+    tma::fence_proxy_async();   // st.shared before the TMA unit reads the tile
+    named_sync(bar_id, 128);
+    if (t == 0) {
+#pragma unroll
+        for (int j = 0; j < BN / 64; ++j)
+            tma::store_2d(tmap_c, staging + j * BOX_BYTES, n0 + 64 * j, row0);
+        tma::store_commit();
+    }
+}
+
+// ------------------------------------------------------------------ epilogue policies
+// What persistent_gemm's consumers do with each output tile, as a policy type E:
+//   E::Args                 what the kernel hands over (its extra pointer arguments);
+//   E(args, tid)            built once per consumer thread, before its first tile;
+//   after_k_tile(kt, kt_prefetch, row0, n0, M, N)
+//                           after every k tile kt of a tile; kt_prefetch = KT / 2 is the
+//                           k tile at which an epilogue that reads global memory should
+//                           start fetching it (half a tile of math before it is needed);
+//   store(acc, staging, tmap_c, row0, n0, M, N, bar_id)
+//                           the tile's fp32 accumulators once its last wgmma group is done
+//                           and its ring slot released: to C, through store_tile_tma.
+// row0 / n0 are the consumer's first C row (64 of them) and the tile's first column.
+// StoreEpilogue is hgemm_tma_wgmma_persistent's: nothing in the k loop, then the swizzled
+// staging tile + TMA store as they are. fused.cu's BiasActEpilogue applies bias /
+// activation / residual to the accumulators first.
+template <typename T, int BN>
+struct StoreEpilogue {
+    struct Args {};
+    __device__ __forceinline__ StoreEpilogue(const Args&, int) {}
+    __device__ __forceinline__ void after_k_tile(int, int, int, int, int, int) const {}
+    __device__ __forceinline__ void store(float (&acc)[BN / 2], unsigned staging,
+                                          const TensorMap2D* tmap_c, int row0, int n0, int, int,
+                                          unsigned bar_id) const {
+        store_tile_tma<T, BN>(acc, staging, tmap_c, row0, n0, bar_id);
+    }
+};
+
+// ------------------------------------------------------------------ persistent body
+// The body of hgemm_tma_wgmma_persistent (threads, grid and smem as the header of
+// hopper.cu gives them), its epilogue an Epilogue policy: warpgroup 0 produces (thread 0
+// walks the CTA's tiles in grouped order and keeps the ring full, running ahead into the
+// next tile), warpgroups 1 and 2 consume 64 rows each and hand every finished tile to the
+// policy's store, whose TMA stores are waited for once, at the end. The kernels calling it
+// keep their own ABI and pass their __grid_constant__ tensor maps by address. Both stages
+// compile to the SASS they had as two bodies: the policy calls are shaped to inline to the
+// same code (the epilogue is built per consumer thread before the tile loop; kt_prefetch is
+// an argument, not computed inside after_k_tile), and tests/test_fused.py holds
+// hgemm_tma_wgmma_persistent to the committed hopper.cu.
+template <typename T, int BM, int BN, int BK, int STAGES, int GROUP, typename Epilogue>
+__device__ __forceinline__ void persistent_gemm(const TensorMap2D* tmap_a,
+                                                const TensorMap2D* tmap_b,
+                                                const TensorMap2D* tmap_c, int M, int N, int K,
+                                                const typename Epilogue::Args& args) {
+    static_assert(BM == 128, "two consumer warpgroups of 64 rows each");
+    static_assert(BN == 128 || BN == 256, "wgmma m64nBNk16 with BN 128 or 256");
+    static_assert(STAGES >= 2, "one slot would serialise every copy with every wgmma");
+    static_assert(GROUP >= 1, "at least one tile row per group");
+    // One 64 x BN C tile per consumer, as BN/64 swizzled 64 x 64 boxes of 8 KB.
+    constexpr unsigned STAGING_BYTES = 64 * BN * 2;
+
+    __shared__ alignas(8) unsigned long long bars[2 * STAGES];
+    extern __shared__ unsigned char dyn_smem[];
+    const Ring<T, BM, BN, BK, STAGES> ring{align1024(smem_u32(dyn_smem)), smem_u32(&bars[0]),
+                                           smem_u32(&bars[STAGES])};
+    const unsigned staging0 = ring.ring + STAGES * Slot<BM, BN, BK>::BYTES;
+    const int tid = threadIdx.x, wg = tid / 128;
+    const int KT = (K + BK - 1) / BK;
+    const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
+    const int tiles = tiles_m * tiles_n;
+
+    if (tid == 0) {
+        ring.init();
+        tma::prefetch_tmap(tmap_a);
+        tma::prefetch_tmap(tmap_b);
+        tma::prefetch_tmap(tmap_c);
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        setmaxnreg_dec<40>();
+        if (tid == 0) {
+            int it = 0;   // k tiles loaded so far, across output tiles
+            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+                int tm, tn;
+                grouped_tile(tile, tiles_m, tiles_n, GROUP, tm, tn);
+                for (int kt = 0; kt < KT; ++kt, ++it)
+                    ring.produce(it, tmap_a, tmap_b, tm * BM, tn * BN, kt);
+            }
+        }
+    } else {
+        setmaxnreg_inc<232>();
+        const int half = wg - 1;
+        const Epilogue epi(args, tid);
+        const unsigned staging = staging0 + half * STAGING_BYTES;
+        int it = 0;
+        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+            int tm, tn;
+            grouped_tile(tile, tiles_m, tiles_n, GROUP, tm, tn);
+            const int row0 = tm * BM + 64 * half, n0 = tn * BN;
+            float acc[BN / 2];
+#pragma unroll
+            for (int j = 0; j < BN / 2; ++j) acc[j] = 0.f;
+            for (int kt = 0; kt < KT; ++kt, ++it) {
+                ring.consume(it, kt > 0, acc, half);
+                epi.after_k_tile(kt, KT / 2, row0, n0, M, N);
+            }
+            wgmma_wait<0>();
+            ring.release(it - 1);
+            epi.store(acc, staging, tmap_c, row0, n0, M, N, 1 + half);
+        }
+        if (tid % 128 == 0) tma::store_wait_all();
+    }
+}
+
+}  // namespace hop

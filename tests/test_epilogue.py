@@ -1,0 +1,154 @@
+"""Fused epilogues on the CPU: the Epilogue value, the group references, planning a fused
+stage (its group as the reference, hgemm_small_m's tile rows from M), the float64 checks
+on NumPy, the launch geometry, and the bad input the issue lists (one sentence, exit 2)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from perfscope import bench, verify
+from perfscope.cli import app
+from perfscope.errors import PerfscopeError
+from perfscope.kernels import Shape, get_spec, parse_shape, stage_catalogue
+from perfscope.kernels.epilogue import (
+    Epilogue,
+    EpilogueOperands,
+    apply,
+    elementwise_expression,
+    elementwise_grid,
+    epilogue_of,
+    gelu_tanh,
+)
+from perfscope.kernels.fused_specs import GROUPS, fused_geometry, small_m_for
+from perfscope.kernels.launch import Prepared
+from perfscope.kernels.registry import reference_name
+from perfscope.manifest import OK, WRONG
+
+runner = CliRunner()
+
+
+def test_epilogue_names_its_math_and_its_unfused_group():
+    assert Epilogue("gelu").label == "bias+gelu" and Epilogue("gelu").group == "cublas+gelu"
+    assert Epilogue("silu", residual=True).group == "cublas+silu+residual"
+    assert Epilogue("none").label == "bias" and Epilogue("none").group == "cublas+bias"
+    assert Epilogue("silu", True).params == {"ACT": 2, "RESIDUAL": 1}
+    with pytest.raises(PerfscopeError, match="unknown activation 'relu'"):
+        Epilogue("relu")
+
+
+def test_every_group_is_a_registered_reference_with_its_epilogue():
+    names = {g.name for g in GROUPS}
+    assert names == {"cublas+bias", "cublas+gelu", "cublas+silu", "cublas+bias+residual",
+                     "cublas+gelu+residual", "cublas+silu+residual"}
+    for g in GROUPS:
+        spec = get_spec(g.name)
+        assert spec.is_reference and epilogue_of(spec).group == g.name
+        assert stage_catalogue()[g.name].is_group
+    assert not stage_catalogue()["cublas_bgemm"].is_group
+
+
+def test_a_fused_stage_is_held_against_the_group_of_its_epilogue():
+    fused = get_spec("hgemm_fused_bias_act")
+    assert reference_name(fused, "bf16") == "cublas+gelu"
+    assert reference_name(fused.with_params(ACT=2, RESIDUAL=1), "fp16") == "cublas+silu+residual"
+    assert reference_name(get_spec("hgemm_ring"), "bf16") == "cublas_bgemm"
+    assert stage_catalogue()["hgemm_small_m"].reference_for("bf16") == "cublas+gelu"
+    job = bench.plan(["hgemm_fused_bias_act"], ["bf16"], parse_shape("4096x4096x4096"))[0]
+    assert bench.reference_spec("bf16", job.spec).name == "cublas+gelu"
+
+
+@pytest.mark.parametrize(("m", "bm", "stages"), [(1, 64, 8), (64, 64, 8), (65, 128, 6),
+                                                  (256, 256, 4)])
+def test_small_m_takes_its_tile_rows_from_m_unless_pinned(m, bm, stages):
+    job = bench.plan(["hgemm_small_m"], ["bf16"], Shape(m, 8192, 8192))[0]
+    assert (job.spec.param_dict["BM"], job.spec.param_dict["STAGES"]) == (bm, stages)
+    pinned = small_m_for(get_spec("hgemm_small_m").with_params(STAGES=2), Shape(m, 8192, 8192),
+                         {"STAGES": 2})
+    assert pinned.param_dict["STAGES"] == 2 and pinned.param_dict["BM"] == bm
+
+
+def test_fused_geometry_splits_k_over_clusters_and_caps_the_persistent_grid():
+    small = small_m_for(get_spec("hgemm_small_m"), Shape(64, 8192, 8192))
+    grid, cluster = fused_geometry(small, Shape(64, 8192, 8192), 132)
+    assert cluster == 2 and grid == (64 * 2, 1, 1)           # 64 N tiles x 2 splits
+    grid, cluster = fused_geometry(small, Shape(64, 8192, 8192), 132, fits=lambda s: False)
+    assert cluster == 1 and grid == (64, 1, 1)
+    grid, cluster = fused_geometry(get_spec("hgemm_fused_bias_act"), Shape(4096, 4096, 4096), 132)
+    assert (grid, cluster) == ((132, 1, 1), 1)
+
+
+def test_elementwise_pass_geometry_and_names():
+    assert elementwise_expression("bf16", Epilogue("silu", True)) == \
+        "bias_act_inplace<__nv_bfloat16, 2, 1>"
+    assert elementwise_grid(64, 8192, 132) == (65536, 256)
+    assert elementwise_grid(4096, 4096, 132) == (2097152, 2112)
+    with pytest.raises(PerfscopeError, match="fp16 or bf16"):
+        elementwise_expression("fp32", Epilogue())
+
+
+def test_epilogue_reference_math():
+    x = np.array([-3.0, -1.0, 0.0, 0.5, 2.0])
+    exact = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+    assert np.allclose(gelu_tanh(np, x), exact)
+    res = np.ones_like(x)
+    assert np.allclose(apply(np, Epilogue("silu", True), x, res), x / (1 + np.exp(-x)) + 1)
+    with pytest.raises(PerfscopeError, match="needs the residual"):
+        apply(np, Epilogue("gelu", True), x, None)
+
+
+def _operands(m=6, n=8, k=16, residual=True, seed=3):
+    rng = np.random.default_rng(seed)
+    a = (rng.standard_normal((m, k)) / np.sqrt(k)).astype(np.float16)
+    b = rng.standard_normal((k, n)).astype(np.float16)
+    bias = (0.5 * rng.standard_normal(n)).astype(np.float16)
+    res = rng.standard_normal((m, n)).astype(np.float16) if residual else None
+    return a, b, EpilogueOperands(bias, res)
+
+
+@pytest.mark.parametrize("act", ["none", "gelu", "silu"])
+def test_the_epilogue_check_passes_the_right_answer_and_fails_one_wrong_element(act):
+    epi = Epilogue(act, residual=True)
+    a, b, extra = _operands()
+    pre = a.astype(np.float64) @ b.astype(np.float64) + extra.bias.astype(np.float64)
+    right = apply(np, epi, pre, extra.residual.astype(np.float64)).astype(np.float16)
+    assert verify.check_epilogue(np, a, b, right, "fp16", epi, extra).verdict == OK
+    wrong = right.copy()
+    wrong[2, 5] += np.float16(0.25)
+    got = verify.check_epilogue(np, a, b, wrong, "fp16", epi, extra)
+    assert got.verdict == WRONG and "C[2][5]" in got.detail
+    # The plain GEMM's answer is not the epilogue's.
+    plain = (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float16)
+    assert verify.check_epilogue(np, a, b, plain, "fp16", epi, extra).verdict == WRONG
+
+
+def test_a_fused_launch_without_its_operands_is_refused():
+    spec = get_spec("hgemm_fused_bias_act")
+    prep = Prepared(spec, "bf16", Shape(64, 64, 64), None, object(), (1, 1, 1), (384, 1, 1), 0,
+                    epilogue=Epilogue("gelu"))
+    with pytest.raises(PerfscopeError, match="needs its bias operands"):
+        prep.launch(None, None, None)
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["bench", "hgemm_small_m", "--dtype", "bf16", "--shape", "512x4096x4096"],
+     "covers M of 1 to 256"),
+    (["bench", "hgemm_fused_bias_act", "--dtype", "bf16", "--param", "ACT=7"],
+     "no epilogue for ACT=7"),
+    (["bench", "hgemm_fused_bias_act", "--dtype", "bf16", "--param", "RESIDUAL=2"],
+     "RESIDUAL=0 or 1"),
+    (["profile", "hgemm_small_m", "--dtype", "fp16", "--shape", "4096x4096x4096"],
+     "covers M of 1 to 256"),
+    (["bench", "hgemm_fused_bias_act", "--dtype", "fp32"], "does not support dtype fp32"),
+])
+def test_bad_epilogue_input_is_one_sentence_and_exit_2(args, says):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    text = result.output.strip()
+    assert says in text and "Traceback" not in text and len(text.splitlines()) == 1
+
+
+def test_a_group_refuses_an_n_its_pass_cannot_read_in_vectors():
+    with pytest.raises(PerfscopeError, match="N to be a multiple of 8 because the elementwise pass"):
+        bench.plan(["cublas+gelu"], ["bf16"], Shape(64, 100, 64))
