@@ -138,6 +138,41 @@ def run_tune(out: Path) -> int:
     return done.returncode
 
 
+# What other commands write into the folder; a full run keeps it (and names it in README.md).
+KEPT: dict[str, str] = {
+    "tune": "`tune/`: the issue-18 sweep (`--tune-only`, or `benchmarks/tune_h200.py`): the store, "
+            "its xz export, results.json, tune.md and tune.html.",
+    "fused": "`fused/`: issue 19's fused stages: `fused_check.json.xz`/`.log` "
+             "(`benchmarks/fused_check.py`), `bench-fused.json` (`benchmarks/bench_fused.py`, "
+             "against the `cublas+gelu` group), the reports of a fused stage and its group "
+             "(`perfscope profile hgemm_small_m cublas+gelu ...`), and its own `index.html`.",
+    "programs": "`programs/`: the any-program acceptance run (`benchmarks/programs_acceptance.sh`).",
+    "gpu-tests": "`gpu-tests/gpu_tests.txt`: the gpu-marked tests on the tree of this run "
+                 "(`python3 -m pytest -q -m gpu tests/FILE.py`, one file per process).",
+    "calibration.json": "`calibration.json`: `python3 benchmarks/calibrate.py` (no GPU): every "
+                        "ladder step's predicted saving against the one bench.json measured.",
+}
+
+
+def clear_generated(out: Path) -> None:
+    """Remove what this run regenerates; keep what other commands wrote there (KEPT)."""
+    out.mkdir(parents=True, exist_ok=True)
+    for entry in out.iterdir():
+        if entry.name in KEPT:
+            continue
+        if entry.is_dir():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
+def kept_lines(out: Path) -> list[str]:
+    """README lines for what other commands wrote into the folder, as far as it is there."""
+    present = [text for name, text in KEPT.items() if (out / name).exists()]
+    return ["", "Also in this folder, written by other commands (a full run keeps them):", "",
+            *(f"- {text}" for text in present)] if present else []
+
+
 def compress(out: Path) -> None:
     for rep in sorted(out.glob("*.ncu-rep")):
         with open(rep, "rb") as src, lzma.open(f"{rep}.xz", "wb", preset=9) as dst:
@@ -239,9 +274,7 @@ def main() -> int:
         rc = run_tune(out)
         write_index(out)
         return rc
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+    clear_generated(out)
     cost = {"shape": SHAPE, "runs": [profile(out, full=False)]}
     cost_file.write_text(json.dumps(cost, indent=1) + "\n")
     if not args.skip_bench:
@@ -264,7 +297,7 @@ def main() -> int:
               "stages at 2048^3 and 8192^3), `hmma_ceiling.json` (the mma.sync roof, "
               "benchmarks/hmma_ceiling.py), `check.json` (every "
               "stage on every issue-3 shape), `profile_cost.json` (ncu passes and wall time "
-              "per stage).", *large_clock_lines(out)]
+              "per stage).", *large_clock_lines(out), *kept_lines(out)]
     (out / "README.md").write_text("\n".join(readme) + "\n")
     write_index(out)
     if args.compare_full:

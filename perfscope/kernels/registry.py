@@ -77,7 +77,9 @@ _N8 = ShapeConstraint("N", 8, "B's and C's rows are copied in 16-byte chunks")
 _HGEMM = {"family": "hgemm", "dtypes": HALF, "source": "hgemm.cu",
           "params": (("BM", 128), ("BN", 128), ("BK", 32), ("GROUP", 8)),
           "block": _threads(256), "grid": tile_grid(), "min_cc": 80,
-          "fingerprint": ("ldgsts", "ldsm", "hmma"), "static_smem": _tiles_smem(1, 2)}
+          "fingerprint": ("ldgsts", "ldsm", "hmma"), "static_smem": _tiles_smem(1, 2),
+          # sm_80 instructions only: the mma.sync ladder never reaches for TMA or wgmma.
+          "absent": ("gmma", "tma")}
 
 _SGEMM_BASE = {"family": "sgemm", "dtypes": ("fp32",), "source": "sgemm.cu", "min_cc": 80,
                "fingerprint": ("ffma",)}
