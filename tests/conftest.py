@@ -37,6 +37,19 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def benchmark_script(name: str):
+    """benchmarks/NAME.py as a module (the scripts import no GPU library at import time)."""
+    import importlib.util
+    import sys
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
 def report(name: str) -> Path:
     return FIXTURES / f"{name}.ncu-rep.xz"
 

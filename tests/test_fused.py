@@ -13,7 +13,6 @@ speed on the GPU are that script's job.
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import shutil
 import subprocess
 import sys
@@ -23,7 +22,7 @@ from typing import ClassVar
 
 import numpy as np
 import pytest
-from conftest import disassembler_or_skip
+from conftest import benchmark_script, disassembler_or_skip
 
 from perfscope.build import CompileRequest, compile_cubin
 from perfscope.kernels.fused_specs import (
@@ -56,16 +55,7 @@ CXX = {"fp16": "__half", "bf16": "__nv_bfloat16"}
 pytestmark = pytest.mark.usefixtures("private_cubin_cache")
 
 
-def _check_script():
-    """benchmarks/fused_check.py as a module (it imports no GPU library at import time)."""
-    spec = importlib.util.spec_from_file_location("fused_check", ROOT / "benchmarks" / "fused_check.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("fused_check", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-fc = _check_script()
+fc = benchmark_script("fused_check")
 
 
 # ------------------------------------------------------------------ the specs

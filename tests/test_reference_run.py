@@ -3,19 +3,11 @@ its README names what other commands left in the folder."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import benchmark_script
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("reference_run", ROOT / "benchmarks" / "reference_run.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("reference_run", module)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_script("reference_run")
 
 
 def test_a_full_run_keeps_what_other_commands_wrote(tmp_path):

@@ -266,19 +266,21 @@ REGISTRY: tuple[KernelSpec, ...] = (
                       "shared buffers (STAGES = 2, 3 or 4).",
                seed="002 §4; 000 §3.1-3.2", **{**_SGEMM_BASE, "fingerprint": ("ffma", "ldgsts")},
                space=_SPACE_PIPE),
-    KernelSpec(name="sgemm_tile16x8", entry="sgemm_pipe", parent="sgemm_pipe",
+    KernelSpec(name="sgemm_tile8x16", entry="sgemm_pipe", parent="sgemm_pipe",
                params=(("BM", 128), ("BN", 128), ("BK", 16), ("WM", 64), ("WN", 64),
-                       ("TM", 16), ("TN", 8), ("STAGES", 2)),
+                       ("TM", 8), ("TN", 16), ("STAGES", 2)),
                block=_WARP_BLOCK, grid=tile_grid(), constraints=(_N4,),
                static_smem=_tiles_smem("STAGES", 4, pad_m=4),
-               change="The pipelined kernel at the configuration `perfscope tune` found: a "
-                      "16x8 thread tile (128 FFMA per 6 LDS.128 instead of 64 per 4), 64x64 "
+               change="The pipelined kernel at the configuration `perfscope tune` found: an "
+                      "8x16 thread tile (128 FFMA per 6 LDS.128 instead of 64 per 4), 64x64 "
                       "warp tiles of 4 warps, BK 16 (half the barriers per FFMA) and 2 stages.",
                seed="002 §4; 000 §5.1", **{**_SGEMM_BASE, "fingerprint": ("ffma", "ldgsts")},
-               notes="Same template as sgemm_pipe; chosen by `perfscope tune sgemm_pipe --budget "
-                     "110` on the H200 at 4096^3 (405 legal configurations, bayes), whose best "
-                     "five all had TM=16, BK=16, STAGES=2. sgemm_pipe's diagnosis had no finding "
-                     "for this step (it gained under the 10% a missed finding would mean)."),
+               notes="Same template as sgemm_pipe; chosen by an exhaustive `perfscope tune "
+                     "sgemm_pipe --strategy exhaustive` on the H200 at 4096^3 (249 of 405 legal "
+                     "configurations timed, the rest pruned by ptxas), after a 110-trial bayes "
+                     "search had stopped at its transpose, TM=16 TN=8 (0.893). sgemm_pipe's "
+                     "diagnosis had no finding for this step (it gained under the 10% a missed "
+                     "finding would mean)."),
     # ------------------------------------------------------------------ FP16/BF16 ladder
     KernelSpec(name="hgemm_naive", entry="hgemm_naive", parent=None,
                change="cp.async, ldmatrix and mma.sync m16n8k16 on a 128x128x32 tile with "
