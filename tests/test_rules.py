@@ -29,7 +29,7 @@ ISSUE_TAGS = {
     "bank-conflicts", "uncoalesced-shared", "latency-exposed", "epilogue-exposed",
     "register-spills", "occupancy-limited", "no-tensor-cores", "legacy-mma", "no-tma",
     "tail-effect", "small-grid", "l2-locality", "dram-bound", "store-inefficiency",
-    "incorrect-result",
+    "incorrect-result", "issue-overhead",
 }
 
 
@@ -264,6 +264,14 @@ CASES: tuple[Case, ...] = (
          lambda: external("triton_64x64")),
     Case("PS142", False, "real", "nvjet loads its tiles with UTMALDG",
          lambda: (one("cublas_hgemm_4096"), {})),
+    Case("PS143", True, "real", "sgemm_pipe: issue slots 80% busy, 15.3% of them not FFMA",
+         lambda: reference("sgemm_pipe", "fp32")),
+    Case("PS143", False, "real", "sgemm_tile8x16, its tuned child: 10.1% not FFMA",
+         lambda: reference("sgemm_tile8x16", "fp32")),
+    Case("PS143", False, "real", "cuBLAS's SGEMM: 11.5% not FFMA",
+         lambda: (one("cublas_sgemm_4096"), {})),
+    Case("PS143", False, "real", "sgemm_warptile: 11.6% not FFMA but its issue slots idle (63%)",
+         lambda: reference("sgemm_warptile", "fp32")),
     Case("PS150", True, "synthetic", "cuBLAS's SGEMM with its grid cut to 1.5 waves",
          lambda: (dataclasses.replace(one("cublas_sgemm_4096"), launch=dataclasses.replace(
              one("cublas_sgemm_4096").launch, waves_per_sm=1.5)), {})),

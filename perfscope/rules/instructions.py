@@ -10,6 +10,7 @@ cores at 61% of wgmma's rate (measured), so the HMMA work costs its pipe time x 
 
 from __future__ import annotations
 
+from perfscope.families import FAMILY_BY_KEY
 from perfscope.hardware import TENSOR_PRACTICAL_SHARE, hmma_share, peak_flops
 from perfscope.metrics import CC_METRICS, M_ISSUE_ACTIVE, M_OPCODES, M_TENSOR_PIPE, OPCODE_METRICS
 from perfscope.rules.bounds import infer_dtype
@@ -196,4 +197,72 @@ NO_TMA = Rule(
               "cp.async.bulk.tensor, mbarrier",
 )
 
-RULES = (NO_TENSOR_CORES, LEGACY_MMA, NO_TMA)
+# -- PS143 thresholds --
+# FFMA is the kernel's math when at least this share of its instructions is FFMA.
+FFMA_MATH_SHARE_MIN = 0.5
+# The issue slots are the bound when they issue this much of the active time.
+ISSUE_BOUND_PCT = 75.0
+# The non-FFMA share of instructions a tuned FFMA GEMM keeps (measured on the H200 at
+# 4096^3: cuBLAS's sm80 SGEMM kernel 0.115, sgemm_tile8x16 0.101); the rule fires above
+# OVERHEAD_MIN and estimates the saving down to OVERHEAD_TARGET.
+OVERHEAD_TARGET = 0.10
+OVERHEAD_MIN = 0.12
+_OVERHEAD_FAMILIES = ("shared", "ldgsts", "ldg", "barrier")
+
+
+def _check_issue_overhead(inputs: Inputs) -> Hit | None:
+    """Symptom: an FFMA GEMM whose issue slots are busy (>= 75% of active cycles) spends
+    more than 12% of them on instructions that are not FFMA.
+    Why: each warp-level FFMA needs an issue slot; every shared load, copy, barrier, loop
+    and address instruction takes one an FFMA could have had. An issue-bound kernel runs
+    as fast as its instruction count allows, so the overhead is time.
+    Fix: fewer instructions per FFMA: a larger thread tile (shared loads per FFMA fall as
+    1/TM + 1/TN), a larger BK (the per-k-tile barrier, loop and copy-address instructions
+    spread over more FFMA), 16-byte copies instead of 4-byte ones.
+    Estimate: issue active x (1 - (1 - overhead) / (1 - OVERHEAD_TARGET)): the issue time
+    the same FFMA would not need at a tuned GEMM's overhead share.
+    Example:
+        before: TM = TN = 8, BK = 8:  6.25% LDS.128 + per-tile copies and barrier (15% overhead)
+        after:  TM = 8, TN = 16, BK = 16:  4.7% LDS.128, half the per-tile work (10%)
+    Source: seed 002 §2-4 (register and warp tiling); seed 000 §5.1 (tune the tile); NCU
+    Profiling Guide: Warp Scheduler Statistics (issue slot utilisation)."""
+    p = inputs.profile
+    total = total_instructions(p)
+    ffma = family(p, "ffma")
+    if not total or ffma / total < FFMA_MATH_SHARE_MIN or has_tensor_cores(p):
+        return None
+    issue = p.stalls.issue_active_pct
+    if issue is None:
+        raise NotCollected(f"issue activity ({M_ISSUE_ACTIVE})")
+    overhead = 1 - ffma / total
+    if issue < ISSUE_BOUND_PCT or overhead <= OVERHEAD_MIN:
+        return None
+    parts = sorted(((family(p, k) / total, k) for k in _OVERHEAD_FAMILIES if family(p, k)),
+                   reverse=True)
+    rest = overhead - sum(share for share, _ in parts)
+    named = ", ".join(f"{FAMILY_BY_KEY[k].label} {share:.1%}" for share, k in parts)
+    gain = issue / 100 * (1 - (1 - overhead) / (1 - OVERHEAD_TARGET))
+    return Hit((
+        Evidence("non-FFMA instructions / all instructions", round(overhead, 3), f"> {OVERHEAD_MIN}"),
+        Evidence(M_ISSUE_ACTIVE, round(issue, 1), f">= {ISSUE_BOUND_PCT:.0f} (the slots are the bound)"),
+        Evidence("of them, not " + (named or "shared, copy or barrier") + ": integer, branch, other",
+                 round(rest, 3), "-"),
+    ), gain, (("parts", named or "integer, branch and address instructions"),))
+
+
+ISSUE_OVERHEAD = Rule(
+    code="PS143", tag="issue-overhead", title="FFMA issue slots go to overhead instructions",
+    severity="warning",
+    metrics=(*OPCODE_METRICS, M_ISSUE_ACTIVE),
+    check=_check_issue_overhead,
+    fix="Issue fewer instructions per FFMA (now {parts}, plus integer and loop work): a larger "
+        "thread tile (shared loads per FFMA fall as 1/TM + 1/TN), a larger BK (fewer barrier and "
+        "copy instructions per FFMA); `perfscope tune` searches both.",
+    reference="NCU Profiling Guide: Warp Scheduler Statistics (Issue Slot Utilization); CUDA C++ "
+              "Best Practices Guide: Instruction Optimization",
+    ncu=("IssueSlotUtilization", "CPIStall/Not Selected Stalls"),
+    thresholds=(("FFMA_MATH_SHARE_MIN", FFMA_MATH_SHARE_MIN), ("ISSUE_BOUND_PCT", ISSUE_BOUND_PCT),
+                ("OVERHEAD_TARGET", OVERHEAD_TARGET), ("OVERHEAD_MIN", OVERHEAD_MIN)),
+)
+
+RULES = (NO_TENSOR_CORES, LEGACY_MMA, NO_TMA, ISSUE_OVERHEAD)

@@ -27,7 +27,7 @@ TAGS: tuple[str, ...] = (
     "bank-conflicts", "uncoalesced-shared", "latency-exposed", "epilogue-exposed",
     "register-spills", "occupancy-limited", "no-tensor-cores", "legacy-mma", "no-tma",
     "tail-effect", "small-grid", "l2-locality", "dram-bound", "store-inefficiency",
-    "incorrect-result",
+    "incorrect-result", "issue-overhead",
 )
 
 # Tags whose fixes remove the same time: within a group only the largest estimate counts

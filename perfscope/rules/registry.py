@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from perfscope.rules.cache import NO_GRID_SWIZZLE, PERSISTING_MISUSE
 from perfscope.rules.correctness import INCORRECT, UNVERIFIED
-from perfscope.rules.instructions import LEGACY_MMA, NO_TENSOR_CORES, NO_TMA
+from perfscope.rules.instructions import ISSUE_OVERHEAD, LEGACY_MMA, NO_TENSOR_CORES, NO_TMA
 from perfscope.rules.latency import BARRIER_BOUND, EPILOGUE_EXPOSED, LOADS_NOT_OVERLAPPED, PARTLY_EXPOSED
 from perfscope.rules.launch import SMALL_GRID, TAIL, TILE_WASTE
 from perfscope.rules.memory import (
@@ -44,6 +44,7 @@ REGISTRY: tuple[Rule, ...] = (
     NO_TENSOR_CORES,         # PS140
     LEGACY_MMA,              # PS141
     NO_TMA,                  # PS142
+    ISSUE_OVERHEAD,          # PS143
     TAIL,                    # PS150
     TILE_WASTE,              # PS151
     SMALL_GRID,              # PS152
