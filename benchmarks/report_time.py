@@ -76,15 +76,15 @@ def main() -> int:
     args = ap.parse_args()
     paths = args.paths
     bench = args.bench
-    if not paths:
-        if any(REFERENCE.glob("*.ncu-rep.xz")):
-            paths = sorted(REFERENCE.glob("*.ncu-rep.xz"))
-            bench = bench or REFERENCE / "bench.json"
-        else:
-            paths, bench = [FIXTURES], bench or REFERENCE / "bench.json"
     with tempfile.TemporaryDirectory() as cache:
         os.environ["PERFSCOPE_CACHE"] = cache
         import perfscope.render.html  # noqa: F401 - import time is not generation time
+        from perfscope.review import folder_reports
+
+        if not paths:
+            # The ladder, as the reference page reads it; else the fixtures.
+            paths = folder_reports(REFERENCE) if any(REFERENCE.glob("*.ncu-rep.xz")) else [FIXTURES]
+            bench = bench or REFERENCE / "bench.json"
 
         cold = once(paths, bench)
         warm = [once(paths, bench) for _ in range(args.repeat)]

@@ -28,9 +28,8 @@ from perfscope.locations import LOCAL_ROOT
 from perfscope.manifest import RunManifest, manifest_beside
 from perfscope.profile import KernelProfile, compile_kernel_regex, load
 from perfscope.reader import REPORT_SUFFIXES, find_reports, report_stem
-from perfscope.record import Catalogue, Diagnosed, machine_settings
+from perfscope.record import Catalogue, Diagnosed, as_group, machine_settings
 from perfscope.rules import Context, evaluate
-from perfscope.rules.bounds import sass_flops
 from perfscope.stage import StageInfo
 
 log = logging.getLogger(__name__)
@@ -196,13 +195,9 @@ def _is_group(path: Path, catalogue: Catalogue) -> bool:
 
 def _group_record(path: Path, profiles: list[KernelProfile], label: str,
                   catalogue: Catalogue) -> Diagnosed:
-    """One record for a group of launches: the launch with the most math (the GEMM) as the
-    principal, the others (the epilogue passes) as its group, each diagnosed on its own."""
-    records = diagnose_profiles(path, profiles, catalogue, several=True)
-    principal = max(records, key=lambda r: (sass_flops(r.profile) or 0.0,
-                                            r.profile.sol.duration_ns or 0.0))
-    rest = tuple(r for r in records if r is not principal)
-    return replace(principal, label=label, group=rest)
+    """One record for a group of launches, each diagnosed on its own (record.as_group)."""
+    return replace(as_group(diagnose_profiles(path, profiles, catalogue, several=True)),
+                   label=label)
 
 
 def _by_id(path: Path, launch: int, label: str, catalogue: Catalogue) -> Diagnosed:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from perfscope.errors import PerfscopeError
@@ -19,6 +19,7 @@ from perfscope.manifest import RunManifest
 from perfscope.metrics import M_PERSISTING
 from perfscope.profile import KernelProfile
 from perfscope.rules import BY_CODE, SEVERITIES, Evaluation, Finding
+from perfscope.rules.bounds import sass_flops
 from perfscope.stage import StageInfo
 
 # The opcode families each symptom sits on: a finding points at the hottest of these
@@ -78,6 +79,14 @@ class Diagnosed:
         if capture is None or capture.trusts(self.profile.identity.launch_index):
             return None
         return capture.fault or "the program faulted while this launch was profiled"
+
+
+def as_group(launches: Sequence[Diagnosed]) -> Diagnosed:
+    """One record for the launches of a group report (a GEMM, then its epilogue passes): the
+    launch with the most math as the principal, the others, in order, as its group."""
+    principal = max(launches, key=lambda r: (sass_flops(r.profile) or 0.0,
+                                             r.profile.sol.duration_ns or 0.0))
+    return replace(principal, group=tuple(r for r in launches if r is not principal))
 
 
 @dataclass(frozen=True)

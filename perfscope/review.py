@@ -28,9 +28,8 @@ from perfscope.hardware import math_kind, peak_flops
 from perfscope.manifest import BENCH_NAME, BenchFile, Environment, RunManifest, Spread, run_key
 from perfscope.profile import KernelProfile
 from perfscope.reader import REPORT_SUFFIXES
-from perfscope.record import Catalogue, Diagnosed, incomplete_reports, machine_notes
+from perfscope.record import Catalogue, Diagnosed, as_group, incomplete_reports, machine_notes
 from perfscope.rules import Evaluation
-from perfscope.rules.bounds import sass_flops
 from perfscope.source import SourceView, source_view
 
 log = logging.getLogger(__name__)
@@ -248,16 +247,13 @@ def _comparisons(entries: Sequence[Entry]) -> list[Comparison]:
 
 
 def _as_group(e: Entry, by_file: dict[str, list[Entry]]) -> Diagnosed:
-    """A group reference's record with the other launches of its report as its group (the
-    launch with the most math as the principal); any other entry's record as it is."""
+    """A group reference's record with the other launches of its report as its group
+    (record.as_group); any other entry's record as it is."""
     info = e.record.stage
     members = by_file.get(e.file, [e])
     if info is None or not info.is_group or len(members) < 2:
         return e.record
-    principal = max(members, key=lambda x: (sass_flops(x.record.profile) or 0.0,
-                                            x.record.profile.sol.duration_ns or 0.0))
-    return dataclasses.replace(principal.record,
-                               group=tuple(x.record for x in members if x is not principal))
+    return as_group([x.record for x in members])
 
 
 def _find_beside(paths: Sequence[Path], name: str | Path) -> Path | None:

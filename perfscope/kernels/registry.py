@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from perfscope.errors import PerfscopeError
-from perfscope.kernels.fused_specs import ACTIVATIONS, FUSED, GROUPS, group_name
+from perfscope.kernels.epilogue import epilogue_of
+from perfscope.kernels.fused_specs import FUSED, GROUPS
 from perfscope.kernels.spec import (
     KernelSpec,
     Params,
@@ -488,12 +489,8 @@ def stage_info(spec: KernelSpec) -> StageInfo:
 def reference_name(spec: KernelSpec, dtype: str) -> str:
     """What a stage is held against: the group of launches that computes the same epilogue
     for a fused stage (``cublas+gelu``), else cuBLAS of its dtype."""
-    p = spec.param_dict
-    if spec.family == "fused" and "ACT" in p:
-        act = next((k for k, v in ACTIVATIONS.items() if v == p["ACT"]), None)
-        if act is not None:
-            return group_name(act, bool(p.get("RESIDUAL", 0)))
-    return REFERENCE_FOR_DTYPE[dtype]
+    epilogue = epilogue_of(spec) if spec.family == "fused" else None
+    return epilogue.group if epilogue is not None else REFERENCE_FOR_DTYPE[dtype]
 
 
 def stage_catalogue() -> dict[str, StageInfo]:
