@@ -33,7 +33,7 @@ DTYPES = ("fp32", "fp16", "bf16")
 # hgemm_tma_wgmma at 3 fits two CTAs in a multiprocessor's shared memory, at 4 one.
 DEPTHS = {"sgemm_pipe": (2, 3, 4), "hgemm_tma_wgmma": (4, 3)}
 HOPPER = ("hgemm_bcf_dbf_rw", "hgemm_ring", "hgemm_tma_wgmma", "hgemm_tma_wgmma_ws",
-          "hgemm_tma_wgmma_persistent", "hgemm_tma_wgmma_cluster")
+          "hgemm_tma_wgmma_persistent", "hgemm_tma_wgmma_streamk", "hgemm_tma_wgmma_cluster")
 LARGE_SHAPE = "8192x8192x8192"
 # Issue 20 holds the best FP32 stage to 2048^3 and 8192^3 as well: it and its parent there.
 FP32_STAGES = ("sgemm_pipe", "sgemm_tile8x16")

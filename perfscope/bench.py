@@ -274,11 +274,15 @@ class ParentStep:
     parent: str
     speedup: float  # stage median TFLOP/s over parent median TFLOP/s
     variant: bool
+    # Whether the two rounds' ratios to the reference do not overlap: every round of the
+    # slower one below every round of the faster (no ratios: the medians alone decide).
+    apart: bool = True
 
     @property
     def regression(self) -> bool:
-        """Whether the stage is slower than its parent (a variant may be, on purpose)."""
-        return self.speedup < 1.0 and not self.variant
+        """Whether the stage is slower than its parent beyond the rounds' spread (a tie within
+        it is no regression; a variant may be slower, on purpose)."""
+        return self.speedup < 1.0 and self.apart and not self.variant
 
 
 def parent_steps(manifests: Sequence[RunManifest]) -> list[ParentStep]:
@@ -297,5 +301,12 @@ def parent_steps(manifests: Sequence[RunManifest]) -> list[ParentStep]:
         if parent is not None:
             steps.append(ParentStep(stage, dtype, parent.stage,
                                     m.timing.tflops.median / parent.timing.tflops.median,
-                                    m.variant))
+                                    m.variant, _apart(m.timing, parent.timing)))
     return steps
+
+
+def _apart(a: Timing, b: Timing) -> bool:
+    ra, rb = a.ratio_to_reference, b.ratio_to_reference
+    if ra is None or rb is None:
+        return True
+    return ra.max < rb.min or rb.max < ra.min

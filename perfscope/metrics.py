@@ -95,6 +95,10 @@ M_SMEM_STATIC = "launch__shared_mem_per_block_static"
 M_SMEM_DYNAMIC = "launch__shared_mem_per_block_dynamic"
 M_SMEM_DRIVER = "launch__shared_mem_per_block_driver"
 M_WAVES = "launch__waves_per_multiprocessor"
+# Cycles each SM had work: the busiest, the average and the idlest SM of the launch.
+M_SM_ACTIVE_AVG = "sm__cycles_active.avg"
+M_SM_ACTIVE_MAX = "sm__cycles_active.max"
+M_SM_ACTIVE_MIN = "sm__cycles_active.min"
 M_CLUSTER_SIZE = "launch__cluster_size"
 CLUSTER_DIMS = ("launch__cluster_dim_x", "launch__cluster_dim_y", "launch__cluster_dim_z")
 M_THEORETICAL_OCCUPANCY = "sm__maximum_warps_per_active_cycle_pct"

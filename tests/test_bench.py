@@ -236,6 +236,20 @@ def test_committed_h200_reference_is_consistent():
     # No ladder stage is slower than its parent, except declared variants.
     steps = bench.parent_steps(ref.manifests)
     assert steps and not [s for s in steps if s.regression]
+    # The stream-K stage is its parent at 4096^3 (3.9 rounds): a tie within the rounds' spread.
+    (tie,) = [s for s in steps if s.stage == "hgemm_tma_wgmma_streamk" and s.dtype == "bf16"]
+    assert 0.99 < tie.speedup < 1.01 and not tie.apart
+    # At 8192^3 (15.5 rounds) it splits the last round and beats its parent in every round.
+    large = BenchFile.read(path.with_name("bench-8192.json"))
+    for s in bench.parent_steps(large.manifests):
+        if s.stage == "hgemm_tma_wgmma_streamk":
+            assert s.speedup > 1.01 and s.apart, s
+
+
+def test_a_slower_stage_is_a_regression_only_beyond_the_rounds_spread():
+    assert bench.ParentStep("child", "bf16", "parent", 0.998, False, apart=False).regression is False
+    assert bench.ParentStep("child", "bf16", "parent", 0.998, False, apart=True).regression is True
+    assert bench.ParentStep("child", "bf16", "parent", 0.90, True, apart=True).regression is False
 
 
 # ------------------------------------------------- --json prints, --out writes (issue 16)

@@ -27,8 +27,9 @@ RAGGED = (Shape(129, 136, 72), Shape(1000, 2000, 504), Shape(130, 132, 67))
 
 def _id(case) -> str:
     spec, dtype = case
-    stages = spec.param_dict.get("STAGES")
-    return f"{spec.name}{'' if stages in (None, 3) else f'-S{stages}'}-{dtype}"
+    default = get_spec(spec.name).param_dict
+    changed = "".join(f"-{k}{v}" for k, v in spec.param_dict.items() if default.get(k) != v)
+    return f"{spec.name}{changed}-{dtype}"
 
 
 @pytest.mark.parametrize("shape", verify.CHECK_SHAPES + RAGGED, ids=str)
@@ -49,10 +50,17 @@ def test_stage_is_correct(case, shape):
 
 # The tensor-map stages refuse most issue-3 shapes (K and N multiples of 8), so they get
 # their own: K = 8 (one partly filled k tile), ragged M and N with more tiles than
-# multiprocessors (the persistent stage wraps), a square one, and the issue's 8192^3.
+# multiprocessors (the persistent stage wraps), a square one, 512 tiles of 4 k tiles (the
+# stream-K shares cut tiles) and the issue's 8192^3.
 TENSORMAP_CASES = [(s, d) for s in REGISTRY if s.abi == "tensormap" for d in s.dtypes]
+# The persistent template's tuned options: a fourth ring slot paid for with two staging
+# boxes, one box at BN 128, and stream-K (its split tiles, their partials and flags).
+_PERSISTENT = get_spec("hgemm_tma_wgmma_persistent")
+TENSORMAP_CASES += [(_PERSISTENT.with_params(**p), d) for d in _PERSISTENT.dtypes for p in (
+    {"STAGES": 4, "BOXES": 2}, {"STREAMK": 1}, {"STREAMK": 1, "STAGES": 4, "BOXES": 1, "GROUP": 16},
+    {"STREAMK": 1, "BN": 128, "BOXES": 1}, {"STREAMK": 2}, {"STREAMK": 2, "BN": 128})]
 TENSORMAP_SHAPES = (Shape(200, 264, 8), Shape(2056, 4104, 520),
-                    Shape(8, 8, 8), Shape(8192, 8192, 8192))
+                    Shape(8, 8, 8), Shape(4096, 4096, 200), Shape(8192, 8192, 8192))
 
 
 @pytest.mark.parametrize("shape", TENSORMAP_SHAPES, ids=str)

@@ -35,7 +35,7 @@ from perfscope.kernels.tensormap import (
 
 HOPPER = [s for s in REGISTRY if s.source == "hopper.cu"]
 NAMES = ("hgemm_tma_wgmma", "hgemm_tma_wgmma_ws", "hgemm_tma_wgmma_persistent",
-         "hgemm_tma_wgmma_cluster")
+         "hgemm_tma_wgmma_streamk", "hgemm_tma_wgmma_cluster")
 
 
 pytestmark = pytest.mark.usefixtures("private_cubin_cache")
@@ -43,10 +43,14 @@ pytestmark = pytest.mark.usefixtures("private_cubin_cache")
 
 def test_the_ladder_continues_past_mma_sync():
     assert [s.name for s in HOPPER] == list(NAMES)
-    assert [s.parent for s in HOPPER] == ["hgemm_bcf_dbf_rw", *NAMES[:3]]
+    assert [s.parent for s in HOPPER] == ["hgemm_bcf_dbf_rw", *NAMES[:3], NAMES[2]]
     # The cluster stage measured slower than its parent: declared a variant, with why.
-    assert [s.variant for s in HOPPER] == [False, False, False, True]
-    assert "0.96" in HOPPER[3].notes and HOPPER[3].cluster == 2
+    assert [s.variant for s in HOPPER] == [False, False, False, False, True]
+    assert "0.96" in HOPPER[4].notes and HOPPER[4].cluster == 2
+    # The stream-K stage is the persistent template at a tuned configuration.
+    streamk = HOPPER[3]
+    assert streamk.entry == "hgemm_tma_wgmma_persistent" and streamk.param_dict["STREAMK"] == 2
+    assert streamk.dynamic_smem_bytes() == get_spec(NAMES[2]).dynamic_smem_bytes()
     for spec in HOPPER:
         assert spec.family == "hgemm" and spec.dtypes == ("fp16", "bf16")
         assert spec.archs == ("sm_90a",) and spec.only_cc == (90,) and spec.abi == "tensormap"
@@ -83,6 +87,18 @@ def test_specialised_stages_move_registers_and_the_last_stores_by_tma(name):
     clustered = name == "hgemm_tma_wgmma_cluster"
     assert (multicast > 0) == clustered
     assert (bases["UCGABAR_ARV"] > 0) == clustered   # cluster barriers after init, before exit
+
+
+@pytest.mark.slow
+def test_only_stream_k_touches_global_memory_outside_tma():
+    # Its cut tiles' fp32 partials leave and return by plain global stores and loads, and a
+    # flag per partial is raised by an atomic; the data-parallel stages move data by TMA only.
+    tool = disassembler_or_skip()
+    for name in ("hgemm_tma_wgmma_persistent", "hgemm_tma_wgmma_streamk"):
+        bases = audit_stage(name, "sm_90a", "bf16", tool=tool).sass.base_opcodes
+        streamk = name == "hgemm_tma_wgmma_streamk"
+        assert (bases["STG"] > 0) == streamk and (bases["LDG"] > 0) == streamk, name
+        assert (bases["ATOMG"] > 0) == streamk, name
 
 
 @pytest.mark.slow
@@ -176,6 +192,18 @@ def test_dynamic_shared_memory_follows_the_header():
     assert get_spec("hgemm_tma_wgmma_ws").dynamic_smem_bytes() == 4 * 49152 + 1024
     assert get_spec("hgemm_tma_wgmma_persistent").dynamic_smem_bytes() == 3 * 49152 + 65536 + 1024
     assert get_spec("hgemm_tma_wgmma_cluster").dynamic_smem_bytes() == 3 * 49152 + 65536 + 1024
+    # Two staging boxes per consumer instead of the whole tile leave room for a fourth slot.
+    deep = get_spec("hgemm_tma_wgmma_persistent").with_params(STAGES=4, BOXES=2)
+    assert deep.dynamic_smem_bytes() == 4 * 49152 + 2 * 2 * 8192 + 1024
+    assert deep.dynamic_smem_bytes() + deep.static_smem_bytes() <= 227 * 1024
+
+
+def test_the_persistent_space_stages_at_most_the_whole_tile():
+    spec = get_spec("hgemm_tma_wgmma_persistent")
+    assert spec.space.choices("BOXES") == (1, 2, 4)
+    # BOXES beyond BN/64 stage the whole tile, as the kernel's StoreEpilogue does.
+    assert spec.with_params(BN=128, BOXES=4).dynamic_smem_bytes() == \
+        spec.with_params(BN=128, BOXES=2).dynamic_smem_bytes() == 3 * 32768 + 2 * 2 * 8192 + 1024
 
 
 # ------------------------------------------------------------------ the launcher

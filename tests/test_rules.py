@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from perfscope.cli import app
 from perfscope.collection import EXTRA_METRICS
 from perfscope.manifest import RunManifest, Verification
-from perfscope.metrics import VIEW_METRICS
+from perfscope.metrics import M_SM_ACTIVE_AVG, M_SM_ACTIVE_MAX, VIEW_METRICS
 from perfscope.profile import KernelProfile, Stall, Traffic, load
 from perfscope.rules import BY_CODE, REGISTRY, SEVERITIES, TAGS, Context, evaluate
 from perfscope.rules.model import DOC_SECTIONS
@@ -128,6 +128,11 @@ def reference(stage: str, dtype: str):
     """A ladder stage of the committed reference run, with its manifest and stage."""
     r = _records(str(REFERENCE / f"{stage}-{dtype}-4096x4096x4096.ncu-rep.xz"))[0]
     return r.profile, {"manifest": r.manifest, "context": Context(stage=r.stage)}
+
+
+def _balanced(kp: KernelProfile, kw: dict):
+    """The same launch with its average SM active 99% of the busiest one's cycles."""
+    return with_metric(kp, M_SM_ACTIVE_AVG, 0.99 * kp.metric(M_SM_ACTIVE_MAX)), kw
 
 
 @dataclasses.dataclass(frozen=True)
@@ -284,6 +289,14 @@ CASES: tuple[Case, ...] = (
     Case("PS152", True, "real", "a 256-CTA transpose in the 24-launch capture fills a quarter of one wave",
          lambda: (one("many_launches", 14), {})),
     Case("PS152", False, "real", "cuBLAS's SGEMM runs 3.88 waves", lambda: (one("cublas_sgemm_4096"), {})),
+    Case("PS153", True, "real", "hgemm_tma_wgmma_persistent: 512 tiles on 132 CTAs, the idlest SM "
+         "active 0.75 of the busiest", lambda: reference("hgemm_tma_wgmma_persistent", "bf16")),
+    Case("PS153", True, "real", "cuBLAS's nvjet 256x128 persistent grid has the same last round",
+         lambda: (one("cublas_bgemm_4096"), {})),
+    Case("PS153", False, "synthetic", "the persistent stage with its SMs within 1% of each other",
+         lambda: _balanced(*reference("hgemm_tma_wgmma_persistent", "bf16"))),
+    Case("PS153", False, "real", "cuBLAS's SGEMM runs 3.88 waves: its last wave is PS150's",
+         lambda: (one("cublas_sgemm_4096"), {})),
     Case("PS160", True, "synthetic", "the FFMA kernel: 30% L2 hits, DRAM at 70%, 3x its compulsory bytes",
          lambda: (_low_l2(0.0), {"manifest": _reread_manifest()})),
     Case("PS160", False, "real", "a decode GEMM streams its weight once (8% hits, no re-reads)",

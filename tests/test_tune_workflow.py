@@ -20,12 +20,15 @@ from perfscope.tune.store import Store
 
 STAGE = "hgemm_tma_wgmma_persistent"
 SHAPES = (parse_shape("4096x4096x4096"), parse_shape("1024x8192x8192"))
-LEGAL = 35       # of the persistent stage's 50 declared configurations (see test_tune_space)
+# With BOXES held at the whole tile and no stream-K: 35 of the 50 configurations left (see test_tune_space).
+PINS = {"BOXES": 4, "STREAMK": 0}
+LEGAL = 35
 TESTS = Path(__file__).parent
 
 
 def request(store: Path, **kw) -> workflow.TuneRequest:
-    base = {"stages": (STAGE,), "shapes": SHAPES, "dtypes": ("bf16",), "store": store}
+    base = {"stages": (STAGE,), "shapes": SHAPES, "dtypes": ("bf16",), "store": store,
+            "pins": PINS}
     return workflow.TuneRequest(**{**base, **kw})
 
 
@@ -129,7 +132,7 @@ def test_resume_after_a_crash_mid_sweep(tmp_path):
         from perfscope.tune import workflow
         shapes = tuple(parse_shape(s) for s in {[str(s) for s in SHAPES]!r})
         req = workflow.TuneRequest(stages=({STAGE!r},), shapes=shapes, dtypes=("bf16",),
-                                   store=Path({str(store)!r}))
+                                   store=Path({str(store)!r}), pins={PINS!r})
         workflow.run(req, FakeExecutor(crash_after=30))
     """)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}

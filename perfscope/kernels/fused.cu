@@ -203,6 +203,7 @@ __device__ __forceinline__ void prefetch_rows_l2(const T* base, int row0, int ro
 // TMA store.
 template <typename T, int BN, int ACT, int RESIDUAL>
 struct BiasActEpilogue {
+    static constexpr unsigned STAGING_BYTES = 64 * BN * 2;   // the whole 64 x BN tile
     struct Args {
         const T* bias;
         const T* residual;

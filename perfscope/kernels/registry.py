@@ -102,6 +102,16 @@ def _ring_smem(staging_rows: int = 0):
     return smem
 
 
+def _ring_and_boxes_smem(p: Params) -> int:
+    return (p["STAGES"] * (p["BM"] * p["BK"] + p["BK"] * p["BN"]) * 2
+            + 2 * min(p["BOXES"], p["BN"] // 64) * 64 * 64 * 2 + 1024)
+
+
+_ring_and_boxes_smem.__doc__ = ("STAGES * (BM*BK + BK*BN) * 2 + 2 * min(BOXES, BN/64) * 64 * 64 * 2 "
+                                "+ 1024 (the ring, the 8 KB C staging boxes of each consumer, "
+                                "realignment)")
+
+
 def _mbarriers(per_stage: int):
     def smem(p: Params) -> int:
         return per_stage * p["STAGES"] * 8
@@ -150,9 +160,12 @@ _SPACE_TMA_WGMMA = SearchSpace(values=(
 # The warp-specialised stages split BM over two 64-row consumer warpgroups: BM is 128.
 _SPACE_WS = SearchSpace(values=(
     ("BM", (128,)), ("BN", _WGMMA_N), ("BK", (64,)), ("STAGES", (2, 3, 4, 5, 6, 7))))
+# BOXES: C staging boxes per consumer; 4 is the whole tile at BN 256 and, as 2, at BN 128.
+# STREAMK: 1 splits the last partial round of tiles by k iterations (hop::StreamK in
+# hopper.cuh); 2, which does so only from 8 rounds up, is the streamk stage's, not searched.
 _SPACE_PERSISTENT = SearchSpace(values=(
     ("BM", (128,)), ("BN", _WGMMA_N), ("BK", (64,)), ("STAGES", _RING_STAGES),
-    ("GROUP", (1, 2, 4, 8, 16))))
+    ("GROUP", (1, 2, 4, 8, 16)), ("BOXES", (1, 2, 4)), ("STREAMK", (0, 1))))
 _SPACE_CLUSTER = SearchSpace(
     values=(("BM", (128,)), ("BN", _WGMMA_N), ("BK", (64,)), ("STAGES", _RING_STAGES),
             ("GROUP", (2, 4, 8, 16))),
@@ -334,14 +347,35 @@ REGISTRY: tuple[KernelSpec, ...] = (
                seed="000 §4", **_HOPPER, space=_SPACE_WS),
     KernelSpec(name="hgemm_tma_wgmma_persistent", entry="hgemm_tma_wgmma_persistent",
                parent="hgemm_tma_wgmma_ws",
-               params=(("BM", 128), ("BN", 256), ("BK", 64), ("STAGES", 3), ("GROUP", 8)),
+               params=(("BM", 128), ("BN", 256), ("BK", 64), ("STAGES", 3), ("GROUP", 8),
+                       ("BOXES", 4), ("STREAMK", 0)),
                block=_threads(384), grid=_persistent_tiles, persistent=True,
-               dynamic_smem=_ring_smem(staging_rows=64), static_smem=_mbarriers(2),
+               dynamic_smem=_ring_and_boxes_smem, static_smem=_mbarriers(2),
                fingerprint=("tma", "gmma", "setmaxreg"),
                change="Persistent CTAs, one per multiprocessor, walk the tiles in grouped "
                       "L2-friendly order; the producer runs ahead into the next tile while the "
                       "consumers store C through swizzled shared memory by TMA.",
                seed="000 §4", **_HOPPER, space=_SPACE_PERSISTENT),
+    KernelSpec(name="hgemm_tma_wgmma_streamk", entry="hgemm_tma_wgmma_persistent",
+               parent="hgemm_tma_wgmma_persistent",
+               params=(("BM", 128), ("BN", 256), ("BK", 64), ("STAGES", 3), ("GROUP", 16),
+                       ("BOXES", 4), ("STREAMK", 2)),
+               block=_threads(384), grid=_persistent_tiles, persistent=True,
+               dynamic_smem=_ring_and_boxes_smem, static_smem=_mbarriers(2),
+               fingerprint=("tma", "gmma", "setmaxreg"),
+               change="Stream-K for the last, partial round of tiles once the tiles make at "
+                      "least 8 rounds of persistent CTAs: its k iterations are shared evenly "
+                      "by all CTAs and the cut tiles' fp32 partials added by the CTA holding "
+                      "each tile's first k tiles, in raster groups of 16 tile rows.",
+               seed="000 §5.1, §6.3", **_HOPPER,
+               notes="The persistent template at STREAMK=2 and GROUP=16, from `perfscope tune` "
+                     "over the template's STREAMK option on the H200: splitting the last round "
+                     "always (STREAMK=1) won only at 8192^3, 6144^3 and 4096x14336x4096 (8.7 "
+                     "to 15.5 rounds) and lost 5-12% at 1.9-3.9 rounds, where the split round "
+                     "is a large share of the work and its CTAs, at different k, share little "
+                     "in L2 (it still lost with the partials' writes and reads taken out). "
+                     "So this stage splits only from 8 rounds up and is the persistent stage "
+                     "at 4096^3."),
     KernelSpec(name="hgemm_tma_wgmma_cluster", entry="hgemm_tma_wgmma_cluster",
                parent="hgemm_tma_wgmma_persistent",
                params=(("BM", 128), ("BN", 256), ("BK", 64), ("STAGES", 3), ("GROUP", 8)),
@@ -465,6 +499,7 @@ ADDRESSES: Mapping[str, tuple[str, ...]] = {
     "hgemm_tma_wgmma": ("PS141", "PS142"),
     "hgemm_tma_wgmma_ws": ("PS121",),
     "hgemm_tma_wgmma_persistent": ("PS123", "PS150"),
+    "hgemm_tma_wgmma_streamk": ("PS153",),
     "hgemm_tma_wgmma_cluster": ("PS104", "PS160"),
 }
 

@@ -185,20 +185,22 @@ def _kernel_row(e: Entry) -> str:
             f"{pct(kp.sol.memory_pct)} | {stall} | {worst} |")
 
 
-# What each kernel's block shows of its source view and evidence, to fit 27 kernels in one
-# comment (GitHub's limit is 65,536 characters).
+# What each kernel's block shows of its source view and evidence, to fit the ladder's 32
+# kernels in one comment (GitHub's limit is 65,536 characters): the hottest source lines are
+# cut to fewer, then to none, before a kernel is left out.
 MD_SOURCE_LINES = 3
+MD_SOURCE_FALLBACK = (1, 0)
 MD_EVIDENCE = 1
 MD_REASONS = 3
 MD_TEXT = 90
 
 
-def _source_lines(e: Entry) -> list[str]:
+def _source_lines(e: Entry, count: int = MD_SOURCE_LINES) -> list[str]:
     view = e.source
-    if not view.lines:
+    if not view.lines or count <= 0:
         return []
-    out = ["", "Hottest source lines:"]
-    for ln in view.lines[:MD_SOURCE_LINES]:
+    out = ["", "Hottest source lines:" if count > 1 else "Hottest source line:"]
+    for ln in view.lines[:count]:
         reasons = ", ".join(f"{r} {n:,}" for r, n in ln.reasons[:2])
         code = ln.text if ln.text is None or len(ln.text) <= MD_TEXT else ln.text[: MD_TEXT - 1] + "\u2026"
         text = f": `{md_cell(code)}`" if code is not None else " (source text not available)"
@@ -238,7 +240,8 @@ def _comparison_lines(c, fixes: dict[tuple[str, str], None]) -> list[str]:
     return out
 
 
-def _details(review: Review, e: Entry, fixes: dict[tuple[str, str], None]) -> list[str]:
+def _details(review: Review, e: Entry, fixes: dict[tuple[str, str], None],
+             source_lines: int = MD_SOURCE_LINES) -> list[str]:
     """One kernel folded into <details>: findings (fixes collected once at the end), the
     comparisons, and its hottest source lines."""
     f = e.evaluation.findings
@@ -253,7 +256,7 @@ def _details(review: Review, e: Entry, fixes: dict[tuple[str, str], None]) -> li
         fixes.setdefault((t.code, t.fix), None)
     for c in review.comparisons_of(e):
         lines += _comparison_lines(c, fixes)
-    lines += _source_lines(e)
+    lines += _source_lines(e, source_lines)
     return [*lines, "", "</details>", ""]
 
 
@@ -276,22 +279,39 @@ def _review(review: Review, html_name: str | None = None) -> str:
              "| kernel | duration (ncu) | SM % | memory % | top stall | findings |",
              "|---|--:|--:|--:|---|---|", *(_kernel_row(e) for e in review.entries), ""]
     head += [f"> {md_cell(w)}" for w in review.warnings]
-    text = "\n".join(head)
-    fixes: dict[tuple[str, str], None] = {}
-    kept = 0
-    for e in review.entries:
-        mine: dict[tuple[str, str], None] = dict(fixes)
-        block = "\n".join(_details(review, e, mine))
-        if len(text) + len(block) + len(_fixes(mine)) + 200 > LIMIT:
+    start = "\n".join(head)
+    for source_lines in (MD_SOURCE_LINES, *MD_SOURCE_FALLBACK):
+        text, kept = _kernel_blocks(review, start, source_lines)
+        if kept == len(review.entries):
             break
-        text += "\n" + block
-        fixes = mine
-        kept += 1
-    text += "\n" + _fixes(fixes)
+    if source_lines < MD_SOURCE_LINES and _view_lines(review):
+        text += (f"\n_Hottest source lines cut to {source_lines or 'none'} per kernel to fit a "
+                 "PR comment; the HTML report has them._\n")
     if kept < len(review.entries):
         text += (f"\n_{len(review.entries) - kept} kernel(s) left out to fit a PR comment; "
                  "the HTML report has them all._\n")
     return text + "\n"
+
+
+def _view_lines(review: Review) -> bool:
+    """Whether any kernel of the review has source lines to show."""
+    return any(e.source.lines for e in review.entries)
+
+
+def _kernel_blocks(review: Review, text: str, source_lines: int) -> tuple[str, int]:
+    """text, then as many kernels' blocks as fit under LIMIT with the fixes they name, and
+    how many did."""
+    fixes: dict[tuple[str, str], None] = {}
+    kept = 0
+    for e in review.entries:
+        mine: dict[tuple[str, str], None] = dict(fixes)
+        block = "\n".join(_details(review, e, mine, source_lines))
+        if len(text) + len(block) + len(_fixes(mine)) + 300 > LIMIT:
+            break
+        text += "\n" + block
+        fixes = mine
+        kept += 1
+    return text + "\n" + _fixes(fixes), kept
 
 
 RENDERERS: dict[str, Callable[..., str]] = {"diagnose": _diagnose, "diff": _diff, "review": _review,

@@ -1,15 +1,23 @@
 """Shape and launch: wave quantisation, grids too small for the chip, tiles that overhang.
 
-Performance that swings when the shape changes has three measurable causes: the last
-wave of CTAs leaves SMs idle, a grid smaller than one wave leaves SMs idle all along, and
-edge tiles compute on padding.
+Performance that swings when the shape changes has four measurable causes: the last
+wave of CTAs leaves SMs idle, a grid smaller than one wave leaves SMs idle all along, the
+CTAs of a one-wave (persistent) grid get unequal shares of the tiles, and edge tiles
+compute on padding.
 """
 
 from __future__ import annotations
 
 import math
 
-from perfscope.metrics import M_GRID_SIZE, M_SM_COUNT, M_WAVES
+from perfscope.metrics import (
+    M_GRID_SIZE,
+    M_SM_ACTIVE_AVG,
+    M_SM_ACTIVE_MAX,
+    M_SM_ACTIVE_MIN,
+    M_SM_COUNT,
+    M_WAVES,
+)
 from perfscope.rules.facts import tail_idle
 from perfscope.rules.model import Evidence, Hit, Inputs, NotCollected, Rule, need
 
@@ -18,6 +26,10 @@ from perfscope.rules.model import Evidence, Hit, Inputs, NotCollected, Rule, nee
 TAIL_IDLE_MIN = 0.10
 # A grid under this share of one wave leaves SMs idle for the whole launch.
 SMALL_GRID_MAX = 0.90
+# Within one wave: SM time idle while the busiest SM works, above this share of it.
+SM_IMBALANCE_MIN = 0.03
+# Exactly one wave: a CTA on every SM slot at once (a persistent grid), to this tolerance.
+ONE_WAVE_TOLERANCE = 1e-6
 # Padding computed by edge tiles above this share of the tiles' work.
 TILE_WASTE_MIN = 0.05
 # Manifest parameter names that give a stage's CTA tile (BM x BN, or a square TILE).
@@ -101,6 +113,77 @@ SMALL_GRID = Rule(
 )
 
 
+def _check_uneven_sms(inputs: Inputs) -> Hit | None:
+    """Symptom: the grid is one wave (a persistent grid: one CTA per SM looping over the
+    tiles), yet the SMs are active for unequal times: the average SM idles for part of the
+    time the busiest one works.
+    Why: T tiles on P persistent CTAs give ceil(T/P) tiles to some CTAs and floor(T/P) to
+    the rest (512 tiles of 128 x 256 on 132 CTAs: 3.88 rounds, 16 CTAs idle for the whole
+    last round); the launch lasts as long as its busiest SM. PS150 counts the same idle for
+    grids of several waves, and a grid under one wave leaves whole SMs without a CTA (PS152):
+    this rule reads only grids of exactly one wave, where every SM has work.
+    Fix: split the last, partial round of tiles by k iterations across all CTAs (stream-K),
+    or a tile shape whose tile count is a multiple of the CTA count.
+    Estimate: 1 - avg / max of the SMs' active cycles: the time saved if every SM finished
+    with the average one. An upper bound: a split round costs L2 traffic and partial sums
+    (on the H200, hgemm_tma_wgmma_streamk gained 2-3% of 3% at 8192^3 and lost at 4096^3).
+    Example:
+        before: for (tile = blockIdx.x; tile < tiles; tile += gridDim.x) gemm_tile(tile);
+        after:  whole rounds as before; the last tiles % gridDim.x tiles' k iterations shared
+                evenly, each cut tile's fp32 partials added by the CTA holding its first k
+    Source: seed 000 §5.1, §6.3 row 3 (tail effects); NCU Profiling Guide: Launch
+    Statistics (waves), Compute Workload Analysis (SM active cycles)."""
+    p = inputs.profile
+    waves = need(p.launch.waves_per_sm, M_WAVES)
+    if abs(waves - 1.0) > ONE_WAVE_TOLERANCE:
+        return None     # several waves: PS150's; less than one leaves SMs without a CTA
+    avg = need(p.metric(M_SM_ACTIVE_AVG), M_SM_ACTIVE_AVG)
+    busiest = need(p.metric(M_SM_ACTIVE_MAX), M_SM_ACTIVE_MAX)
+    if busiest <= 0:
+        return None
+    idle = 1 - avg / busiest
+    if idle < SM_IMBALANCE_MIN:
+        return None
+    ev = [Evidence(M_SM_ACTIVE_MAX, round(busiest), "the busiest SM"),
+          Evidence(M_SM_ACTIVE_AVG, round(avg), "the average SM"),
+          Evidence("idle share while the busiest SM works (1 - avg / max)", round(idle, 3),
+                   f">= {SM_IMBALANCE_MIN}")]
+    idlest = p.metric(M_SM_ACTIVE_MIN)
+    if idlest is not None:
+        ev.append(Evidence(M_SM_ACTIVE_MIN, round(idlest), "the idlest SM"))
+    rounds = _tile_rounds(inputs)
+    if rounds is not None:
+        ev.append(Evidence("rounds of tiles over the CTAs (run manifest)", round(rounds, 2),
+                           "a whole number"))
+    return Hit(tuple(ev), idle)
+
+
+def _tile_rounds(inputs: Inputs) -> float | None:
+    """Tiles per CTA of the grid, when the manifest gives the tile and the report the grid."""
+    m, grid = inputs.manifest, inputs.profile.launch.grid_size
+    if m is None or not grid:
+        return None
+    try:
+        bm, bn = _tile(m.params or {})
+    except NotCollected:
+        return None
+    return math.ceil(m.m / bm) * math.ceil(m.n / bn) / grid
+
+
+UNEVEN_SMS = Rule(
+    code="PS153", tag="tail-effect", title="Persistent CTAs get unequal shares: SMs idle at the end",
+    severity="optimization",
+    metrics=(M_WAVES, M_SM_ACTIVE_AVG, M_SM_ACTIVE_MAX, M_SM_ACTIVE_MIN),
+    check=_check_uneven_sms,
+    fix="Share the last, partial round of tiles among all CTAs by k iterations (stream-K, each "
+        "cut tile's fp32 partials added by one CTA); it pays when the tiles make many rounds "
+        "(on the H200 from about 8: below that the split round's CTAs, at different k, share "
+        "little in L2). Or pick a tile shape whose tile count is a multiple of the CTA count.",
+    reference="Stream-K (Osama et al., PPoPP 2023); NCU Profiling Guide: Launch Statistics",
+    thresholds=(("SM_IMBALANCE_MIN", SM_IMBALANCE_MIN),),
+)
+
+
 def _tile(params) -> tuple[int, int]:
     for a, b in TILE_PARAMS:
         if a in params and b in params:
@@ -141,4 +224,4 @@ TILE_WASTE = Rule(
     thresholds=(("TILE_WASTE_MIN", TILE_WASTE_MIN),),
 )
 
-RULES = (TAIL, SMALL_GRID, TILE_WASTE)
+RULES = (TAIL, SMALL_GRID, UNEVEN_SMS, TILE_WASTE)

@@ -8,7 +8,7 @@ from perfscope.rules.cache import NO_GRID_SWIZZLE, PERSISTING_MISUSE
 from perfscope.rules.correctness import INCORRECT, UNVERIFIED
 from perfscope.rules.instructions import ISSUE_OVERHEAD, LEGACY_MMA, NO_TENSOR_CORES, NO_TMA
 from perfscope.rules.latency import BARRIER_BOUND, EPILOGUE_EXPOSED, LOADS_NOT_OVERLAPPED, PARTLY_EXPOSED
-from perfscope.rules.launch import SMALL_GRID, TAIL, TILE_WASTE
+from perfscope.rules.launch import SMALL_GRID, TAIL, TILE_WASTE, UNEVEN_SMS
 from perfscope.rules.memory import (
     BANK_CONFLICTS_LOADS,
     BANK_CONFLICTS_STORES,
@@ -48,6 +48,7 @@ REGISTRY: tuple[Rule, ...] = (
     TAIL,                    # PS150
     TILE_WASTE,              # PS151
     SMALL_GRID,              # PS152
+    UNEVEN_SMS,              # PS153
     NO_GRID_SWIZZLE,         # PS160
     PERSISTING_MISUSE,       # PS161
     DRAM_BOUND,              # PS170

@@ -109,36 +109,16 @@
 // or other libraries.
 
 #include "hopper.cuh"
+#include "activation.cuh"
 
 namespace fused {
 
 using tma::smem_u32;
 
-constexpr int ACT_NONE = 0;
-constexpr int ACT_GELU = 1;
-constexpr int ACT_SILU = 2;
-
-// --------------------------------------------------------------------- activation
-__device__ __forceinline__ float tanh_approx(float x) {
-    float y;
-    asm("tanh.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-
-template <int ACT>
-__device__ __forceinline__ float activate(float x) {
-    if constexpr (ACT == ACT_GELU) {
-        // u = sqrt(2/pi) * (x + 0.044715 x^3) = x * (sqrt(2/pi) + sqrt(2/pi) * 0.044715 * x^2)
-        const float h = 0.5f * x;
-        const float u = x * fmaf(0.0356774081363001f, x * x, 0.7978845608028654f);
-        return fmaf(h, tanh_approx(u), h);            // 0.5x + 0.5x * tanh(u)
-    } else if constexpr (ACT == ACT_SILU) {
-        const float h = 0.5f * x;
-        return fmaf(h, tanh_approx(h), h);            // x * sigmoid(x) = 0.5x(1 + tanh(x/2))
-    } else {
-        return x;
-    }
-}
+using act::ACT_GELU;
+using act::ACT_NONE;
+using act::ACT_SILU;
+using act::activate;
 
 // Two consecutive T (4 bytes, element n at the low half) -> two floats, exactly.
 template <typename T> struct Pair;
@@ -223,6 +203,7 @@ __device__ __forceinline__ void prefetch_rows_l2(const T* base, int row0, int ro
 // TMA store.
 template <typename T, int BN, int ACT, int RESIDUAL>
 struct BiasActEpilogue {
+    static constexpr unsigned STAGING_BYTES = 64 * BN * 2;   // the whole 64 x BN tile
     struct Args {
         const T* bias;
         const T* residual;

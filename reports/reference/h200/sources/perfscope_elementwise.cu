@@ -1,0 +1,43 @@
+
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include "activation.cuh"
+
+template <typename T> struct Conv;
+template <> struct Conv<__half> {
+    static __device__ float in(unsigned short u) { return __half2float(__ushort_as_half(u)); }
+    static __device__ unsigned short out(float f) { return __half_as_ushort(__float2half_rn(f)); }
+};
+template <> struct Conv<__nv_bfloat16> {
+    static __device__ float in(unsigned short u) { return __uint_as_float(static_cast<unsigned>(u) << 16); }
+    static __device__ unsigned short out(float f) {
+        return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+    }
+};
+
+template <typename T, int ACT, int RESIDUAL>
+__global__ void bias_act_inplace(unsigned short* y, const unsigned short* bias,
+                                 const unsigned short* residual, long long vectors,
+                                 int vectors_per_row) {
+    for (long long v = blockIdx.x * (long long)blockDim.x + threadIdx.x; v < vectors;
+         v += (long long)gridDim.x * blockDim.x) {
+        uint4 yv = reinterpret_cast<const uint4*>(y)[v];
+        const uint4 bv = reinterpret_cast<const uint4*>(bias)[v % vectors_per_row];
+        uint4 rv = make_uint4(0, 0, 0, 0);
+        if (RESIDUAL) rv = reinterpret_cast<const uint4*>(residual)[v];
+        unsigned* yw = reinterpret_cast<unsigned*>(&yv);
+        const unsigned* bw = reinterpret_cast<const unsigned*>(&bv);
+        const unsigned* rw = reinterpret_cast<const unsigned*>(&rv);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            float lo = act::activate<ACT>(Conv<T>::in(yw[i] & 0xFFFFu) + Conv<T>::in(bw[i] & 0xFFFFu));
+            float hi = act::activate<ACT>(Conv<T>::in(yw[i] >> 16) + Conv<T>::in(bw[i] >> 16));
+            if (RESIDUAL) {
+                lo += Conv<T>::in(rw[i] & 0xFFFFu);
+                hi += Conv<T>::in(rw[i] >> 16);
+            }
+            yw[i] = static_cast<unsigned>(Conv<T>::out(lo)) | (static_cast<unsigned>(Conv<T>::out(hi)) << 16);
+        }
+        reinterpret_cast<uint4*>(y)[v] = yv;
+    }
+}
