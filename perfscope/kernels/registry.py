@@ -141,6 +141,13 @@ def _cluster_pairs(p: Params, shape: Shape) -> tuple[int, int, int]:
 _cluster_pairs.__doc__ = ("(2 * ceil(M/(2*BM)) * ceil(N/BN), 1, 1), capped at the co-resident "
                           "clusters x 2")
 
+# hopper.cu's persistent template, as the persistent and stream-K stages launch it.
+_PERSISTENT_TEMPLATE = {
+    "entry": "hgemm_tma_wgmma_persistent", "block": _threads(384), "grid": _persistent_tiles,
+    "persistent": True, "dynamic_smem": _ring_and_boxes_smem, "static_smem": _mbarriers(2),
+    "fingerprint": ("tma", "gmma", "setmaxreg"),
+}
+
 _HOPPER = {"family": "hgemm", "dtypes": HALF, "source": "hopper.cu", "min_cc": 90,
            "only_cc": (90,), "archs": ("sm_90a",), "abi": "tensormap",
            "tma_boxes": _tma_boxes, "constraints": (_K8_TMA, _N8_TMA),
@@ -345,24 +352,18 @@ REGISTRY: tuple[KernelSpec, ...] = (
                       "(setmaxnreg.inc) keep one wgmma m64n256k16 group in flight; 128x256 "
                       "tiles.",
                seed="000 §4", **_HOPPER, space=_SPACE_WS),
-    KernelSpec(name="hgemm_tma_wgmma_persistent", entry="hgemm_tma_wgmma_persistent",
-               parent="hgemm_tma_wgmma_ws",
+    KernelSpec(name="hgemm_tma_wgmma_persistent", parent="hgemm_tma_wgmma_ws",
                params=(("BM", 128), ("BN", 256), ("BK", 64), ("STAGES", 3), ("GROUP", 8),
                        ("BOXES", 4), ("STREAMK", 0)),
-               block=_threads(384), grid=_persistent_tiles, persistent=True,
-               dynamic_smem=_ring_and_boxes_smem, static_smem=_mbarriers(2),
-               fingerprint=("tma", "gmma", "setmaxreg"),
+               **_PERSISTENT_TEMPLATE,
                change="Persistent CTAs, one per multiprocessor, walk the tiles in grouped "
                       "L2-friendly order; the producer runs ahead into the next tile while the "
                       "consumers store C through swizzled shared memory by TMA.",
                seed="000 §4", **_HOPPER, space=_SPACE_PERSISTENT),
-    KernelSpec(name="hgemm_tma_wgmma_streamk", entry="hgemm_tma_wgmma_persistent",
-               parent="hgemm_tma_wgmma_persistent",
+    KernelSpec(name="hgemm_tma_wgmma_streamk", parent="hgemm_tma_wgmma_persistent",
                params=(("BM", 128), ("BN", 256), ("BK", 64), ("STAGES", 3), ("GROUP", 16),
                        ("BOXES", 4), ("STREAMK", 2)),
-               block=_threads(384), grid=_persistent_tiles, persistent=True,
-               dynamic_smem=_ring_and_boxes_smem, static_smem=_mbarriers(2),
-               fingerprint=("tma", "gmma", "setmaxreg"),
+               **_PERSISTENT_TEMPLATE,
                change="Stream-K for the last, partial round of tiles once the tiles make at "
                       "least 8 rounds of persistent CTAs: its k iterations are shared evenly "
                       "by all CTAs and the cut tiles' fp32 partials added by the CTA holding "
