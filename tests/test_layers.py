@@ -27,7 +27,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "perfscope"
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("errors", "cache", "metrics", "families", "stage", "locations", "version", "digest",
      "hardware"),
-    ("reader", "manifest", "sass", "sass.disasm", "kernels.spec", "kernels.tcgen05"),
+    ("reader", "manifest", "sass", "sass.disasm", "kernels.spec", "kernels.tcgen05", "bandwidth"),
     ("profile", "source", "structure"),
     ("rules", "rules.*"),
     ("record", "diff", "documents"),
@@ -42,7 +42,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
 # What the analysis must never reach for.
 ANALYSIS = ("rules", "rules.*", "record", "diff", "review", "render", "render.*", "profile",
             "reader", "manifest", "metrics", "families", "documents", "export", "stage", "source",
-            "structure", "digest", "hardware", "calibration")
+            "structure", "digest", "hardware", "calibration", "bandwidth")
 PROFILER_SIDE = ("kernels", "kernels.*", "build", "ncu", "profiling", "runner", "bench",
                  "collection", "verify", "timing", "environment", "tune", "tune.*", "audit", "cli")
 # The one loader may name the registry to attach StageInfo to a record; it does not run it.

@@ -391,7 +391,7 @@ struct StoreEpilogue {
 // it wins (1.02 at 8192^3, 15.5 rounds). STREAMK = 1 always splits; STREAMK = 2 splits only
 // when the tiles make at least SK_MIN_ROUNDS rounds, the break-even the measurements put
 // between 3.9 and 8.7 rounds.
-constexpr int SK_MAX_CTAS = 160;   // H100/H200 have 132 multiprocessors; more runs without
+constexpr int SK_MAX_CTAS = 160;   // H100/H200 have 132 SMs; a larger grid runs without stream-K
 constexpr int SK_MIN_ROUNDS = 8;
 template <int BN>
 __device__ float4 sk_partials[SK_MAX_CTAS * 2 * 64 * BN / 4];

@@ -30,6 +30,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
+from perfscope.bandwidth import TARGET_SHARE, BandwidthPanel, read_panels
 from perfscope.calibration import SIGNIFICANT_SAVING
 from perfscope.errors import PerfscopeError
 from perfscope.families import FAMILY_BY_KEY
@@ -135,6 +136,39 @@ def _ladder_view(ladder: Ladder, index: int) -> dict[str, Any]:
             "reference_spread": "" if ref is None else f"{ref.min:,.1f} – {ref.max:,.1f}",
             "peak": "-" if ladder.peak_tflops is None else f"{ladder.peak_tflops:,.0f}",
             "peak_note": ladder.peak_note}
+
+
+def _bandwidth_views(panels: Sequence[BandwidthPanel]) -> list[dict[str, Any]]:
+    """Per dtype: perfscope's best candidate per small-M shape in GB/s of compulsory bytes,
+    against the copy bandwidth and its TARGET_SHARE, and every candidate in a table."""
+    views = []
+    for dtype in dict.fromkeys(p.dtype for p in panels):
+        mine = [p for p in panels if p.dtype == dtype]
+        bars, rows = [], []
+        for p in mine:
+            best = p.best_fused
+            rivals = [c for c in p.points if c.kind != "fused" and c.gbps is not None]
+            rival = max(rivals, key=lambda c: c.gbps) if rivals else None
+            note = ("no fused stage right and timed" if best is None else
+                    f"{best.gbps:,.0f} GB/s, {best.share_of_copy:.0%} of copy ({best.label})")
+            if rival is not None:
+                note += f"; best other {rival.gbps:,.0f} ({rival.label})"
+            bars.append(plots.Bar(f"{p.m}x{p.n}x{p.k}", best.gbps if best else None, note=note))
+            for c in p.points:
+                rows.append({"shape": f"{p.m}x{p.n}x{p.k}", "epilogue": p.epilogue,
+                             "label": c.label, "kind": c.kind, "verdict": c.verdict,
+                             "gbps": "-" if c.gbps is None else f"{c.gbps:,.0f}",
+                             "share": "-" if c.share_of_copy is None else f"{c.share_of_copy:.0%}",
+                             "best": best is not None and c is best})
+        copy = mine[0].copy_gbps
+        lines = [plots.Line(f"copy {copy:,.0f}", copy, plots.REFERENCE),
+                 plots.Line(f"{TARGET_SHARE:.0%} of copy", TARGET_SHARE * copy, plots.PEAK,
+                            dashed=True)]
+        views.append({"dtype": dtype, "copy": f"{copy:,.0f}", "rows": rows,
+                      "svg": plots.ladder(f"bandwidth-{dtype}",
+                                          f"{dtype}: small-M shapes, compulsory bytes per second",
+                                          "GB/s", bars, lines)})
+    return views
 
 
 def _duration_view(entries: Sequence[Entry]) -> dict[str, Any]:
@@ -559,10 +593,13 @@ def _conditions(report: Review) -> dict[str, Any]:
             "machine": list(report.machine)}
 
 
-def render_html(report: Review) -> str:
-    """The page for a Review."""
+def render_html(report: Review, bandwidth: Sequence[BandwidthPanel] = (),
+                bandwidth_source: str | None = None) -> str:
+    """The page for a Review; with bandwidth panels (small-M shapes), a section for them."""
     ladders = [_ladder_view(ld, i) for i, ld in enumerate(report.ladders)]
     context = {
+        "bandwidth": _bandwidth_views(bandwidth),
+        "bandwidth_source": bandwidth_source,
         "title": report.title,
         "generator": generator(),
         "ladders": ladders,
@@ -675,10 +712,18 @@ def reference_page(folder: str | os.PathLike[str]) -> str:
                         command=REFERENCE_COMMAND)
 
 
+# The fused check beside the fused reports: its small-M timings are drawn by bandwidth.
+FUSED_CHECK = "fused_check.json.xz"
+
+
 def fused_page(folder: str | os.PathLike[str]) -> str:
     """fused/index.html of the reference run: the fused stages' and their groups' reports,
-    with bench-fused.json (each fused stage against cublas+gelu) as the overview."""
+    with bench-fused.json (each fused stage against cublas+gelu) as the overview and, when
+    the fused check lies beside them, the small-M shapes by bandwidth."""
     root = Path(folder)
     bench = root / "bench-fused.json"
-    return build_report([root], bench=bench if bench.is_file() else None, title=FUSED_TITLE,
-                        command=FUSED_COMMAND)
+    check = root / FUSED_CHECK
+    review = collect([root], bench=bench if bench.is_file() else None, title=FUSED_TITLE,
+                     command=FUSED_COMMAND)
+    panels = read_panels(check) if check.is_file() else ()
+    return render_html(review, bandwidth=panels, bandwidth_source=FUSED_CHECK)

@@ -1,0 +1,99 @@
+"""Small-M GEMMs judged by bandwidth: the panels of the fused page, read from a fused check.
+
+A decode-shaped GEMM (M of 16-256 rows against an N x K weight) streams the weight through
+DRAM; its speed is the bandwidth its compulsory bytes (each operand read once, C written
+once, the epilogue's bias and residual) reach, against the device-to-device copy bandwidth
+measured in the same run, not TFLOP/s. ``benchmarks/fused_check.py`` times every candidate
+(the fused stages, cuBLAS + an elementwise pass, torch, cuBLASLt's GELU_BIAS) per shape and
+records both; this module turns its JSON (schema perfscope.fused_check/1, plain or .xz)
+into one panel per (dtype, shape) with M <= SMALL_M_MAX, for the fused page to draw.
+"""
+
+from __future__ import annotations
+
+import json
+import lzma
+from dataclasses import dataclass
+from pathlib import Path
+
+from perfscope.errors import PerfscopeError
+
+SCHEMA = "perfscope.fused_check/1"
+# The shapes drawn: the issue's small-M set (M of 16, 64 and 256).
+SMALL_M_MAX = 256
+# Issue 19's bar for M <= 64: this share of the measured copy bandwidth.
+TARGET_SHARE = 0.90
+
+
+@dataclass(frozen=True)
+class BandwidthPoint:
+    """One candidate at one shape: its compulsory bytes over its median time."""
+
+    label: str
+    kind: str                 # "fused" (perfscope's stages) or "baseline"
+    gbps: float | None        # None when it was wrong or not timed
+    share_of_copy: float | None
+    verdict: str
+
+
+@dataclass(frozen=True)
+class BandwidthPanel:
+    """Every candidate of one (dtype, M x N x K) against the copy bandwidth of the run."""
+
+    dtype: str
+    m: int
+    n: int
+    k: int
+    epilogue: str
+    copy_gbps: float
+    compulsory_bytes: float
+    points: tuple[BandwidthPoint, ...]
+
+    @property
+    def title(self) -> str:
+        """``bf16 64x8192x8192 bias+gelu``."""
+        return f"{self.dtype} {self.m}x{self.n}x{self.k} {self.epilogue}"
+
+    @property
+    def best_fused(self) -> BandwidthPoint | None:
+        """perfscope's fastest candidate here, if one was right and timed."""
+        timed = [p for p in self.points if p.kind == "fused" and p.gbps is not None]
+        return max(timed, key=lambda p: p.gbps) if timed else None
+
+
+def _load(path: Path) -> dict:
+    try:
+        if path.suffix == ".xz":
+            with lzma.open(path) as f:
+                raw = f.read()
+        else:
+            raw = path.read_bytes()
+        doc = json.loads(raw)
+    except (OSError, lzma.LZMAError, ValueError) as exc:
+        raise PerfscopeError(f"cannot read the fused check {path}: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise PerfscopeError(f"{path} is not a fused check (schema {SCHEMA})")
+    return doc
+
+
+def read_panels(path: str | Path) -> tuple[BandwidthPanel, ...]:
+    """The small-M panels of a fused check, in its order; none when it timed no small M."""
+    doc = _load(Path(path))
+    copy = (doc.get("copy_bandwidth") or {}).get("gbps")
+    if not copy:
+        raise PerfscopeError(f"{path} holds no copy bandwidth to judge small-M shapes against")
+    panels = []
+    for row in doc.get("timing") or []:
+        if row.get("m", SMALL_M_MAX + 1) > SMALL_M_MAX:
+            continue
+        points = []
+        for label, c in (row.get("candidates") or {}).items():
+            ok = c.get("verdict") == "OK" and c.get("compulsory_gbps") is not None
+            gbps = float(c["compulsory_gbps"]) if ok else None
+            points.append(BandwidthPoint(label, c.get("kind", "baseline"), gbps,
+                                         gbps / copy if gbps is not None else None,
+                                         c.get("verdict", "not timed")))
+        panels.append(BandwidthPanel(row["dtype"], row["m"], row["n"], row["k"],
+                                     row.get("epilogue", ""), float(copy),
+                                     float(row.get("compulsory_bytes") or 0.0), tuple(points)))
+    return tuple(panels)

@@ -1,0 +1,55 @@
+"""The small-M panels of the fused page, from the committed fused check (real H200 timings)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from perfscope.bandwidth import SMALL_M_MAX, read_panels
+from perfscope.errors import PerfscopeError
+
+FUSED = Path(__file__).resolve().parent.parent / "reports" / "reference" / "h200" / "fused"
+CHECK = FUSED / "fused_check.json.xz"
+
+
+def test_every_small_m_shape_of_the_check_is_a_panel():
+    panels = read_panels(CHECK)
+    # M of 16, 64 and 256 against four weights, in both dtypes; M = 4096 is no small-M shape.
+    assert len(panels) == 3 * 4 * 2
+    assert {p.m for p in panels} == {16, 64, 256} and all(p.m <= SMALL_M_MAX for p in panels)
+    for p in panels:
+        assert p.copy_gbps == pytest.approx(4231.5, abs=0.1)   # measured in the same run
+        for c in p.points:
+            if c.gbps is not None:
+                assert c.share_of_copy == pytest.approx(c.gbps / p.copy_gbps)
+
+
+def test_the_decode_shape_is_judged_against_copy_bandwidth():
+    (p,) = [p for p in read_panels(CHECK) if (p.dtype, p.m, p.n, p.k) == ("bf16", 64, 8192, 8192)]
+    best = p.best_fused
+    assert best is not None and best.kind == "fused" and best.label.startswith("hgemm_small_m")
+    # Far from issue 19's 90%: the page shows where the small-M stage stands.
+    assert 0.3 < best.share_of_copy < 0.9
+    labels = {c.label for c in p.points}
+    assert {"cublas+elementwise", "cuBLASLt GELU_BIAS (nvmath)"} <= labels
+
+
+def test_bad_input_is_one_sentence(tmp_path):
+    with pytest.raises(PerfscopeError, match="cannot read the fused check"):
+        read_panels(tmp_path / "missing.json")
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"schema": "perfscope.bench/1"}))
+    with pytest.raises(PerfscopeError, match="is not a fused check"):
+        read_panels(other)
+    nocopy = tmp_path / "nocopy.json"
+    nocopy.write_text(json.dumps({"schema": "perfscope.fused_check/1", "timing": []}))
+    with pytest.raises(PerfscopeError, match="no copy bandwidth"):
+        read_panels(nocopy)
+
+
+def test_the_fused_page_draws_the_panels():
+    page = (FUSED / "index.html").read_text()
+    assert 'id="bandwidth"' in page and "Small-M shapes by bandwidth" in page
+    assert "of copy (hgemm_small_m" in page
