@@ -150,9 +150,9 @@ def _bandwidth_views(panels: Sequence[BandwidthPanel]) -> list[dict[str, Any]]:
             rivals = [c for c in p.points if c.kind != "fused" and c.gbps is not None]
             rival = max(rivals, key=lambda c: c.gbps) if rivals else None
             note = ("no fused stage right and timed" if best is None else
-                    f"{best.gbps:,.0f} GB/s, {best.share_of_copy:.0%} of copy ({best.label})")
+                    f"{best.gbps:,.0f} ({best.share_of_copy:.0%} of copy), {best.label}")
             if rival is not None:
-                note += f"; best other {rival.gbps:,.0f} ({rival.label})"
+                note += f"; best other {rival.gbps:,.0f}"
             bars.append(plots.Bar(f"{p.m}x{p.n}x{p.k}", best.gbps if best else None, note=note))
             for c in p.points:
                 rows.append({"shape": f"{p.m}x{p.n}x{p.k}", "epilogue": p.epilogue,
@@ -162,9 +162,8 @@ def _bandwidth_views(panels: Sequence[BandwidthPanel]) -> list[dict[str, Any]]:
                              "best": best is not None and c is best})
         copy = mine[0].copy_gbps
         lines = [plots.Line(f"copy {copy:,.0f}", copy, plots.REFERENCE),
-                 plots.Line(f"{TARGET_SHARE:.0%} of copy", TARGET_SHARE * copy, plots.PEAK,
-                            dashed=True)]
-        views.append({"dtype": dtype, "copy": f"{copy:,.0f}", "rows": rows,
+                 plots.Line(f"{TARGET_SHARE:.0%}", TARGET_SHARE * copy, plots.PEAK, dashed=True)]
+        views.append({"dtype": dtype, "copy_gbps": f"{copy:,.0f}", "rows": rows,
                       "svg": plots.ladder(f"bandwidth-{dtype}",
                                           f"{dtype}: small-M shapes, compulsory bytes per second",
                                           "GB/s", bars, lines)})
