@@ -52,4 +52,4 @@ def test_bad_input_is_one_sentence(tmp_path):
 def test_the_fused_page_draws_the_panels():
     page = (FUSED / "index.html").read_text()
     assert 'id="bandwidth"' in page and "Small-M shapes by bandwidth" in page
-    assert "of copy (hgemm_small_m" in page
+    assert "of copy), hgemm_small_m" in page and "(copy 4,231 GB/s)" in page
