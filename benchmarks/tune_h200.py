@@ -10,10 +10,11 @@ default, is enforced: the search stops dispatching at its deadline and says so, 
 1. compile speed: the same configurations compiled into two empty caches, one after
    another in this process and then in a pool of one process per core (``--compile-sample``
    of them; both wall times and the speed-up go into results.json);
-2. the sweep: every configuration of the stage's declared space that survives pruning,
-   with BN held at 256 (``--param``, repeatable; the first sweep, over both BN, found BN=128
-   the worst configuration at all 16 shape/dtype pairs and the best at none): 80 per dtype
-   on the H200 (stages, C staging boxes, group and stream-K), compiled in parallel into
+2. the sweep: the configurations of the stage's declared space that survive pruning, with
+   BN held at 256 (``--param``, repeatable; the first sweep, over both BN, found BN=128 the
+   worst configuration at all 16 shape/dtype pairs and the best at none): 80 per dtype on
+   the H200 (stages, C staging boxes, group and stream-K), searched by the tuner's default
+   (exhaustive up to 64 configurations, else 64 bayes trials per shape), compiled in parallel into
    the real cubin cache (free when ``benchmarks/tune_precompile.py`` filled it), verified
    at every shape against the float64 reference (computed once per shape) and timed
    against cuBLAS in alternating rounds with L2 flushed, on one worker per visible GPU;
