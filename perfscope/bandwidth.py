@@ -19,6 +19,8 @@ from pathlib import Path
 from perfscope.errors import PerfscopeError
 
 SCHEMA = "perfscope.fused_check/1"
+# Its name beside the fused reports (benchmarks/fused_check.py's output, xz-compressed).
+FUSED_CHECK = "fused_check.json.xz"
 # The shapes drawn: the issue's small-M set (M of 16, 64 and 256).
 SMALL_M_MAX = 256
 # Issue 19's bar for M <= 64: this share of the measured copy bandwidth.

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from perfscope.bandwidth import FUSED_CHECK, BandwidthPanel, read_panels
 from perfscope.calibration import Calibration, calibrate
 from perfscope.diagnosis import default_catalogue, diagnose
 from perfscope.diff import ProfileDiff, compare
@@ -173,6 +174,9 @@ class Review:
     # Every ladder step's predicted saving against the one bench measured (None: no bench
     # file, or no step with both stages timed).
     calibration: Calibration | None = None
+    # The small-M shapes by bandwidth, from a fused check beside the reports (none: no file).
+    bandwidth: tuple[BandwidthPanel, ...] = ()
+    bandwidth_source: str | None = None
 
     def comparisons_of(self, entry: Entry) -> tuple[Comparison, ...]:
         """The comparisons that hold this entry against another."""
@@ -449,6 +453,8 @@ def collect(paths: Iterable[str | os.PathLike[str]], *, bench: str | os.PathLike
     bench: a ``bench.json`` for the ladder overview; by default the one in (or beside)
     the first folder given, if any. tune: a tune document (``tune --json``) for the Tuning
     section; by default ``tune/results.json`` in (or beside) the first folder given, if any.
+    A fused check (``fused_check.json.xz``) in or beside them adds the small-M bandwidth
+    panels.
     """
     given = [Path(p) for p in paths]
     if not given:
@@ -460,6 +466,11 @@ def collect(paths: Iterable[str | os.PathLike[str]], *, bench: str | os.PathLike
     bench_file = BenchFile.read(bench_path) if bench_path is not None else None
     tune_path = Path(tune) if tune is not None else _find_tune(given)
     tune_doc = TuneDocument.read(tune_path) if tune_path is not None else None
-    return build(records, catalogue=catalogue, roots=roots, bench=bench_file,
-                 bench_shown=_display_path(bench_path, roots) if bench_path is not None else None,
-                 title=title, command=command, tune=tune_doc)
+    review = build(records, catalogue=catalogue, roots=roots, bench=bench_file,
+                   bench_shown=_display_path(bench_path, roots) if bench_path is not None else None,
+                   title=title, command=command, tune=tune_doc)
+    check = _find_beside(given, FUSED_CHECK)
+    if check is None:
+        return review
+    return dataclasses.replace(review, bandwidth=read_panels(check),
+                               bandwidth_source=_display_path(check, roots))

@@ -53,3 +53,24 @@ def test_the_fused_page_draws_the_panels():
     page = (FUSED / "index.html").read_text()
     assert 'id="bandwidth"' in page and "Small-M shapes by bandwidth" in page
     assert "of copy), hgemm_small_m" in page and "(copy 4,231 GB/s)" in page
+
+
+def test_report_on_the_fused_folder_finds_the_check_beside_the_reports(tmp_path):
+    from typer.testing import CliRunner
+
+    from perfscope.cli import app
+
+    for name in ("hgemm_small_m-bf16-64x8192x8192.ncu-rep.xz", "hgemm_small_m-bf16-64x8192x8192.json",
+                 "fused_check.json.xz"):
+        (tmp_path / name).write_bytes((FUSED / name).read_bytes())
+    page = tmp_path / "page.html"
+    result = CliRunner().invoke(app, ["report", str(tmp_path), "--html", str(page)])
+    assert result.exit_code == 0, result.output
+    text = page.read_text()
+    assert 'id="bandwidth"' in text and "From fused_check.json.xz" in text
+    # A broken check beside the reports: one sentence, exit 2, the page left as it was.
+    (tmp_path / "fused_check.json.xz").write_bytes(b"not xz")
+    result = CliRunner().invoke(app, ["report", str(tmp_path), "--html", str(page)])
+    assert result.exit_code == 2
+    assert "cannot read the fused check" in result.output and "Traceback" not in result.output
+    assert page.read_text() == text

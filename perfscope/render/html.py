@@ -30,7 +30,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from perfscope.bandwidth import TARGET_SHARE, BandwidthPanel, read_panels
+from perfscope.bandwidth import TARGET_SHARE, BandwidthPanel
 from perfscope.calibration import SIGNIFICANT_SAVING
 from perfscope.errors import PerfscopeError
 from perfscope.families import FAMILY_BY_KEY
@@ -592,13 +592,12 @@ def _conditions(report: Review) -> dict[str, Any]:
             "machine": list(report.machine)}
 
 
-def render_html(report: Review, bandwidth: Sequence[BandwidthPanel] = (),
-                bandwidth_source: str | None = None) -> str:
-    """The page for a Review; with bandwidth panels (small-M shapes), a section for them."""
+def render_html(report: Review) -> str:
+    """The page for a Review."""
     ladders = [_ladder_view(ld, i) for i, ld in enumerate(report.ladders)]
     context = {
-        "bandwidth": _bandwidth_views(bandwidth),
-        "bandwidth_source": bandwidth_source,
+        "bandwidth": _bandwidth_views(report.bandwidth),
+        "bandwidth_source": report.bandwidth_source,
         "title": report.title,
         "generator": generator(),
         "ladders": ladders,
@@ -711,18 +710,11 @@ def reference_page(folder: str | os.PathLike[str]) -> str:
                         command=REFERENCE_COMMAND)
 
 
-# The fused check beside the fused reports: its small-M timings are drawn by bandwidth.
-FUSED_CHECK = "fused_check.json.xz"
-
-
 def fused_page(folder: str | os.PathLike[str]) -> str:
     """fused/index.html of the reference run: the fused stages' and their groups' reports,
-    with bench-fused.json (each fused stage against cublas+gelu) as the overview and, when
-    the fused check lies beside them, the small-M shapes by bandwidth."""
+    with bench-fused.json (each fused stage against cublas+gelu) as the overview and the
+    fused check beside them (fused_check.json.xz) as the small-M shapes by bandwidth."""
     root = Path(folder)
     bench = root / "bench-fused.json"
-    check = root / FUSED_CHECK
-    review = collect([root], bench=bench if bench.is_file() else None, title=FUSED_TITLE,
-                     command=FUSED_COMMAND)
-    panels = read_panels(check) if check.is_file() else ()
-    return render_html(review, bandwidth=panels, bandwidth_source=FUSED_CHECK)
+    return build_report([root], bench=bench if bench.is_file() else None, title=FUSED_TITLE,
+                        command=FUSED_COMMAND)
