@@ -6,7 +6,8 @@ Shapes M in {16, 64, 256, 4096} x (N, K) in {(4096, 4096), (8192, 8192), (14336,
 (4096, 14336)}, fp16 and bf16, bias + GELU: hgemm_small_m (M <= 256) and
 hgemm_fused_bias_act (every M), each verified against float64 and then timed in
 alternating rounds against ``cublas+gelu`` (cuBLAS, then the elementwise bias+GELU pass:
-two launches between one pair of events) in this one process. It prints the table and the
+two launches between one pair of events) in this one process; at M = 4096 also
+hgemm_fused_quant (fp8 and int8 outputs) against ``cublas+gelu+fp8`` / ``+int8``. It prints the table and the
 ratio of the best fused stage per shape. benchmarks/fused_check.py holds the same shapes
 against torch and cuBLASLt as well; this file is what `perfscope bench` itself measures.
 """
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from perfscope import bench
 from perfscope.kernels import Shape
+from perfscope.kernels.fused_specs import QUANTS
 
 log = logging.getLogger("bench_fused")
 M_VALUES = (16, 64, 256, 4096)
@@ -40,6 +42,11 @@ def main() -> int:
         for n, k in NK:
             stages = ["hgemm_fused_bias_act"] + (["hgemm_small_m"] if m <= 256 else [])
             jobs += bench.plan(stages, list(DTYPES), Shape(m, n, k))
+            if m > 256:
+                # The quantising stage is the persistent one's epilogue: large M only.
+                for quant in QUANTS.values():
+                    jobs += bench.plan(["hgemm_fused_quant"], list(DTYPES), Shape(m, n, k),
+                                       {"QUANT": quant})
     done = []
     try:
         for man in bench.run_jobs(jobs, bench.BenchOptions(runs=args.runs, rounds=args.rounds)):
@@ -47,16 +54,17 @@ def main() -> int:
     finally:
         if done:
             bench.write_bench_json(args.out, done, "PYTHONPATH=. python3 " + " ".join(sys.argv))
-    best: dict[tuple[str, str], tuple[float, str]] = {}
+    # The best stage per shape and reference (a quantising stage has its own group).
+    best: dict[tuple[str, str, str], tuple[float, str]] = {}
     for man in done:
         t = man.timing
-        if t is None or t.ratio_to_reference is None:
+        if t is None or t.ratio_to_reference is None or t.reference is None:
             continue
-        key = (man.dtype, man.shape)
+        key = (man.dtype, man.shape, t.reference)
         if t.ratio_to_reference.median > best.get(key, (0.0, ""))[0]:
             best[key] = (t.ratio_to_reference.median, man.stage)
-    for (dtype, shape), (ratio, stage) in sorted(best.items()):
-        print(f"{dtype} {shape:>16} {stage:22s} {ratio:.3f}x cublas+gelu")
+    for (dtype, shape, reference), (ratio, stage) in sorted(best.items()):
+        print(f"{dtype} {shape:>16} {stage:22s} {ratio:.3f}x {reference}")
     return 1 if bench.failed(done) else 0
 
 

@@ -63,8 +63,8 @@ from perfscope.kernels.epilogue import (
 from perfscope.kernels.fused_specs import (
     ACTIVATIONS,
     BY_NAME,
+    small_m_for,
     small_m_grid_for,
-    small_m_params,
     small_m_tiles,
     split_count,
 )
@@ -103,9 +103,11 @@ CHECK_SHAPES: dict[str, tuple[tuple[int, int, int], ...]] = {
 TIMING_M = (16, 64, 256, 4096)
 TIMING_NK = ((4096, 4096), (8192, 8192), (14336, 4096), (4096, 14336))
 BANDWIDTH_MAX_M = 64
-# hgemm_small_m is also timed with 256-column tiles where M <= BANDWIDTH_MAX_M: twice the
-# contiguous bytes per B row and per TMA box, half the tiles (so twice the splits).
-WIDE_BN = 256
+# hgemm_small_m runs at the tile width the host picks for the shape (small_m_width) and is
+# timed at the other one too, so the choice is checked against the data every run. (A
+# 256-column width was timed until 2026-12-01 and was the slowest at every shape, e.g.
+# 29.3 against 21.2 us at 64x4096x4096 bf16; it is no longer timed.)
+SMALL_M_WIDTHS = (64, 128)
 COPY_BYTES = 1 << 30   # the device-to-device copy the bandwidth is held against
 
 # The baseline's elementwise pass (a): y = gelu_tanh(y + bias[n]) in place, the package's
@@ -119,14 +121,15 @@ class Hang(RuntimeError):
 
 
 # ---------------------------------------------------------------------------- variants
-def variant(name: str, act: str, residual: bool, m: int | None = None,
+def variant(name: str, act: str, residual: bool, shape: Shape | None = None,
             bn: int | None = None) -> KernelSpec:
-    """The spec of one compiled stage: its epilogue, and for hgemm_small_m the BM tier of M
-    (and the ring depth that fills 192 KB at that BM and BN)."""
+    """The spec of one compiled stage: its epilogue, and for hgemm_small_m its choices for
+    the shape (tile width, BM tier, ring depth, A's box rows: small_m_for), the width
+    pinned to ``bn`` if given."""
     spec = BY_NAME[name].with_params(ACT=ACTIVATIONS[act], RESIDUAL=int(residual))
     if name == SMALL_M:
-        bn = bn or spec.param_dict["BN"]
-        spec = spec.with_params(BN=bn, **small_m_params(m or 1, bn=bn))
+        spec = small_m_for(spec.with_params(BN=bn) if bn else spec, shape or Shape(1, 64, 64),
+                           {"BN": bn} if bn else None)
     return spec
 
 
@@ -138,19 +141,20 @@ def needed_variants(timing: bool) -> list[tuple[KernelSpec, str]]:
     """Every (spec, dtype) the run launches, each once."""
     out: dict[str, tuple[KernelSpec, str]] = {}
     for name, shapes in CHECK_SHAPES.items():
-        for m, _, _ in shapes:
+        for m, n, k in shapes:
             for act, residual, _alias in EPILOGUES.values():
                 for dtype in DTYPES:
-                    spec = variant(name, act, residual, m)
+                    spec = variant(name, act, residual, Shape(m, n, k))
                     out[variant_label(spec, dtype)] = (spec, dtype)
     if timing:
         for m in TIMING_M:
-            for dtype in DTYPES:
-                for name, bn in ((BIAS_ACT, None), (SMALL_M, None), (SMALL_M, WIDE_BN)):
-                    if name == SMALL_M and m > (256 if bn is None else BANDWIDTH_MAX_M):
-                        continue
-                    spec = variant(name, "gelu", False, m, bn)
-                    out[variant_label(spec, dtype)] = (spec, dtype)
+            for n, k in TIMING_NK:
+                for dtype in DTYPES:
+                    for name, bn in ((BIAS_ACT, None), *((SMALL_M, w) for w in SMALL_M_WIDTHS)):
+                        if name == SMALL_M and m > 256:
+                            continue
+                        spec = variant(name, "gelu", False, Shape(m, n, k), bn)
+                        out[variant_label(spec, dtype)] = (spec, dtype)
     return list(out.values())
 
 
@@ -331,6 +335,12 @@ class Gpu:
             self.modules[label] = (raw, raw.get_function(mod.mangled(label)))
         return self.modules[label][1]
 
+    def read_stream(self) -> Any:
+        """read_stream (STREAM_SOURCE), compiled once."""
+        if "read_stream" not in self.modules:
+            self.modules["read_stream"] = (None, self.cp.RawKernel(STREAM_SOURCE, "read_stream"))
+        return self.modules["read_stream"][1]
+
     @property
     def stream(self) -> int:
         return self.cp.cuda.get_current_stream().ptr
@@ -374,7 +384,7 @@ def run_correctness(gpu: Gpu, record: dict[str, Any], seed: int) -> None:
         for m, n, k in shapes:
             for dtype in DTYPES:
                 for epi, (act, residual, alias) in EPILOGUES.items():
-                    spec = variant(name, act, residual, m)
+                    spec = variant(name, act, residual, Shape(m, n, k))
                     row: dict[str, Any] = {"stage": name, "variant": variant_label(spec, dtype),
                                            "dtype": dtype, "m": m, "n": n, "k": k,
                                            "epilogue": epi, "params": spec.param_dict}
@@ -458,6 +468,47 @@ def copy_bandwidth(gpu: Gpu, flush: Any, runs: int) -> dict[str, Any]:
             "gbps": 2 * nbytes / (med * 1e-3) / 1e9}
 
 
+# A read of the weight alone, as fast as plain loads go: each thread keeps STREAM_UNROLL
+# 16-byte loads in flight (a grid-stride loop, 2048 threads per SM), XORs them into one
+# word and stores it only if it equals a constant no run produces, so no load is dropped.
+STREAM_SOURCE = r"""
+extern "C" __global__ void read_stream(const uint4* __restrict__ p, long long n, unsigned* out) {
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    unsigned acc = 0;
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    for (; i + 3 * stride < n; i += 4 * stride) {
+        const uint4 a = __ldcs(p + i), b = __ldcs(p + i + stride);
+        const uint4 c = __ldcs(p + i + 2 * stride), d = __ldcs(p + i + 3 * stride);
+        acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
+    }
+    for (; i < n; i += stride) {
+        const uint4 a = __ldcs(p + i);
+        acc ^= a.x ^ a.y ^ a.z ^ a.w;
+    }
+    if (acc == 0x9E3779B9u) out[0] = acc;
+}
+"""
+STREAM_BLOCK = 512
+STREAM_BLOCKS_PER_SM = 4
+
+
+def stream_ceiling(gpu: Gpu, weight: Any, flush: Any, runs: int) -> dict[str, Any]:
+    """The weight's bytes read once by read_stream, timed as the candidates are (events, L2
+    flushed): the fastest a kernel reading them can be, launch included, at this size."""
+    cp = gpu.cp
+    kernel = gpu.read_stream()
+    vectors = weight.nbytes // 16
+    sink = cp.empty(1, dtype=np.uint32)   # written only on the magic value: never read
+    grid = (gpu.multiprocessors * STREAM_BLOCKS_PER_SM,)
+    cand = Candidate("read stream", lambda: kernel(grid, (STREAM_BLOCK,), (weight, np.int64(vectors), sink)),
+                     lambda: None, "ceiling")
+    time_batch(gpu, cand, flush, 3)
+    times = time_batch(gpu, cand, flush, runs)
+    med = statistics.median(times)
+    return {"bytes": vectors * 16, "times_ms": times, "median_ms": med,
+            "gbps": vectors * 16 / (med * 1e-3) / 1e9}
+
+
 def _torch_view(torch: Any, cp: Any, arr: Any, dtype: str) -> Any:
     # Zero-copy: the same device memory as a torch tensor (int16 through DLPack, then a
     # dtype view, so bfloat16 needs no DLPack support of ml_dtypes arrays).
@@ -482,7 +533,7 @@ def candidates_for(gpu: Gpu, libs: dict[str, Any], ops: Operands, c: Any, m: int
             log.warning("%s at %dx%dx%d: %s", name, m, n, k, errors[name])
 
     def fused(name: str, bn: int | None = None) -> Candidate:
-        spec = variant(name, "gelu", False, m, bn)
+        spec = variant(name, "gelu", False, shape, bn)
         launch = gpu.launcher(spec, dtype, shape)
         cc = cp.empty((m, n), dtype=gpu.nd[dtype])
         info = {"variant": variant_label(spec, dtype), "grid": list(launch.grid),
@@ -493,9 +544,10 @@ def candidates_for(gpu: Gpu, libs: dict[str, Any], ops: Operands, c: Any, m: int
 
     out.append(fused(BIAS_ACT))
     if m <= 256:
+        # The host's width as the stage itself, the other width beside it.
         out.append(fused(SMALL_M))
-    if m <= BANDWIDTH_MAX_M:
-        out.append(fused(SMALL_M, WIDE_BN))
+        chosen = variant(SMALL_M, "gelu", False, shape).param_dict["BN"]
+        out.extend(fused(SMALL_M, w) for w in SMALL_M_WIDTHS if w != chosen)
 
     def cublas_ew() -> Candidate:
         ew = gpu.elementwise(dtype)
@@ -592,6 +644,8 @@ def time_shape(gpu: Gpu, libs: dict[str, Any], entry: dict[str, Any], m: int, n:
     c = cp.empty((m, n), dtype=gpu.nd[dtype])
     ref, pre, scale = reference(cp, ops.a64, ops.b64, ops.bias64, None, "gelu")
     del ops.a64, ops.b64
+    if m <= 256:
+        entry["stream"] = stream_ceiling(gpu, ops.b, flush, args.runs)
     cands: list[Candidate] = []
     setup_errors: dict[str, str] = {}
     everything = candidates_for(gpu, libs, ops, c, m, n, k, dtype, setup_errors)
@@ -660,6 +714,8 @@ def time_shape(gpu: Gpu, libs: dict[str, Any], entry: dict[str, Any], m: int, n:
                    compulsory_gbps=compulsory / (med * 1e-3) / 1e9)
         if m <= BANDWIDTH_MAX_M and copy_gbps:
             row["percent_of_copy"] = 100.0 * row["compulsory_gbps"] / copy_gbps
+        if "stream" in entry:
+            row["percent_of_stream"] = 100.0 * row["compulsory_gbps"] / entry["stream"]["gbps"]
     for fused_name, fused_meds in medians.items():
         if entry["candidates"][fused_name]["kind"] != "fused":
             continue
@@ -734,7 +790,8 @@ def table(record: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-SHORT = {BIAS_ACT: "bias_act", SMALL_M: "small_m", f"{SMALL_M} BN={WIDE_BN}": f"small_m/{WIDE_BN}"}
+SHORT = {BIAS_ACT: "bias_act", SMALL_M: "small_m",
+         **{f"{SMALL_M} BN={w}": f"small_m/{w}" for w in SMALL_M_WIDTHS}}
 BASELINES = ("cublas+elementwise", "torch matmul+add+gelu", "cuBLASLt GELU_BIAS (nvmath)")
 
 

@@ -151,6 +151,13 @@ KEPT: dict[str, str] = {
                  "(`python3 -m pytest -q -m gpu tests/FILE.py`, one file per process).",
     "calibration.json": "`calibration.json`: `python3 benchmarks/calibrate.py` (no GPU): every "
                         "ladder step's predicted saving against the one bench.json measured.",
+    "sustained_clock.json": "`sustained_clock.json`: `PYTHONPATH=. python3 "
+                            "benchmarks/sustained_clock.py`: GEMMs run back to back for 2 s while "
+                            "NVML is sampled (the card at its power cap).",
+    "bench_clock.json": "`bench_clock.json`: `PYTHONPATH=. python3 benchmarks/bench_clock.py`: "
+                        "the SM clock while bench-style launches run, read by a probe warp on "
+                        "every SM before, during and after each launch (NVML reads 1980 MHz; "
+                        "the probe during the GEMMs about 1.6 GHz).",
 }
 
 

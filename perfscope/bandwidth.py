@@ -5,8 +5,11 @@ DRAM; its speed is the bandwidth its compulsory bytes (each operand read once, C
 once, the epilogue's bias and residual) reach, against the device-to-device copy bandwidth
 measured in the same run, not TFLOP/s. ``benchmarks/fused_check.py`` times every candidate
 (the fused stages, cuBLAS + an elementwise pass, torch, cuBLASLt's GELU_BIAS) per shape and
-records both; this module turns its JSON (schema perfscope.fused_check/1, plain or .xz)
-into one panel per (dtype, shape) with M <= SMALL_M_MAX, for the fused page to draw.
+records both, and (from 2026-12-01) a plain read of the same weight timed the same way: the
+practical ceiling at that size, launch and ramp included, which a 1 GiB copy is not for a
+32 MiB weight read in tens of microseconds. This module turns its JSON (schema
+perfscope.fused_check/1, plain or .xz) into one panel per (dtype, shape) with M <=
+SMALL_M_MAX, for the fused page to draw.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ class BandwidthPoint:
     gbps: float | None        # None when it was wrong or not timed
     share_of_copy: float | None
     verdict: str
+    share_of_stream: float | None = None   # of the same-size read; None in older checks
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,7 @@ class BandwidthPanel:
     copy_gbps: float
     compulsory_bytes: float
     points: tuple[BandwidthPoint, ...]
+    stream_gbps: float | None = None   # the weight read alone at this size (None: not timed)
 
     @property
     def title(self) -> str:
@@ -88,14 +93,17 @@ def read_panels(path: str | Path) -> tuple[BandwidthPanel, ...]:
     for row in doc.get("timing") or []:
         if row.get("m", SMALL_M_MAX + 1) > SMALL_M_MAX:
             continue
+        stream = (row.get("stream") or {}).get("gbps")
         points = []
         for label, c in (row.get("candidates") or {}).items():
             ok = c.get("verdict") == "OK" and c.get("compulsory_gbps") is not None
             gbps = float(c["compulsory_gbps"]) if ok else None
             points.append(BandwidthPoint(label, c.get("kind", "baseline"), gbps,
                                          gbps / copy if gbps is not None else None,
-                                         c.get("verdict", "not timed")))
+                                         c.get("verdict", "not timed"),
+                                         gbps / stream if gbps is not None and stream else None))
         panels.append(BandwidthPanel(row["dtype"], row["m"], row["n"], row["k"],
                                      row.get("epilogue", ""), float(copy),
-                                     float(row.get("compulsory_bytes") or 0.0), tuple(points)))
+                                     float(row.get("compulsory_bytes") or 0.0), tuple(points),
+                                     float(stream) if stream else None))
     return tuple(panels)

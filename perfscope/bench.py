@@ -175,7 +175,7 @@ def is_cuda_error(exc: BaseException) -> bool:
 def _run_one(job: Job, opts: BenchOptions, refs: dict) -> tuple[Prepared, Verification,
                                                                Timing | None]:
     prep = prepare(job.spec, job.dtype, job.shape)
-    verdict = verify(prep, opts.seed)
+    verdict = verify(prep, opts.seed, quant_scale=opts.quant_scale)
     if verdict.verdict != OK or not opts.time:
         return prep, verdict, None
     ref = None
@@ -184,7 +184,7 @@ def _run_one(job: Job, opts: BenchOptions, refs: dict) -> tuple[Prepared, Verifi
         key = (rspec.name, job.dtype, job.shape)
         if key not in refs:
             rprep = prepare(rspec, job.dtype, job.shape)
-            refs[key] = (rprep, verify(rprep, opts.seed))
+            refs[key] = (rprep, verify(rprep, opts.seed, quant_scale=opts.quant_scale))
         rprep, rver = refs[key]
         if rver.verdict == OK:
             ref = rprep

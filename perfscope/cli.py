@@ -24,6 +24,7 @@ import typer
 from typer.core import TyperGroup
 
 from perfscope.errors import PerfscopeError
+from perfscope.kernels.epilogue import DEFAULT_QUANT_SCALE
 from perfscope.kernels.listing import kernels_table
 from perfscope.kernels.spec import parse_params, parse_shape
 from perfscope.locations import CHECKOUT, LOCAL_ROOT, existing_reference_root, reference_root
@@ -408,6 +409,10 @@ def bench(
     rounds: int = typer.Option(3, "--rounds", help="Alternating stage/cuBLAS rounds."),
     config: str | None = typer.Option(None, "--config", help=_CONFIG_HELP),
     store: Path | None = typer.Option(None, "--store", help=_STORE_HELP),
+    quant_scale: float = typer.Option(DEFAULT_QUANT_SCALE, "--quant-scale",
+                                      help="The scale a quantising stage (hgemm_fused_quant) "
+                                      "multiplies its outputs by: fp8's per-tensor scale, the "
+                                      "base of int8's per-row scales."),
 ) -> None:
     """Verify stages against a float64 reference and time them against cuBLAS."""
     from perfscope import bench as b  # deferred: CuPy, and never the report reader
@@ -419,7 +424,7 @@ def bench(
                              "(--json prints the results as JSON).")
     jobs = b.plan(stages or ["all"], dtype or [], parse_shape(shape),
                   _params(param, config, store, stages, dtype, shape))
-    opts = b.BenchOptions(runs=runs, rounds=rounds, time=not check_only)
+    opts = b.BenchOptions(runs=runs, rounds=rounds, time=not check_only, quant_scale=quant_scale)
     done: list = []
     try:
         done.extend(b.run_jobs(jobs, opts))

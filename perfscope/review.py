@@ -14,7 +14,7 @@ import dataclasses
 import logging
 import os
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -276,14 +276,24 @@ def _find_tune(paths: Sequence[Path]) -> Path | None:
     return _find_beside(paths, TUNE_RESULTS)
 
 
-def _peak(env: Environment | None, dtype: str, clock_mhz: float | None) -> tuple[float | None, str]:
+def _peak(env: Environment | None, dtype: str, clock_mhz: float | None,
+          kernel_mhz: float | None = None) -> tuple[float | None, str]:
+    """The dense peak line: at the SM clock ncu measured during the ladder's kernels where
+    their reports are here (median), else at the clock sampled while timing. The two differ:
+    NVML, sampled while the timed launches queue, reads the clock between them (1980 MHz on
+    the H200), while a GEMM at the power cap runs near 1.6 GHz, as ncu and an in-kernel probe
+    both measure (reports/reference/h200/bench_clock.json)."""
     if env is None:
         return None, "peak unknown: no GPU environment recorded"
-    # The peak line moves with the SM clock measured while timing (hardware.py's table).
+    clock = kernel_mhz if kernel_mhz is not None else clock_mhz
     peak = peak_flops(env.compute_capability, math_kind(dtype), env.sm_count,
-                      clock_mhz * 1e6 if clock_mhz is not None else None)
+                      clock * 1e6 if clock is not None else None)
     if peak is None:
         return None, f"peak unknown for compute capability {env.compute_capability}"
+    if kernel_mhz is not None:
+        timed = f"; NVML read {clock_mhz:.0f} MHz while timing" if clock_mhz is not None else ""
+        return peak / 1e12, (f"{env.gpu} peak at the SM clock ncu measured during the kernels, "
+                             f"median {kernel_mhz:.0f} MHz ({env.sm_count} SMs{timed})")
     return peak / 1e12, f"{env.gpu} peak at the timed SM clock {clock_mhz:.0f} MHz ({env.sm_count} SMs)"
 
 
@@ -300,7 +310,8 @@ def _reference_name(catalogue: Catalogue, dtype: str) -> str | None:
 
 
 def _ladders(manifests: Sequence[RunManifest], env: Environment | None,
-             catalogue: Catalogue) -> list[Ladder]:
+             catalogue: Catalogue, kernel_clocks: Mapping[tuple[str, str, str], float] | None = None
+             ) -> list[Ladder]:
     out = []
     for dtype in DTYPE_ORDER:
         # A ladder holds stages; program captures and external workloads are no rung.
@@ -308,12 +319,25 @@ def _ladders(manifests: Sequence[RunManifest], env: Environment | None,
         shapes = list(dict.fromkeys(m.shape for m in runs))
         for shape in shapes:
             mine = [m for m in runs if m.shape == shape] if len(shapes) > 1 else runs
-            out.append(_ladder(dtype, mine, env, catalogue, shape if len(shapes) > 1 else None))
+            out.append(_ladder(dtype, mine, env, catalogue, shape if len(shapes) > 1 else None,
+                               kernel_clocks or {}))
+    return out
+
+
+def kernel_clocks_of(entries: Sequence[Entry]) -> dict[tuple[str, str, str], float]:
+    """(stage, dtype, shape) -> the SM clock ncu measured during that stage's report, MHz
+    (a group's launches: the first)."""
+    out: dict[tuple[str, str, str], float] = {}
+    for e in entries:
+        m, hz = e.manifest, e.record.profile.identity.sm_clock_hz
+        if m is not None and hz:
+            out.setdefault((m.stage, m.dtype, m.shape), hz / 1e6)
     return out
 
 
 def _ladder(dtype: str, runs: Sequence[RunManifest], env: Environment | None,
-            catalogue: Catalogue, shape: str | None) -> Ladder:
+            catalogue: Catalogue, shape: str | None,
+            kernel_clocks: Mapping[tuple[str, str, str], float]) -> Ladder:
     """One ladder: the stages of one dtype (and shape) against the reference they were
     timed against (cuBLAS, or a group such as cublas+gelu for fused stages)."""
     order = list(catalogue.stages)
@@ -341,8 +365,11 @@ def _ladder(dtype: str, runs: Sequence[RunManifest], env: Environment | None,
     points = [dataclasses.replace(p, beats=beaten.get(p.label)) for p in points]
     clocks = sorted(p.sm_clock_mhz for p in points if p.sm_clock_mhz is not None)
     clock = clocks[len(clocks) // 2] if clocks else None
+    measured = sorted(mhz for m in stages
+                      if (mhz := kernel_clocks.get((m.stage, m.dtype, m.shape))) is not None)
+    kernel_mhz = measured[len(measured) // 2] if measured else None
     peak, peak_note = _peak(env or next((m.environment for m in runs if m.environment), None),
-                            dtype, clock)
+                            dtype, clock, kernel_mhz)
     return Ladder(dtype, tuple(points), ref_name if ref_tflops else None, ref_tflops,
                   peak, peak_note, tuple(wins), shape)
 
@@ -412,7 +439,7 @@ def build(records: Sequence[Diagnosed], *, catalogue: Catalogue, roots: Sequence
             manifests.append(m)
             timed.add(key)
     env = bench.environment if bench else None
-    ladders = _ladders(manifests, env, catalogue)
+    ladders = _ladders(manifests, env, catalogue, kernel_clocks_of(entries))
     if bench_shown is not None:
         source = f"{bench_shown} (event-timed, outside ncu)"
     elif ladders:

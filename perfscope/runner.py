@@ -26,7 +26,7 @@ from perfscope import bench
 from perfscope.environment import collect_environment
 from perfscope.errors import PerfscopeError
 from perfscope.kernels import get_spec, parse_shape
-from perfscope.kernels.launch import prepare, require_gpu
+from perfscope.kernels.launch import output_array, prepare, require_gpu
 from perfscope.manifest import ERROR, OK, Verification
 from perfscope.verify import make_epilogue_operands, make_inputs, verify
 
@@ -112,7 +112,7 @@ def run_job(job: RunnerJob, manifest_dir: Path, env: Any) -> str:
         return verdict.verdict
     cp = require_gpu()
     a, b = make_inputs(cp, plan.shape, job.dtype, SEED)
-    c = cp.empty((plan.shape.m, plan.shape.n), dtype=a.dtype)
+    c = output_array(cp, prep)
     extra = (make_epilogue_operands(cp, plan.shape, job.dtype, SEED, prep.epilogue)
              if prep.epilogue is not None else None)
     for _ in range(WARMUP_LAUNCHES):

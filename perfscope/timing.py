@@ -17,8 +17,8 @@ from typing import Any
 
 from perfscope.environment import ClockReader
 from perfscope.errors import PerfscopeError
-from perfscope.kernels.launch import Prepared, numpy_dtype, require_gpu
-from perfscope.kernels.spec import Shape
+from perfscope.kernels.epilogue import DEFAULT_QUANT_SCALE, check_quant_scale
+from perfscope.kernels.launch import Prepared, output_array, require_gpu
 from perfscope.manifest import Spread, Timing
 from perfscope.verify import make_epilogue_operands, make_inputs
 
@@ -33,10 +33,14 @@ class BenchOptions:
     time: bool = True
     seed: int | None = None
     l2_flush_bytes: int = 512 * 2**20
+    # The scale a quantising stage multiplies its outputs by (fp8: per tensor; int8: the
+    # base of the per-row scales), also for its verification.
+    quant_scale: float = DEFAULT_QUANT_SCALE
 
     def __post_init__(self) -> None:
         if self.runs < 1 or self.rounds < 1 or self.warmup < 0:
             raise PerfscopeError("runs and rounds must be at least 1 and warmup at least 0")
+        check_quant_scale(self.quant_scale)
 
 
 @dataclass(frozen=True)
@@ -48,13 +52,15 @@ class _Batch:
 class _Timer:
     """Event-timed launches of prepared GEMMs over shared inputs and one flush buffer."""
 
-    def __init__(self, cp: Any, shape: Shape, dtype: str, opts: BenchOptions,
-                 epilogue: Any = None):
+    def __init__(self, cp: Any, prep: Prepared, opts: BenchOptions):
         self.cp, self.opts = cp, opts
+        shape, dtype, epilogue = prep.shape, prep.dtype, prep.epilogue
         self.a, self.b = make_inputs(cp, shape, dtype, opts.seed)
-        self.c = cp.empty((shape.m, shape.n), dtype=numpy_dtype(dtype))
+        # A quantising stage and its group both write one byte per element.
+        self.c = output_array(cp, prep)
         # A fused stage and its group reference read the same bias and residual.
-        self.extra = (make_epilogue_operands(cp, shape, dtype, opts.seed, epilogue)
+        self.extra = (make_epilogue_operands(cp, shape, dtype, opts.seed, epilogue,
+                                             opts.quant_scale)
                       if epilogue is not None else None)
         self.flush = cp.empty(opts.l2_flush_bytes // 4, dtype=cp.float32)
         self.clock = ClockReader()
@@ -95,7 +101,7 @@ def time_stage(prep: Prepared, ref: Prepared | None, opts: BenchOptions) -> Timi
     if ref is not None and ref.epilogue != prep.epilogue:
         raise PerfscopeError(f"{prep.spec.name} and {ref.spec.name} compute different epilogues "
                              "and cannot be timed against each other")
-    timer = _Timer(cp, prep.shape, prep.dtype, opts, prep.epilogue)
+    timer = _Timer(cp, prep, opts)
     timer.warm(prep)
     if ref is not None:
         timer.warm(ref)

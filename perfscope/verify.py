@@ -16,6 +16,14 @@ A stage with a fused epilogue (and its unfused group reference) is checked again
 ``act(A·B + bias) (+ residual)`` in float64, with A scaled by 1/sqrt(K) so that A·B is of
 order one, where GELU and SiLU bend; the elementwise bound grows by the activation's
 slope and adds ``tanh.approx``'s error on the pre-activation value (kernels/epilogue.py).
+
+A quantising epilogue (fp8 e4m3, int8) is checked in the quantised domain: every stored
+value must lie within half a quantisation step (of the binade it falls in) plus the
+scaled elementwise bound of the value the float64 reference quantises, after both are
+saturated as the kernel saturates; unwritten outputs are poisoned (the fp8 NaN code,
+int8 -128) and so fail; amax must match max |x| within the largest elementwise bound.
+Given outputs that fp32 computes exactly (tests/test_gpu_fused.py), the rounding is held
+bit for bit against :func:`perfscope.kernels.epilogue.quantised` instead.
 """
 
 from __future__ import annotations
@@ -23,8 +31,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from perfscope.kernels.epilogue import ACT_TOL, MAX_SLOPE, Epilogue, EpilogueOperands, apply
-from perfscope.kernels.launch import Prepared, numpy_dtype, require_gpu
+from perfscope.kernels.epilogue import (
+    ACT_TOL,
+    DEFAULT_QUANT_SCALE,
+    E4M3_MAX,
+    INT8_MAX,
+    INT8_MIN,
+    MAX_SLOPE,
+    Epilogue,
+    EpilogueOperands,
+    apply,
+    check_quant_scale,
+    decoded,
+    e4m3_step,
+)
+from perfscope.kernels.launch import Prepared, numpy_dtype, output_array, require_gpu
 from perfscope.kernels.spec import Shape
 from perfscope.manifest import OK, WRONG, Verification
 
@@ -35,6 +56,12 @@ TOLERANCES: dict[str, tuple[float, float, float, float]] = {
     "fp16": (1e-2, 2e-3, 1e-3, 1e-5),
     "bf16": (1e-2, 2e-3, 8e-3, 1e-5),
 }
+# A quantised C: e4m3 keeps 4 significant bits (relative rounding error up to 2^-4, about
+# 2.4% RMS over many values), int8 steps of 1 on values of order 16-100.
+QUANT_FRO_TOL = 0.05
+# The poison a quantised output starts as: e4m3's NaN code, int8's -128 (which a run whose
+# outputs stay above -127.5 never stores).
+QUANT_POISON = {"fp8": 0x7F, "int8": -128}
 
 CHECK_SHAPES: tuple[Shape, ...] = (
     Shape(1, 1, 1), Shape(2, 3, 5), Shape(127, 129, 65), Shape(1000, 2000, 500),
@@ -55,14 +82,25 @@ def make_inputs(cp: Any, shape: Shape, dtype: str, seed: int | None,
 
 
 def make_epilogue_operands(cp: Any, shape: Shape, dtype: str, seed: int | None,
-                           epilogue: Epilogue) -> EpilogueOperands:
-    """Seeded bias N(0, 0.5^2) of length N and, for a residual epilogue, residual N(0, 1)."""
+                           epilogue: Epilogue,
+                           quant_scale: float = DEFAULT_QUANT_SCALE) -> EpilogueOperands:
+    """Seeded bias N(0, 0.5^2) of length N and, for a residual epilogue, residual N(0, 1);
+    for a quantising one its scale (fp8: ``quant_scale``; int8: one per row, stepping from
+    0.5 to 1.0 times it so that a row read with another row's scale shows) and a zeroed
+    amax."""
     rng = cp.random.default_rng(None if seed is None else seed + 1)
     nd = numpy_dtype(dtype)
     bias = (0.5 * rng.standard_normal(shape.n, dtype=cp.float32)).astype(nd)
     res = (rng.standard_normal((shape.m, shape.n), dtype=cp.float32).astype(nd)
            if epilogue.residual else None)
-    return EpilogueOperands(bias, res)
+    if epilogue.quant is None:
+        return EpilogueOperands(bias, res)
+    base = check_quant_scale(quant_scale)
+    if epilogue.quant == "fp8":
+        scale = cp.full(1, base, dtype=cp.float32)
+    else:
+        scale = (base * (0.5 + (cp.arange(shape.m) % 5) / 8.0)).astype(cp.float32)
+    return EpilogueOperands(bias, res, scale, cp.zeros(1, dtype=cp.float32))
 
 
 @dataclass(frozen=True)
@@ -102,16 +140,78 @@ def check_result(cp: Any, a: Any, b: Any, c: Any, dtype: str,
     return _compare(cp, c, ref, Bound(dtype, scale))
 
 
-def check_epilogue(cp: Any, a: Any, b: Any, c: Any, dtype: str, epilogue: Epilogue,
-                   extra: EpilogueOperands) -> Verification:
-    """Compare c with act(a·b + bias) (+ residual) in float64 (the module docstring)."""
+def _epilogue_reference(cp: Any, a: Any, b: Any, dtype: str, epilogue: Epilogue,
+                        extra: EpilogueOperands) -> tuple[Any, Bound]:
+    """act(a·b + bias) (+ residual) in float64, and the elementwise bound around it."""
     a64, b64 = a.astype(cp.float64), b.astype(cp.float64)
     pre = a64 @ b64 + extra.bias.astype(cp.float64)[None, :]
     scale = cp.abs(a64) @ cp.abs(b64)
     del a64, b64
     res = extra.residual.astype(cp.float64) if extra.residual is not None else None
-    ref = apply(cp, epilogue, pre, res)
-    return _compare(cp, c, ref, Bound(dtype, scale, epilogue.act, pre))
+    return apply(cp, epilogue, pre, res), Bound(dtype, scale, epilogue.act, pre)
+
+
+def check_epilogue(cp: Any, a: Any, b: Any, c: Any, dtype: str, epilogue: Epilogue,
+                   extra: EpilogueOperands) -> Verification:
+    """Compare c with act(a·b + bias) (+ residual) in float64 (the module docstring)."""
+    ref, bound = _epilogue_reference(cp, a, b, dtype, epilogue, extra)
+    return _compare(cp, c, ref, bound)
+
+
+def check_quantised(cp: Any, a: Any, b: Any, c: Any, dtype: str, epilogue: Epilogue,
+                    extra: EpilogueOperands) -> Verification:
+    """Compare a quantised c (and the amax the run left) with the float64 epilogue, in the
+    quantised domain (the module docstring)."""
+    x, bound = _epilogue_reference(cp, a, b, dtype, epilogue, extra)
+    x_bound = bound.of(cp, x)
+    s = extra.scale.astype(cp.float64)
+    s = s[:, None] if epilogue.quant == "int8" else s[0]
+    limit = E4M3_MAX if epilogue.quant == "fp8" else float(INT8_MAX)
+    low = -E4M3_MAX if epilogue.quant == "fp8" else float(INT8_MIN)
+    y = cp.clip(x * s, low, limit)
+    slack = x_bound * s
+    half = (0.5 * e4m3_step(cp, cp.abs(y) + slack) if epilogue.quant == "fp8"
+            else cp.full(y.shape, 0.5))
+    got = decoded(cp, epilogue.quant, c)
+    nonfinite = int(cp.count_nonzero(~cp.isfinite(got)))
+    if nonfinite:
+        return Verification(WRONG, None, QUANT_FRO_TOL, None, nonfinite, nonfinite,
+                            f"{nonfinite} of {c.size} quantised outputs are NaN (never written)")
+    diff = cp.abs(got - y)
+    ratio = diff / (half + slack)
+    bad = int(cp.count_nonzero(ratio > 1.0))
+    worst = float(ratio.max())
+    y_norm, diff_norm = float(cp.linalg.norm(y)), float(cp.linalg.norm(diff))
+    err = diff_norm / y_norm if y_norm > 0 else diff_norm
+    # Outputs of a few quantisation steps (int8 at a small scale) round by a large share of
+    # themselves: the norm fails only beyond both the tolerance and every half step at once.
+    fro_fails = err > QUANT_FRO_TOL and diff_norm > float(cp.linalg.norm(half + slack))
+    problems = []
+    if fro_fails or bad:
+        where = ""
+        if bad:
+            i, j = divmod(int(cp.argmax(ratio)), c.shape[1])
+            where = f"; worst at C[{i}][{j}] = {float(got[i, j]):.6g}, reference {float(y[i, j]):.6g}"
+        problems.append(f"relative Frobenius error {err:.3g} (tolerance {QUANT_FRO_TOL:g}); {bad} "
+                        f"quantised elements outside the bound{where}")
+    if extra.amax is not None:
+        amax, want = float(extra.amax[0]), float(cp.abs(x).max())
+        if not abs(amax - want) <= float(x_bound.max()):
+            problems.append(f"amax {amax:.6g}, reference {want:.6g}")
+    if problems:
+        return Verification(WRONG, err, QUANT_FRO_TOL, worst, max(bad, 1), 0, "; ".join(problems))
+    return Verification(OK, err, QUANT_FRO_TOL, worst, 0, 0, "")
+
+
+def poisoned_output(cp: Any, prep: Prepared) -> Any:
+    """C filled with a value no correct run leaves: NaN in the output's own type, the e4m3
+    NaN code or int8 -128 for a quantised output."""
+    quant = prep.epilogue.quant if prep.epilogue is not None else None
+    if quant is None:
+        return _poisoned(cp, prep.shape, prep.dtype)
+    c = output_array(cp, prep)
+    c.fill(QUANT_POISON[quant])
+    return c
 
 
 @dataclass(frozen=True)
@@ -160,18 +260,21 @@ def _compare(cp: Any, c: Any, ref: Any, limits: Bound) -> Verification:
     return Verification(OK, err, fro_tol, worst, 0, 0, "")
 
 
-def verify(prep: Prepared, seed: int | None = None,
-           expected: Reference | None = None) -> Verification:
+def verify(prep: Prepared, seed: int | None = None, expected: Reference | None = None,
+           quant_scale: float = DEFAULT_QUANT_SCALE) -> Verification:
     """Fresh inputs (or expected's, with their product), poisoned output, one launch, two
-    checks; for an epilogue stage, its bias and residual too, against the epilogue's math."""
+    checks; for an epilogue stage, its bias and residual (and a quantising one's scale, from
+    ``quant_scale``) too, against the epilogue's math."""
     cp = require_gpu()
     epi = prep.epilogue
     if epi is not None:
         a, b = make_inputs(cp, prep.shape, prep.dtype, seed, scaled=True)
-        extra = make_epilogue_operands(cp, prep.shape, prep.dtype, seed, epi)
-        c = _poisoned(cp, prep.shape, prep.dtype)
+        extra = make_epilogue_operands(cp, prep.shape, prep.dtype, seed, epi, quant_scale)
+        c = poisoned_output(cp, prep)
         prep.launch(a, b, c, extra)
         cp.cuda.get_current_stream().synchronize()
+        if epi.quant is not None:
+            return check_quantised(cp, a, b, c, prep.dtype, epi, extra)
         return check_epilogue(cp, a, b, c, prep.dtype, epi, extra)
     if expected is not None:
         a, b = expected.a, expected.b

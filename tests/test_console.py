@@ -61,6 +61,9 @@ def test_piped_output_keeps_names_whole():
     result = runner.invoke(app, ["kernels"])
     assert result.exit_code == 0
     assert "…" not in result.output and "hgemm_tma_wgmma_persistent" in result.output
+    # The fused family is listed with the ladder.
+    assert all(name in result.output for name in ("hgemm_fused_bias_act", "hgemm_small_m",
+                                                  "hgemm_fused_quant"))
 
 
 def test_diff_labels_stand_whole_above_the_table():

@@ -21,7 +21,7 @@ from perfscope.kernels.epilogue import (
     epilogue_of,
     gelu_tanh,
 )
-from perfscope.kernels.fused_specs import GROUPS, fused_geometry, small_m_for
+from perfscope.kernels.fused_specs import GROUPS, fused_geometry, small_m_for, small_m_width
 from perfscope.kernels.launch import Prepared
 from perfscope.kernels.registry import reference_name
 from perfscope.manifest import OK, WRONG
@@ -41,7 +41,8 @@ def test_epilogue_names_its_math_and_its_unfused_group():
 def test_every_group_is_a_registered_reference_with_its_epilogue():
     names = {g.name for g in GROUPS}
     assert names == {"cublas+bias", "cublas+gelu", "cublas+silu", "cublas+bias+residual",
-                     "cublas+gelu+residual", "cublas+silu+residual"}
+                     "cublas+gelu+residual", "cublas+silu+residual", "cublas+gelu+fp8",
+                     "cublas+gelu+int8"}
     for g in GROUPS:
         spec = get_spec(g.name)
         assert spec.is_reference and epilogue_of(spec).group == g.name
@@ -59,11 +60,16 @@ def test_a_fused_stage_is_held_against_the_group_of_its_epilogue():
     assert bench.reference_spec("bf16", job.spec).name == "cublas+gelu"
 
 
-@pytest.mark.parametrize(("m", "bm", "stages"), [(1, 64, 8), (64, 64, 8), (65, 128, 6),
-                                                  (256, 256, 4)])
-def test_small_m_takes_its_tile_rows_from_m_unless_pinned(m, bm, stages):
+# At N = 8192, 64-column tiles fill 128 SMs without a split (12 ring slots at BM 64, 8 at
+# BM 128 above 64 rows); at M = 256 two tile rows of them would be 256 tiles, so the tile
+# stays 128 wide and one 256-row tile row.
+@pytest.mark.parametrize(("m", "bm", "stages", "bn", "arows"),
+                         [(1, 64, 12, 64, 16), (20, 64, 12, 64, 32), (64, 64, 12, 64, 64),
+                          (65, 128, 8, 64, 128), (256, 256, 4, 128, 256)])
+def test_small_m_takes_its_tile_rows_from_m_unless_pinned(m, bm, stages, bn, arows):
     job = bench.plan(["hgemm_small_m"], ["bf16"], Shape(m, 8192, 8192))[0]
-    assert (job.spec.param_dict["BM"], job.spec.param_dict["STAGES"]) == (bm, stages)
+    p = job.spec.param_dict
+    assert (p["BM"], p["STAGES"], p["BN"], p["AROWS"]) == (bm, stages, bn, arows)
     pinned = small_m_for(get_spec("hgemm_small_m").with_params(STAGES=2), Shape(m, 8192, 8192),
                          {"STAGES": 2})
     assert pinned.param_dict["STAGES"] == 2 and pinned.param_dict["BM"] == bm
@@ -72,9 +78,21 @@ def test_small_m_takes_its_tile_rows_from_m_unless_pinned(m, bm, stages):
 def test_fused_geometry_splits_k_over_clusters_and_caps_the_persistent_grid():
     small = small_m_for(get_spec("hgemm_small_m"), Shape(64, 8192, 8192))
     grid, cluster = fused_geometry(small, Shape(64, 8192, 8192), 132)
+    assert cluster == 1 and grid == (128, 1, 1)              # 128 N tiles of 64: no split
+    wide = small_m_for(get_spec("hgemm_small_m").with_params(BN=128), Shape(64, 8192, 8192),
+                       {"BN": 128})
+    grid, cluster = fused_geometry(wide, Shape(64, 8192, 8192), 132)
     assert cluster == 2 and grid == (64 * 2, 1, 1)           # 64 N tiles x 2 splits
-    grid, cluster = fused_geometry(small, Shape(64, 8192, 8192), 132, fits=lambda s: False)
+    grid, cluster = fused_geometry(wide, Shape(64, 8192, 8192), 132, fits=lambda s: False)
     assert cluster == 1 and grid == (64, 1, 1)
+    narrow = small_m_for(get_spec("hgemm_small_m"), Shape(16, 4096, 4096))
+    assert fused_geometry(narrow, Shape(16, 4096, 4096), 132) == ((128, 1, 1), 2)
+    # 14336 columns are 224 tiles of 64, two waves: 112 tiles of 128 instead.
+    assert small_m_width(Shape(16, 14336, 4096)) == 128 and small_m_width(Shape(256, 8192, 8192)) == 128
+    # Two tile rows of 128 x 64 at M = 256, N = 4096: 128 tiles, no split.
+    at256 = small_m_for(get_spec("hgemm_small_m"), Shape(256, 4096, 4096))
+    assert (at256.param_dict["BM"], at256.param_dict["BN"]) == (128, 64)
+    assert fused_geometry(at256, Shape(256, 4096, 4096), 132) == ((64, 2, 1), 1)
     grid, cluster = fused_geometry(get_spec("hgemm_fused_bias_act"), Shape(4096, 4096, 4096), 132)
     assert (grid, cluster) == ((132, 1, 1), 1)
 

@@ -60,9 +60,11 @@ fc = benchmark_script("fused_check")
 
 # ------------------------------------------------------------------ the specs
 def test_the_fused_family_continues_from_the_persistent_stage():
-    assert [s.name for s in FUSED] == ["hgemm_fused_bias_act", "hgemm_small_m"]
+    assert [s.name for s in FUSED] == ["hgemm_fused_bias_act", "hgemm_small_m", "hgemm_fused_quant"]
+    parents = {"hgemm_fused_quant": "hgemm_fused_bias_act"}
     for spec in FUSED:
-        assert spec.family == "fused" and spec.parent == "hgemm_tma_wgmma_persistent"
+        assert spec.family == "fused"
+        assert spec.parent == parents.get(spec.name, "hgemm_tma_wgmma_persistent")
         assert spec.seed == "000 §7.1" and spec.source == "fused.cu" and spec.entry == spec.name
         assert spec.dtypes == DTYPES and spec.archs == (ARCH,) and spec.only_cc == (90,)
         assert spec.abi == "tensormap" and spec.min_cc == 90
@@ -77,13 +79,17 @@ def test_the_fused_family_continues_from_the_persistent_stage():
     for spec in FUSED:
         assert f"\n// {spec.name}\n//   template <typename T, " in text, spec.name
     assert text.count("//   parent   hgemm_tma_wgmma_persistent") == 2
-    assert text.count("//   seed     000 §7.1") == 2
+    assert text.count("//   parent   hgemm_fused_bias_act") == 1
+    assert text.count("//   seed     000 §7.1") == 3
 
 
 def test_name_expressions_put_the_epilogue_last():
     spec = BY_NAME["hgemm_fused_bias_act"].with_params(ACT=ACTIVATIONS["silu"], RESIDUAL=1)
     assert spec.name_expression("bf16") == "hgemm_fused_bias_act<__nv_bfloat16, 128, 256, 64, 3, 8, 2, 1>"
-    assert BY_NAME["hgemm_small_m"].name_expression("fp16") == "hgemm_small_m<__half, 64, 128, 64, 8, 1, 0>"
+    assert BY_NAME["hgemm_small_m"].name_expression("fp16") == \
+        "hgemm_small_m<__half, 64, 128, 64, 8, 1, 0, 64>"
+    assert BY_NAME["hgemm_fused_quant"].name_expression("fp16") == \
+        "hgemm_fused_quant<__half, 128, 256, 64, 4, 8, 1, 0, 1>"
 
 
 def test_geometry_follows_the_header():
@@ -95,11 +101,16 @@ def test_geometry_follows_the_header():
     assert small_m.block_dims() == (256, 1, 1) and not small_m.persistent
     assert small_m.dynamic_smem_bytes() == 8 * 24576 + 1024
     assert small_m.static_smem_bytes() == 2 * 8 * 8
-    for m, bm, stages, threads in ((16, 64, 8, 256), (100, 128, 6, 384), (256, 256, 4, 384)):
+    for m, bm, stages, threads, arows in ((16, 64, 8, 256, 16), (20, 64, 8, 256, 32),
+                                          (64, 64, 8, 256, 64), (100, 128, 6, 384, 128),
+                                          (256, 256, 4, 384, 256)):
         spec = small_m.with_params(**small_m_params(m))
         assert spec.param_dict["BM"] == bm and spec.param_dict["STAGES"] == stages
+        assert spec.param_dict["AROWS"] == arows and spec.boxes().a.rows == arows
         assert spec.block_dims() == (threads, 1, 1)
         assert spec.dynamic_smem_bytes() == 192 * 1024 + 1024   # every tier fills 192 KB
+    assert small_m.with_params(BN=64, **small_m_params(16, bn=64)).dynamic_smem_bytes() == \
+        12 * 16384 + 1024
     for spec in FUSED:
         boxes = spec.boxes()
         assert (boxes.a.rows, boxes.a.cols) == (spec.param_dict["BM"], 64)
@@ -150,7 +161,9 @@ def _variants():
     for m in (16, 100, 256):
         for act, res in (("gelu", 0), ("silu", 0), ("gelu", 1)):
             out.append(("hgemm_small_m", act, res, m, 128))
-    out += [("hgemm_small_m", "gelu", 0, 16, 256), ("hgemm_small_m", "gelu", 1, 16, 256)]
+    out += [("hgemm_small_m", "gelu", 0, 16, 256), ("hgemm_small_m", "gelu", 1, 16, 256),
+            ("hgemm_small_m", "gelu", 0, 16, 64), ("hgemm_small_m", "silu", 1, 64, 64),
+            ("hgemm_small_m", "gelu", 0, 256, 64), ("hgemm_small_m", "gelu", 1, 100, 64)]
     return out
 
 
@@ -313,10 +326,11 @@ def test_the_check_needs_every_variant_once():
     variants = fc.needed_variants(timing=True)
     labels = [s.name_expression(d) for s, d in variants]
     assert len(labels) == len(set(labels))
-    tiers = {(s.param_dict["BM"], s.param_dict["BN"], s.param_dict["STAGES"])
+    tiers = {(s.param_dict["BM"], s.param_dict["BN"], s.param_dict["STAGES"], s.param_dict["AROWS"])
              for s, _ in variants if s.name == "hgemm_small_m"}
-    assert tiers == {(64, 128, 8), (128, 128, 6), (256, 128, 4), (64, 256, 4)}
-    assert len(variants) <= 32   # a few seconds of parallel compiles on the GPU machine
+    assert tiers == {(64, 64, 12, 16), (64, 64, 12, 64), (64, 128, 8, 16), (64, 128, 8, 64),
+                     (128, 64, 8, 128), (256, 128, 4, 256)}
+    assert len(variants) <= 40   # a few seconds of parallel compiles on the GPU machine
 
 
 # ------------------------------------------------------------------ the reference and the check
@@ -547,6 +561,7 @@ def test_the_gpu_check_runs_end_to_end_on_a_stand_in(monkeypatch, tmp_path):
 
     monkeypatch.setattr(fc.Gpu, "function", function)
     monkeypatch.setattr(fc.Gpu, "elementwise", lambda self, dtype: _elementwise)
+    monkeypatch.setattr(fc.Gpu, "read_stream", lambda self: lambda grid, block, args: None)
     out = tmp_path / "fused.json"
     monkeypatch.setattr(sys, "argv", ["fused_check.py", "--json", str(out), "--flush-mib", "1"])
     assert fc.main() == 0
@@ -559,14 +574,15 @@ def test_the_gpu_check_runs_end_to_end_on_a_stand_in(monkeypatch, tmp_path):
     timing = record["timing"]
     assert [(e["m"], e["n"], e["k"]) for e in timing] == [(16, 256, 512), (300, 256, 512)]
     small, large = (e["candidates"] for e in timing)
-    assert set(small) == {fc.BIAS_ACT, fc.SMALL_M, f"{fc.SMALL_M} BN=256", "cublas+elementwise"}
+    assert set(small) == {fc.BIAS_ACT, fc.SMALL_M, f"{fc.SMALL_M} BN=128", "cublas+elementwise"}
     assert set(large) == {fc.BIAS_ACT, "cublas+elementwise"}
-    for name in (fc.BIAS_ACT, fc.SMALL_M, f"{fc.SMALL_M} BN=256"):
+    for name in (fc.BIAS_ACT, fc.SMALL_M, f"{fc.SMALL_M} BN=128"):
         row = small[name]
         assert row["verdict"] == "OK" and len(row["times_ms"]) == 3
         assert all(len(t) == 20 for t in row["times_ms"])
         assert row["speedup_per_round"] == {"cublas+elementwise": [1.0, 1.0, 1.0]}
-        assert row["percent_of_copy"] > 0
+        assert row["percent_of_copy"] > 0 and row["percent_of_stream"] > 0
     assert small["cublas+elementwise"]["verdict"] == "OK"
+    assert timing[0]["stream"]["bytes"] == 512 * 256 * 2 and "stream" not in timing[1]
     assert "percent_of_copy" not in large[fc.BIAS_ACT]
     assert record["copy_bandwidth"]["bytes"] == 1 << 20 and record["gpu"]["name"] == "stand-in"

@@ -1,8 +1,11 @@
 """On a GPU: the fused stages and their group references through bench's own path.
 
-Every epilogue (bias + GELU, bias + SiLU, + residual) on ragged shapes against float64,
-hgemm_small_m across its tile-row tiers, the residual aliasing C, and one timed run whose
-reference is the group of launches. Skipped cleanly (conftest) where there is no GPU.
+Every epilogue (bias + GELU, bias + SiLU, + residual, and the fp8 / int8 quantising ones)
+on ragged shapes against float64, hgemm_small_m across its tile tiers (BN 64 / 128, A boxes
+of 16 / 32 / 64 rows, BM 64 / 128 / 256), the residual aliasing C, the quantisation bit for
+bit on outputs fp32 computes exactly (rounding, saturation, subnormals, amax), and one timed
+run per kind whose reference is the group of launches. Skipped cleanly (conftest) where
+there is no GPU.
 """
 
 from __future__ import annotations
@@ -22,8 +25,12 @@ EPILOGUES = (Epilogue("gelu"), Epilogue("silu"), Epilogue("gelu", residual=True)
              Epilogue("none", residual=True))
 # K and N multiples of 8 (TMA); M, N and K off the tile edges.
 BIAS_ACT_SHAPES = (Shape(1, 8, 8), Shape(127, 136, 72), Shape(300, 4104, 1032))
-SMALL_M_SHAPES = (Shape(1, 136, 264), Shape(37, 1032, 4104), Shape(200, 264, 2056),
-                  Shape(256, 4096, 4096))
+# Each tier: BN 64 with A boxes of 16 and 32 rows, BN 64 at 64 rows, BN 128 (N = 14336
+# fills 112 SMs with it), BM 128 x BN 64 in one and two tile rows, BM 128 and BM 256 at
+# BN 128 (their 64-column tiles would not fit one wave).
+SMALL_M_SHAPES = (Shape(1, 136, 264), Shape(20, 4096, 4104), Shape(37, 1032, 4104),
+                  Shape(16, 14336, 1032), Shape(100, 4096, 1032), Shape(200, 264, 2056),
+                  Shape(256, 4096, 4096), Shape(100, 14336, 1032), Shape(256, 8192, 1024))
 
 
 def _cases():
@@ -37,11 +44,22 @@ def _cases():
 
 CASES = list(_cases())
 
+# ------------------------------------------------------------------ quantised outputs
+QUANT_SHAPES = (Shape(1, 16, 8), Shape(127, 144, 72), Shape(300, 4112, 1032))
+QUANT_CASES = [(stage, epi, shape)
+               for quant in ("fp8", "int8")
+               for epi in (Epilogue("gelu", quant=quant), Epilogue("silu", True, quant))
+               for stage in ("hgemm_fused_quant", epi.group)
+               if not (stage.startswith("cublas") and epi.residual)
+               for shape in QUANT_SHAPES]
+
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
-@pytest.mark.parametrize(("stage", "epi", "shape"), CASES,
-                         ids=[f"{s}-{e.label}-{sh}" for s, e, sh in CASES])
+@pytest.mark.parametrize(("stage", "epi", "shape"), CASES + QUANT_CASES,
+                         ids=[f"{s}-{e.label}-{sh}" for s, e, sh in CASES + QUANT_CASES])
 def test_epilogue_is_correct(stage, epi, shape, dtype):
+    """Every epilogue, the quantising ones too (fp8 / int8 C, checked in the quantised
+    domain), through bench's own verification."""
     params = {} if get_spec(stage).is_reference else epi.params
     (job,) = bench.plan([stage], [dtype], shape, params)
     prep = prepare(job.spec, dtype, shape)
@@ -72,3 +90,57 @@ def test_a_fused_stage_is_timed_against_its_group():
     (m,) = bench.run_jobs(jobs, BenchOptions(runs=3, rounds=2, warmup=1))
     assert m.verification.verdict == OK
     assert m.timing.reference == "cublas+gelu" and m.timing.ratio_to_reference.median > 0
+
+
+def _exact_operands(cp, shape, dtype, quant, scale):
+    """Small integers for A, B and the bias: A·B + bias is exact in fp32 (|values| < 2^24),
+    so the stored bytes must equal the float64 reference's quantisation bit for bit."""
+    from perfscope.kernels.launch import numpy_dtype
+
+    nd = numpy_dtype(dtype)
+    rng = cp.random.default_rng(11)
+    a = rng.integers(-2, 3, (shape.m, shape.k)).astype(cp.float32).astype(nd)
+    b = rng.integers(-2, 3, (shape.k, shape.n)).astype(cp.float32).astype(nd)
+    bias = rng.integers(-40, 41, shape.n).astype(cp.float32).astype(nd)
+    if quant == "fp8":
+        s = cp.full(1, scale, dtype=cp.float32)
+    else:
+        s = (scale * (1.0 + (cp.arange(shape.m) % 7) / 7.0)).astype(cp.float32)
+    return a, b, EpilogueOperands(bias, None, s, cp.zeros(1, dtype=cp.float32))
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("quant, scale", [("fp8", 0.37), ("fp8", 9.3), ("fp8", 2.0**-9),
+                                          ("int8", 0.37), ("int8", 2.3)])
+def test_quantisation_is_bit_exact(quant, scale, dtype):
+    """Scales that round (0.37), saturate most outputs (9.3: |x| of ~60 -> ~560 > 448),
+    and push them into e4m3's subnormals (2^-9); every stored byte and the amax exact.
+    Without an activation: tanh.approx is not float64's tanh, so GELU is held to a bound
+    (test_quantised_epilogue_is_correct) and the rounding here."""
+    from perfscope.kernels.epilogue import decoded, quantised
+
+    cp = require_gpu()
+    shape = Shape(300, 4112, 1032)
+    epi = Epilogue("none", quant=quant)
+    (job,) = bench.plan(["hgemm_fused_quant"], [dtype], shape, epi.params)
+    prep = prepare(job.spec, dtype, shape)
+    a, b, extra = _exact_operands(cp, shape, dtype, quant, scale)
+    c = verify.poisoned_output(cp, prep)
+    prep.launch(a, b, c, extra)
+    cp.cuda.get_current_stream().synchronize()
+    x = a.astype(cp.float64) @ b.astype(cp.float64) + extra.bias.astype(cp.float64)[None, :]
+    want = quantised(cp, quant, x, extra.scale if quant == "int8" else extra.scale[0])
+    got = decoded(cp, quant, c)
+    same = (got == want) & (cp.signbit(got) == cp.signbit(want))
+    wrong = cp.argwhere(~same)[:5].tolist()
+    assert not wrong, [(i, j, float(x[i, j]), float(got[i, j]), float(want[i, j])) for i, j in wrong]
+    assert float(extra.amax[0]) == float(cp.abs(x).max())
+    if quant == "fp8" and scale == 9.3:
+        assert float(cp.mean(cp.abs(got) == 448.0)) > 0.3   # the saturation was exercised
+
+
+def test_a_quantising_stage_is_timed_against_its_group():
+    jobs = bench.plan(["hgemm_fused_quant"], ["bf16"], Shape(4096, 4096, 4096))
+    (m,) = bench.run_jobs(jobs, BenchOptions(runs=3, rounds=2, warmup=1))
+    assert m.verification.verdict == OK
+    assert m.timing.reference == "cublas+gelu+fp8" and m.timing.ratio_to_reference.median > 0

@@ -272,7 +272,10 @@ def test_cuda_bindings_launch_config_carries_grid_block_smem_stream_and_cluster(
     # The cuda.h values tensormap.py writes out are the ones this cuda-bindings holds.
     types = cu.CUtensorMapDataType
     from_bindings = {"fp16": int(types.CU_TENSOR_MAP_DATA_TYPE_FLOAT16),
-                     "bf16": int(types.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16)}
+                     "bf16": int(types.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16),
+                     # A quantised C's bytes.
+                     "fp8": int(types.CU_TENSOR_MAP_DATA_TYPE_UINT8),
+                     "int8": int(types.CU_TENSOR_MAP_DATA_TYPE_UINT8)}
     assert from_bindings == DATA_TYPE
     assert int(cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B) == SWIZZLE_128B
     assert int(cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B) == L2_PROMOTION_256B

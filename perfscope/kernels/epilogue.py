@@ -24,10 +24,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from perfscope.errors import PerfscopeError
-from perfscope.kernels.fused_specs import ACTIVATIONS, group_name
+from perfscope.kernels.fused_specs import ACTIVATIONS, QUANTS, group_name
 from perfscope.kernels.spec import KernelSpec
 
 ACT_NAMES: Mapping[int, str] = {v: k for k, v in ACTIVATIONS.items()}
+QUANT_NAMES: Mapping[int, str] = {v: k for k, v in QUANTS.items()}
 ACT_TITLES: Mapping[str, str] = {"none": "no activation", "gelu": "GELU (tanh form)",
                                  "silu": "SiLU"}
 
@@ -41,33 +42,42 @@ ACT_TOL: Mapping[str, float] = {"none": 0.0, "gelu": 1e-3, "silu": 1e-3}
 
 @dataclass(frozen=True)
 class Epilogue:
-    """What follows the GEMM: + bias[n], an activation, and optionally + residual[m][n]."""
+    """What follows the GEMM: + bias[n], an activation, optionally + residual[m][n], and
+    optionally the output quantised to one byte (``quant`` "fp8" or "int8", :data:`QUANTS`)."""
 
     act: str = "gelu"
     residual: bool = False
+    quant: str | None = None
 
     def __post_init__(self) -> None:
         if self.act not in ACTIVATIONS:
             raise PerfscopeError(f"unknown activation {self.act!r}; the epilogues know "
                                  f"{', '.join(ACTIVATIONS)}")
+        if self.quant is not None and self.quant not in QUANTS:
+            raise PerfscopeError(f"unknown output quantisation {self.quant!r}; the epilogues "
+                                 f"know {', '.join(QUANTS)}")
 
     @property
     def label(self) -> str:
-        """``bias+gelu``, ``bias+silu+residual``, ``bias``: what the epilogue computes."""
+        """``bias+gelu``, ``bias+silu+residual``, ``bias``, ``bias+gelu+fp8``: what the
+        epilogue computes."""
         parts = ["bias", *([self.act] if self.act != "none" else []),
-                 *(["residual"] if self.residual else [])]
+                 *(["residual"] if self.residual else []), *([self.quant] if self.quant else [])]
         return "+".join(parts)
 
     @property
     def group(self) -> str:
         """The unfused baseline's name: cuBLAS, then this epilogue as one elementwise pass
-        (``cublas+gelu``, ``cublas+silu+residual``, ``cublas+bias``)."""
-        return group_name(self.act, self.residual)
+        (``cublas+gelu``, ``cublas+silu+residual``, ``cublas+bias``, ``cublas+gelu+fp8``)."""
+        return group_name(self.act, self.residual, self.quant)
 
     @property
     def params(self) -> dict[str, int]:
         """The template parameters that select this epilogue."""
-        return {"ACT": ACTIVATIONS[self.act], "RESIDUAL": int(self.residual)}
+        out = {"ACT": ACTIVATIONS[self.act], "RESIDUAL": int(self.residual)}
+        if self.quant is not None:
+            out["QUANT"] = QUANTS[self.quant]
+        return out
 
 
 def epilogue_of(spec: KernelSpec) -> Epilogue | None:
@@ -82,16 +92,27 @@ def epilogue_of(spec: KernelSpec) -> Epilogue | None:
         raise PerfscopeError(f"{spec.name} has no epilogue for ACT={p['ACT']}; ACT takes {known}")
     if p.get("RESIDUAL", 0) not in (0, 1):
         raise PerfscopeError(f"{spec.name} takes RESIDUAL=0 or 1, not {p['RESIDUAL']}")
-    return Epilogue(act, bool(p.get("RESIDUAL", 0)))
+    quant = None
+    if "QUANT" in p:
+        quant = QUANT_NAMES.get(p["QUANT"])
+        if quant is None:
+            known = ", ".join(f"{v} ({k})" for k, v in QUANTS.items())
+            raise PerfscopeError(f"{spec.name} has no output quantisation QUANT={p['QUANT']}; "
+                                 f"QUANT takes {known}")
+    return Epilogue(act, bool(p.get("RESIDUAL", 0)), quant)
 
 
 @dataclass(frozen=True)
 class EpilogueOperands:
     """The operands an epilogue reads besides A and B: bias[N] and residual[M][N] (or None),
-    device arrays of the GEMM's dtype."""
+    device arrays of the GEMM's dtype; for a quantising epilogue, ``scale`` (float32: one
+    element for fp8, M for int8) and ``amax`` (one float32 the kernel max-es |x| into, or
+    None)."""
 
     bias: Any
     residual: Any | None = None
+    scale: Any | None = None
+    amax: Any | None = None
 
 
 # ------------------------------------------------------------------ float64 reference
@@ -114,6 +135,75 @@ def apply(xp: Any, epilogue: Epilogue, pre: Any, residual: Any | None) -> Any:
             raise PerfscopeError("a residual epilogue needs the residual operand")
         out += residual
     return out
+
+
+# ------------------------------------------------------------------ quantisation
+E4M3_MAX = 448.0
+# e4m3's smallest normal exponent: below 2^-6 the spacing stays 2^-9 (subnormals).
+E4M3_MIN_EXP = -6
+E4M3_MANTISSA_BITS = 3
+INT8_MIN, INT8_MAX = -128, 127
+# The scale every quantising run uses unless told otherwise: with A scaled by 1/sqrt(K)
+# (perfscope.verify) the epilogue's outputs are of order one, a few units at most, so
+# x * 16 spans most of e4m3's range (max 448) and of int8's without saturating.
+DEFAULT_QUANT_SCALE = 16.0
+
+
+def check_quant_scale(scale: float) -> float:
+    """A quantisation scale as given, or a one-sentence refusal of 0, a negative, NaN or
+    infinity (each makes every output 0, NaN or saturated)."""
+    if not math.isfinite(scale) or scale <= 0:
+        raise PerfscopeError(f"the quantisation scale must be a finite number above 0, not "
+                             f"{scale!r}: it multiplies every output before rounding")
+    return float(scale)
+
+
+def e4m3_values() -> Any:
+    """The 256 e4m3 (OCP e4m3fn) codes as float64 values, NaN for 0x7F and 0xFF."""
+    import numpy as np
+
+    codes = np.arange(256)
+    exp, man = (codes >> 3) & 0xF, codes & 0x7
+    mag = np.where(exp == 0, man / 8.0 * 2.0 ** E4M3_MIN_EXP, (1 + man / 8.0) * 2.0 ** (exp - 7.0))
+    mag[(exp == 15) & (man == 7)] = np.nan
+    return np.where(codes & 0x80, -mag, mag)
+
+
+def e4m3_step(xp: Any, mag: Any) -> Any:
+    """The spacing of e4m3 values in the binade of |mag| (2^-9 below the normals)."""
+    _, ex = xp.frexp(mag)   # mag = f * 2^ex with f in [0.5, 1): floor(log2 mag) = ex - 1
+    return xp.ldexp(xp.ones_like(mag), xp.maximum(ex - 1, E4M3_MIN_EXP) - E4M3_MANTISSA_BITS)
+
+
+def round_e4m3(xp: Any, y: Any) -> Any:
+    """float64 values rounded to e4m3 as cvt.rn.satfinite does: to the nearest, ties to
+    even, |y| > 448 to +-448, NaN kept, the sign of a zero kept."""
+    mag = xp.abs(y)
+    step = e4m3_step(xp, mag)
+    return xp.copysign(xp.minimum(xp.rint(mag / step) * step, E4M3_MAX), y)
+
+
+def round_int8(xp: Any, y: Any) -> Any:
+    """float64 values rounded to int8 as the quantising epilogue does: to the nearest, ties
+    to even, saturated to [-128, 127], NaN to 0; an integer has no -0, so neither has this."""
+    return xp.clip(xp.nan_to_num(xp.rint(y), nan=0.0), INT8_MIN, INT8_MAX) + 0.0
+
+
+def quantised(xp: Any, quant: str, x: Any, scale: Any) -> Any:
+    """What the epilogue stores for outputs x, as float64 values: fp32(x) * fp32(scale) in
+    fp32 (the kernel's one multiply), then rounded (round_e4m3 / round_int8). ``scale`` is
+    one value (fp8) or one per row (int8, an M-vector)."""
+    s = xp.asarray(scale, dtype=xp.float32)
+    y = x.astype(xp.float32) * (s[:, None] if s.ndim == 1 else s)
+    y = y.astype(xp.float64)
+    return round_e4m3(xp, y) if quant == "fp8" else round_int8(xp, y)
+
+
+def decoded(xp: Any, quant: str, c: Any) -> Any:
+    """A quantised C (bytes) as float64 values."""
+    if quant == "fp8":
+        return xp.asarray(e4m3_values())[c.view(xp.uint8).astype(xp.int32)]
+    return c.view(xp.int8).astype(xp.float64)
 
 
 # ------------------------------------------------------------------ the unfused pass
@@ -164,17 +254,59 @@ __global__ void bias_act_inplace(unsigned short* y, const unsigned short* bias,
         reinterpret_cast<uint4*>(y)[v] = yv;
     }
 }
+
+// q = quant(act(y + bias[n]) (+ residual[m][n]) * scale) from a GEMM output y that stays
+// as it is; scale is one float (fp8) or one per row (int8); amax (or nullptr) is max-ed
+// with |act(...)|, one atomic per warp.
+template <typename T, int ACT, int RESIDUAL, int QUANT>
+__global__ void bias_act_quant(const unsigned short* y, unsigned char* q,
+                               const unsigned short* bias, const unsigned short* residual,
+                               const float* scale, float* amax, long long vectors,
+                               int vectors_per_row) {
+    unsigned big = 0;
+    for (long long v = blockIdx.x * (long long)blockDim.x + threadIdx.x; v < vectors;
+         v += (long long)gridDim.x * blockDim.x) {
+        const uint4 yv = reinterpret_cast<const uint4*>(y)[v];
+        const uint4 bv = reinterpret_cast<const uint4*>(bias)[v % vectors_per_row];
+        uint4 rv = make_uint4(0, 0, 0, 0);
+        if (RESIDUAL) rv = reinterpret_cast<const uint4*>(residual)[v];
+        const float s = QUANT == quant::QUANT_INT8 ? scale[v / vectors_per_row] : scale[0];
+        const unsigned* yw = reinterpret_cast<const unsigned*>(&yv);
+        const unsigned* bw = reinterpret_cast<const unsigned*>(&bv);
+        const unsigned* rw = reinterpret_cast<const unsigned*>(&rv);
+        unsigned out[2] = {0u, 0u};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            float lo = act::activate<ACT>(Conv<T>::in(yw[i] & 0xFFFFu) + Conv<T>::in(bw[i] & 0xFFFFu));
+            float hi = act::activate<ACT>(Conv<T>::in(yw[i] >> 16) + Conv<T>::in(bw[i] >> 16));
+            if (RESIDUAL) {
+                lo += Conv<T>::in(rw[i] & 0xFFFFu);
+                hi += Conv<T>::in(rw[i] >> 16);
+            }
+            big = max(big, max(quant::abs_bits(lo), quant::abs_bits(hi)));
+            out[i / 2] |= quant::two<QUANT>(lo * s, hi * s) << (16 * (i % 2));
+        }
+        reinterpret_cast<uint2*>(q)[v] = make_uint2(out[0], out[1]);
+    }
+    if (amax != nullptr) {
+        big = __reduce_max_sync(0xFFFFFFFFu, big);
+        if (threadIdx.x % 32 == 0 && big != 0) atomicMax(reinterpret_cast<unsigned*>(amax), big);
+    }
+}
 """
 ELEMENTWISE_SOURCE_NAME = "perfscope_elementwise.cu"
 _CXX_TYPES = {"fp16": "__half", "bf16": "__nv_bfloat16"}
 
 
 def elementwise_expression(dtype: str, epilogue: Epilogue) -> str:
-    """The name expression NVRTC instantiates for one dtype and epilogue."""
+    """The name expression NVRTC instantiates for one dtype and epilogue (the in-place pass,
+    or for a quantising epilogue the pass that writes the one-byte output)."""
     if dtype not in _CXX_TYPES:
         raise PerfscopeError(f"the elementwise epilogue pass takes fp16 or bf16, not {dtype}")
-    return (f"bias_act_inplace<{_CXX_TYPES[dtype]}, {ACTIVATIONS[epilogue.act]}, "
-            f"{int(epilogue.residual)}>")
+    args = f"{_CXX_TYPES[dtype]}, {ACTIVATIONS[epilogue.act]}, {int(epilogue.residual)}"
+    if epilogue.quant is not None:
+        return f"bias_act_quant<{args}, {QUANTS[epilogue.quant]}>"
+    return f"bias_act_inplace<{args}>"
 
 
 def elementwise_grid(m: int, n: int, multiprocessors: int) -> tuple[int, int]:

@@ -35,8 +35,11 @@ SMALL_M = "hgemm_small_m"
 SOURCE = "fused.cu"
 SEED = "000 §7.1"
 
-# The ACT template parameter of both stages.
+# The ACT template parameter of the fused stages.
 ACTIVATIONS: Mapping[str, int] = {"none": 0, "gelu": 1, "silu": 2}
+# hgemm_fused_quant's QUANT template parameter: the one-byte type C is quantised to.
+QUANTS: Mapping[str, int] = {"fp8": 1, "int8": 2}
+QUANT_STAGE = "hgemm_fused_quant"
 
 # What the spec grid assumes when no GPU is asked (the H200's multiprocessors); the launch
 # on a GPU passes the device's own count to split_count.
@@ -54,13 +57,30 @@ _N8_TMA = ShapeConstraint("N", 8, "TMA needs B's and C's row strides (and the bi
                                   "rows) to be multiples of 16 bytes")
 
 
-def group_name(act: str, residual: bool) -> str:
-    """``cublas+gelu``, ``cublas+silu+residual``, ``cublas+bias``: the unfused baseline of an
-    epilogue, cuBLAS followed by one elementwise pass (kernels/epilogue.py)."""
-    return "+".join(["cublas", act if act != "none" else "bias", *(["residual"] if residual else [])])
+def group_name(act: str, residual: bool, quant: str | None = None) -> str:
+    """``cublas+gelu``, ``cublas+silu+residual``, ``cublas+bias``, ``cublas+gelu+fp8``: the
+    unfused baseline of an epilogue, cuBLAS followed by one elementwise pass
+    (kernels/epilogue.py)."""
+    return "+".join(["cublas", act if act != "none" else "bias",
+                     *(["residual"] if residual else []), *([quant] if quant else [])])
+
+
+def output_dtype(spec: KernelSpec, dtype: str) -> str:
+    """The element type of C: the quantised type of a QUANT stage (``fp8``, ``int8``), else
+    the GEMM's own dtype."""
+    code = spec.param_dict.get("QUANT")
+    if code is None:
+        return dtype
+    for name, value in QUANTS.items():
+        if value == code:
+            return name
+    raise PerfscopeError(f"{spec.name} has no output quantisation QUANT={code}; QUANT takes "
+                         + ", ".join(f"{v} ({k})" for k, v in QUANTS.items()))
 
 
 _N8_PASS = ShapeConstraint("N", 8, "the elementwise pass reads C and the bias in 16-byte vectors")
+_N16_BYTES = ShapeConstraint("N", 16, "C is one byte per element and its rows must start on "
+                                      "16-byte boundaries (TMA and 4-byte stores)")
 
 
 def _ceil(a: int, b: int) -> int:
@@ -72,8 +92,10 @@ def _slot_bytes(p: Params) -> int:
 
 
 def _tma_boxes(p: Params) -> TmaBoxes:
-    # A in BK x BM boxes, B in 64-column atoms of BK rows, C (TMA store) in 64 x 64 boxes.
-    return TmaBoxes(a=TmaBox(p["BM"], p["BK"]), b=TmaBox(p["BK"], 64), c=TmaBox(64, 64))
+    # A in BK x BM boxes (BK x AROWS for hgemm_small_m's thin tiers), B in 64-column atoms
+    # of BK rows, C (TMA store) in 64 x 64 boxes.
+    return TmaBoxes(a=TmaBox(p.get("AROWS", p["BM"]), p["BK"]), b=TmaBox(p["BK"], 64),
+                    c=TmaBox(64, 64))
 
 
 def _mbarriers(p: Params) -> int:
@@ -107,6 +129,14 @@ def _bias_act_grid(p: Params, shape: Shape) -> tuple[int, int, int]:
 _bias_act_grid.__doc__ = "(ceil(M/BM) * ceil(N/BN), 1, 1), capped at the multiprocessors"
 
 
+def _quant_smem(p: Params) -> int:
+    # The ring and 1024 bytes of realignment: C is stored from registers, not staged.
+    return p["STAGES"] * _slot_bytes(p) + 1024
+
+
+_quant_smem.__doc__ = "STAGES * (BM*BK + BK*BN) * 2 + 1024 (no C staging)"
+
+
 # ------------------------------------------------------------------------ hgemm_small_m
 def small_m_consumers(bm: int) -> int:
     """Consumer warpgroups of hgemm_small_m: one for a 64-row tile, two above."""
@@ -120,28 +150,63 @@ def small_m_tile_rows(m: int) -> int:
     return 64 if m <= 64 else 128 if m <= 128 else 256
 
 
-def small_m_params(m: int, bn: int = 128, bk: int = 64) -> dict[str, int]:
-    """BM for M and the deepest ring that fits SMALL_M_RING_BYTES at that BM."""
-    bm = small_m_tile_rows(m)
-    return {"BM": bm, "STAGES": SMALL_M_RING_BYTES // ((bm * bk + bk * bn) * 2)}
+def small_m_a_rows(m: int, bm: int) -> int:
+    """The rows of A's TMA box: 16 or 32 where M fits them in a 64-row tile (the rest of the
+    tile is zeroed once, not zero-filled per k tile), else the whole tile row."""
+    if bm == 64:
+        return next(r for r in (16, 32, 64) if m <= r)
+    return bm
+
+
+def small_m_params(m: int, bn: int = 128, bk: int = 64, bm: int | None = None) -> dict[str, int]:
+    """BM (given, else the one tile row for M), the deepest ring that fits
+    SMALL_M_RING_BYTES at that BM, and A's box rows."""
+    bm = bm or small_m_tile_rows(m)
+    return {"BM": bm, "STAGES": SMALL_M_RING_BYTES // ((bm * bk + bk * bn) * 2),
+            "AROWS": small_m_a_rows(m, bm)}
+
+
+# hgemm_small_m's narrow tile: 64 columns, with 64 rows up to M = 64 and 128 above (two
+# tile rows at M = 256), wherever that many tiles fit one wave; else 128 columns and the
+# one tile row of small_m_tile_rows. Measured (bf16, against cublas+gelu, 2026-12-01):
+# 256x4096x4096 1.048 (BM 128, BN 64) against 0.779 (BM 256, BN 128: 32 tiles, whose
+# 4-CTA clusters are not all co-resident, so 96 SMs); 128x8192x8192 1.014 against 0.967;
+# 256x8192x8192 is 256 narrow tiles and keeps BM 256, BN 128 (0.963; BM 128 BN 128 0.917).
+SMALL_M_NARROW = 64
+
+
+def small_m_width(shape: Shape, multiprocessors: int = H200_MULTIPROCESSORS) -> int:
+    """64 where the shape's 64-column tiles (small_m_narrow_rows high) fit one wave of the
+    multiprocessors, else 128."""
+    tiles = _ceil(shape.n, SMALL_M_NARROW) * _ceil(shape.m, small_m_narrow_rows(shape.m))
+    return SMALL_M_NARROW if tiles <= multiprocessors else 128
+
+
+def small_m_narrow_rows(m: int) -> int:
+    """The tile rows beside 64 columns: 64 up to M = 64, else 128 (two tile rows at M = 256)."""
+    return 64 if m <= 64 else 128
 
 
 def check_small_m(spec: KernelSpec, shape: Shape) -> None:
-    """Refuse, in one sentence, an M hgemm_small_m does not cover in one tile row."""
+    """Refuse, in one sentence, an M hgemm_small_m does not cover."""
     if spec.name == SMALL_M and not 1 <= shape.m <= SMALL_M_MAX_M:
         raise PerfscopeError(f"{SMALL_M} covers M of 1 to {SMALL_M_MAX_M} in one tile row, not "
                              f"M={shape.m}; take hgemm_fused_bias_act for that shape")
 
 
 def small_m_for(spec: KernelSpec, shape: Shape, pinned: Mapping[str, int] | None = None) -> KernelSpec:
-    """hgemm_small_m with BM and STAGES chosen for M (small_m_params), unless pinned; any
-    other stage unchanged."""
+    """hgemm_small_m with BN chosen for the shape (small_m_width) and BM, STAGES and AROWS
+    for M (small_m_params), each unless pinned; any other stage unchanged."""
     if spec.name != SMALL_M:
         return spec
     check_small_m(spec, shape)
-    chosen = {k: v for k, v in small_m_params(shape.m, spec.param_dict["BN"],
-                                              spec.param_dict["BK"]).items()
-              if k not in (pinned or {})}
+    pinned = pinned or {}
+    bn = pinned.get("BN", small_m_width(shape))
+    bm = pinned.get("BM", small_m_narrow_rows(shape.m) if bn == SMALL_M_NARROW
+                    else small_m_tile_rows(shape.m))
+    chosen = {k: v for k, v in {"BN": bn, **small_m_params(shape.m, bn, spec.param_dict["BK"],
+                                                           bm)}.items()
+              if k not in pinned}
     return spec.with_params(**chosen) if chosen else spec
 
 
@@ -230,7 +295,7 @@ FUSED: tuple[KernelSpec, ...] = (
                      "through each tile's k loop.", **_COMMON),
     KernelSpec(name="hgemm_small_m", entry="hgemm_small_m",
                params=(("BM", 64), ("BN", 128), ("BK", 64), ("STAGES", 8),
-                       ("ACT", ACTIVATIONS["gelu"]), ("RESIDUAL", 0)),
+                       ("ACT", ACTIVATIONS["gelu"]), ("RESIDUAL", 0), ("AROWS", 64)),
                block=_small_m_block, grid=_small_m_grid, dynamic_smem=_small_m_smem,
                fingerprint=("tma", "gmma"),
                change="For M <= 256: one thin tile row (M zero-padded to BM), a 192 KB ring "
@@ -241,8 +306,28 @@ FUSED: tuple[KernelSpec, ...] = (
                notes="Launched with cluster dims (S, 1, 1), S from split_count (the kernel reads "
                      "it as %cluster_nctarank); a launch without the cluster attribute gives "
                      "S = 1 per CTA, so the grid's S CTAs per tile would each compute the whole "
-                     "tile. BM by M: 64 / 128 / 256 (small_m_params), STAGES to fill 192 KB. "
+                     "tile. BM by M: 64 / 128 / 256 (small_m_params), STAGES to fill 192 KB, "
+                     "AROWS (A's box rows) 16 / 32 for M <= 16 / 32; BN 64 (with BM 64, or 128 "
+                     "above 64 rows) where those tiles fit one wave, else 128 (small_m_width). "
                      "Same ABI and epilogue parameters as hgemm_fused_bias_act.", **_COMMON),
+    KernelSpec(name=QUANT_STAGE, entry=QUANT_STAGE,
+               params=(("BM", 128), ("BN", 256), ("BK", 64), ("STAGES", 4), ("GROUP", 8),
+                       ("ACT", ACTIVATIONS["gelu"]), ("RESIDUAL", 0), ("QUANT", QUANTS["fp8"])),
+               block=_bias_act_block, grid=_bias_act_grid, persistent=True,
+               dynamic_smem=_quant_smem, fingerprint=("tma", "gmma", "setmaxreg"),
+               change="Quantises the epilogue's output to one byte before it is stored: fp8 "
+                      "e4m3 with a per-tensor scale read on the device, and the amax of the "
+                      "unscaled outputs reduced in the epilogue for the next step's scale "
+                      "(QUANT=1), or int8 with a per-row scale (QUANT=2); C is written from "
+                      "registers, so the C staging's shared memory becomes a fourth ring slot.",
+               notes="ABI: the tensor-map ABI with C as unsigned char* and (const T* bias, "
+                     "const T* residual, const float* scale, float* amax) appended; scale is "
+                     "one float (fp8) or M floats (int8); amax is max-ed into (zero it first) "
+                     "or nullptr. Rounding: one fp32 multiply x*scale, then e4m3 "
+                     "round-to-nearest-even with satfinite, or int8 round-to-nearest-even "
+                     "saturated to [-128, 127].",
+               **{**_COMMON, "parent": "hgemm_fused_bias_act",
+                  "constraints": (_K8_TMA, _N8_TMA, _N16_BYTES)}),
 )
 
 # The unfused baselines, one per epilogue: cuBLAS (cupy.matmul), then one elementwise pass
@@ -258,6 +343,16 @@ GROUPS: tuple[KernelSpec, ...] = tuple(
                       "again; two launches).",
                seed=SEED, fingerprint=("gmma",), constraints=(_N8_PASS,),
                notes="A group of two launches: times and traffic are the sum of both.")
-    for act, code in ACTIVATIONS.items() for res in (0, 1))
+    for act, code in ACTIVATIONS.items() for res in (0, 1)) + tuple(
+    KernelSpec(name=group_name("gelu", False, quant), family="cublas", dtypes=HALF,
+               params=(("ACT", ACTIVATIONS["gelu"]), ("RESIDUAL", 0), ("QUANT", code)),
+               change="cuBLAS GEMM through cupy.matmul into a scratch C of the GEMM's dtype, then "
+                      "one elementwise pass: + bias[n], GELU in fp32, x*scale quantised to "
+                      f"{quant} into the one-byte output"
+                      f"{' and amax max-ed' if quant == 'fp8' else ''} (two launches).",
+               seed=SEED, fingerprint=("gmma",), constraints=(_N8_PASS, _N16_BYTES),
+               notes="A group of two launches: times and traffic are the sum of both. The same "
+                     "rounding as hgemm_fused_quant (activation.cuh's quant::two).")
+    for quant, code in QUANTS.items())
 
 BY_NAME: Mapping[str, KernelSpec] = {s.name: s for s in FUSED + GROUPS}

@@ -31,7 +31,7 @@ from perfscope.kernels.epilogue import (
     elementwise_grid,
     epilogue_of,
 )
-from perfscope.kernels.fused_specs import SMALL_M, fused_geometry, small_m_tiles
+from perfscope.kernels.fused_specs import SMALL_M, fused_geometry, output_dtype, small_m_tiles
 from perfscope.kernels.registry import LT_REFERENCES
 from perfscope.kernels.spec import KERNEL_DIR, KernelSpec, Shape
 from perfscope.kernels.tensormap import Driver, TensorMapLauncher, persistent_grid, plan_maps
@@ -145,6 +145,14 @@ def numpy_dtype(dtype: str) -> Any:
     raise PerfscopeError(f"unknown dtype {dtype!r}")
 
 
+def output_array(cp: Any, prep: Prepared) -> Any:
+    """An uninitialised C for a prepared stage: of its dtype, or one byte per element (uint8
+    codes for fp8, int8) for a quantising stage or group."""
+    out = output_dtype(prep.spec, prep.dtype)
+    nd = {"fp8": cp.uint8, "int8": cp.int8}.get(out) or numpy_dtype(out)
+    return cp.empty((prep.shape.m, prep.shape.n), dtype=nd)
+
+
 def compile_stage(spec: KernelSpec, dtype: str, arch: str) -> CompiledModule:
     """The cubin of one stage instantiated for one dtype (CPU only; cached)."""
     spec.check_dtype(dtype)
@@ -181,6 +189,8 @@ class Prepared:
     epilogue: Epilogue | None = None
     # Set for a group reference: the elementwise pass launched after cuBLAS.
     elementwise: Any = None
+    # Set for a quantising group: cuBLAS's C of the GEMM's dtype, which the pass reads.
+    scratch: Any = None
 
     @property
     def expression(self) -> str:
@@ -210,15 +220,14 @@ class Prepared:
         if self.function is None:
             import cupy
 
-            cupy.matmul(a, b, out=c)
+            cupy.matmul(a, b, out=c if self.scratch is None else self.scratch)
             if self.elementwise is not None:
                 self._elementwise(cupy, c, extra)
             return
         if self.tensormap is not None:
             import cupy
 
-            ptrs = () if extra is None else (
-                extra.bias.data.ptr, extra.residual.data.ptr if extra.residual is not None else 0)
+            ptrs = () if extra is None else _operand_pointers(extra, self.epilogue)
             self.tensormap(a.data.ptr, b.data.ptr, c.data.ptr,
                            cupy.cuda.get_current_stream().ptr, ptrs)
             return
@@ -233,10 +242,14 @@ class Prepared:
 
         s = self.shape
         vectors, blocks = self.grid[0], self.grid[1]
-        res = extra.residual if extra.residual is not None else c
-        self.elementwise((blocks,), (256,), (c.view(cupy.uint16), extra.bias.view(cupy.uint16),
-                                             res.view(cupy.uint16), np.int64(vectors),
-                                             np.int32(s.n // 8)))
+        y = c if self.scratch is None else self.scratch
+        res = extra.residual if extra.residual is not None else y
+        operands = (y.view(cupy.uint16), extra.bias.view(cupy.uint16), res.view(cupy.uint16))
+        if self.scratch is not None:
+            amax = extra.amax if extra.amax is not None else 0
+            operands = (operands[0], c.view(cupy.uint8), operands[1], operands[2], extra.scale,
+                        amax)
+        self.elementwise((blocks,), (256,), (*operands, np.int64(vectors), np.int32(s.n // 8)))
 
 
 def prepare(spec: KernelSpec, dtype: str, shape: Shape) -> Prepared:
@@ -289,8 +302,21 @@ def _group(cupy: Any, spec: KernelSpec, dtype: str, shape: Shape, epilogue: Epil
     fn = raw.get_function(module.mangled(expr))
     sms = int(cupy.cuda.Device().attributes["MultiProcessorCount"])
     vectors, blocks = elementwise_grid(shape.m, shape.n, sms)
+    scratch = (cupy.empty((shape.m, shape.n), dtype=numpy_dtype(dtype))
+               if epilogue.quant is not None else None)
     return Prepared(spec, dtype, shape, module, None, (vectors, blocks, 1), (256, 1, 1), 0, raw,
-                    epilogue=epilogue, elementwise=fn)
+                    epilogue=epilogue, elementwise=fn, scratch=scratch)
+
+
+def _operand_pointers(extra: EpilogueOperands, epilogue: Epilogue | None) -> tuple[int, ...]:
+    """The fused stages' pointer arguments after K: bias, residual (0: NULL) and, for a
+    quantising epilogue, scale and amax (0: not computed)."""
+    ptrs = (extra.bias.data.ptr, extra.residual.data.ptr if extra.residual is not None else 0)
+    if epilogue is None or epilogue.quant is None:
+        return ptrs
+    if extra.scale is None:
+        raise PerfscopeError(f"a {epilogue.quant} epilogue needs its scale operand")
+    return (*ptrs, extra.scale.data.ptr, extra.amax.data.ptr if extra.amax is not None else 0)
 
 
 def elementwise_request(dtype: str, epilogue: Epilogue, arch: str) -> CompileRequest:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from perfscope.documents import KernelRow, KernelsTable
 from perfscope.errors import PerfscopeError
-from perfscope.kernels.registry import COMPILED_ONLY, REGISTRY
+from perfscope.kernels.registry import COMPILED_ONLY, EPILOGUE_STAGES, REGISTRY
 from perfscope.manifest import BENCH_NAME, BenchFile
 
 
@@ -26,7 +26,7 @@ def kernels_table(bench: Path | None) -> KernelsTable:
             manifests: Sequence = BenchFile.read(bench).manifests
         except PerfscopeError:
             manifests = ()
-        defaults = {s.name: s.param_dict for s in REGISTRY}
+        defaults = {s.name: s.param_dict for s in REGISTRY + EPILOGUE_STAGES}
         for m in manifests:
             t = m.timing
             if t is None or t.ratio_to_reference is None or m.params != defaults.get(m.stage):
@@ -35,7 +35,8 @@ def kernels_table(bench: Path | None) -> KernelsTable:
             if m.stage not in best or r > best[m.stage][0]:
                 best[m.stage] = (r, m.dtype)
     rows = []
-    for spec in REGISTRY + COMPILED_ONLY:
+    # The fused stages (timed against their groups, in fused/bench-fused.json) list too.
+    for spec in REGISTRY + EPILOGUE_STAGES + COMPILED_ONLY:
         ratio, dtype = best.get(spec.name, (None, None))
         rows.append(KernelRow(spec.name, spec.family, spec.parent, spec.archs if spec.source else (),
                               spec.change, spec.variant, spec.label, ratio, dtype,

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perfscope.errors import PerfscopeError
+from perfscope.hardware import ELEMENT_BYTES
+from perfscope.kernels.fused_specs import output_dtype
 from perfscope.kernels.spec import KernelSpec, Shape, TmaBox
 
 log = logging.getLogger(__name__)
@@ -49,7 +51,8 @@ def bindings() -> Any:
 # (tests/test_hopper.py holds them against cuda.bindings). Written out rather than read from
 # cuda.bindings at import: its extension loaded before Nsight Compute's 2025.3 report reader
 # crashes the reader's first string call on a GPU machine, and every profile imports this.
-DATA_TYPE = {"fp16": 6, "bf16": 9}
+# CU_TENSOR_MAP_DATA_TYPE_*: FLOAT16 6, BFLOAT16 9; a quantised C is raw bytes (UINT8 0).
+DATA_TYPE = {"fp16": 6, "bf16": 9, "fp8": 0, "int8": 0}
 INTERLEAVE_NONE = 0
 SWIZZLE_128B = 3
 L2_PROMOTION_256B = 3
@@ -61,7 +64,6 @@ TENSOR_MAP_ALIGN = 64
 MAX_BOX = 256
 SWIZZLE_SPAN_BYTES = 128
 STRIDE_ALIGN = 16
-ELEMENT_BYTES = 2
 
 
 @dataclass(frozen=True)
@@ -83,28 +85,32 @@ def plan_map(operand: str, rows: int, cols: int, box: TmaBox, dtype: str) -> Map
     Refuses in one sentence what the TMA unit cannot describe.
     """
     if dtype not in DATA_TYPE:
-        raise PerfscopeError(f"tensor maps are built for fp16 and bf16 here, not {dtype}")
-    stride = cols * ELEMENT_BYTES
+        raise PerfscopeError(f"tensor maps are built for fp16 and bf16 (and a one-byte C) "
+                             f"here, not {dtype}")
+    width = ELEMENT_BYTES[dtype]
+    stride = cols * width
     if stride % STRIDE_ALIGN:
         raise PerfscopeError(
             f"{operand}'s rows are {stride} bytes apart, but TMA needs a multiple of "
-            f"{STRIDE_ALIGN} bytes (a column count that is a multiple of 8)")
+            f"{STRIDE_ALIGN} bytes (a column count that is a multiple of "
+            f"{STRIDE_ALIGN // width})")
     for side in (box.rows, box.cols):
         if not 1 <= side <= MAX_BOX:
             raise PerfscopeError(f"{operand}'s TMA box {box.rows}x{box.cols} has a side "
                                  f"outside 1..{MAX_BOX}")
-    if box.cols * ELEMENT_BYTES > SWIZZLE_SPAN_BYTES:
-        raise PerfscopeError(f"{operand}'s TMA box is {box.cols * ELEMENT_BYTES} bytes wide, "
+    if box.cols * width > SWIZZLE_SPAN_BYTES:
+        raise PerfscopeError(f"{operand}'s TMA box is {box.cols * width} bytes wide, "
                              f"more than the {SWIZZLE_SPAN_BYTES}-byte swizzle span")
     return MapPlan(operand, (cols, rows), stride, (box.cols, box.rows), DATA_TYPE[dtype])
 
 
 def plan_maps(spec: KernelSpec, dtype: str, shape: Shape) -> tuple[MapPlan, MapPlan, MapPlan]:
-    """The maps of A (M x K), B (K x N) and C (M x N) for a tensor-map stage."""
+    """The maps of A (M x K), B (K x N) and C (M x N) for a tensor-map stage (C in its
+    own element type: one byte for a quantising stage)."""
     boxes = spec.boxes()
     return (plan_map("A", shape.m, shape.k, boxes.a, dtype),
             plan_map("B", shape.k, shape.n, boxes.b, dtype),
-            plan_map("C", shape.m, shape.n, boxes.c, dtype))
+            plan_map("C", shape.m, shape.n, boxes.c, output_dtype(spec, dtype)))
 
 
 def persistent_grid(ctas: int, capacity: int, cluster: int = 1) -> int:

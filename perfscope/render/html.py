@@ -149,8 +149,10 @@ def _bandwidth_views(panels: Sequence[BandwidthPanel]) -> list[dict[str, Any]]:
             best = p.best_fused
             rivals = [c for c in p.points if c.kind != "fused" and c.gbps is not None]
             rival = max(rivals, key=lambda c: c.gbps) if rivals else None
+            stream = ("" if best is None or best.share_of_stream is None
+                      else f", {best.share_of_stream:.0%} of a same-size read")
             note = ("no fused stage right and timed" if best is None else
-                    f"{best.gbps:,.0f} ({best.share_of_copy:.0%} of copy), {best.label}")
+                    f"{best.gbps:,.0f} ({best.share_of_copy:.0%} of copy{stream}), {best.label}")
             if rival is not None:
                 note += f"; best other {rival.gbps:,.0f}"
             bars.append(plots.Bar(f"{p.m}x{p.n}x{p.k}", best.gbps if best else None, note=note))
@@ -159,6 +161,7 @@ def _bandwidth_views(panels: Sequence[BandwidthPanel]) -> list[dict[str, Any]]:
                              "label": c.label, "kind": c.kind, "verdict": c.verdict,
                              "gbps": "-" if c.gbps is None else f"{c.gbps:,.0f}",
                              "share": "-" if c.share_of_copy is None else f"{c.share_of_copy:.0%}",
+                             "stream": "-" if c.share_of_stream is None else f"{c.share_of_stream:.0%}",
                              "best": best is not None and c is best})
         copy = mine[0].copy_gbps
         lines = [plots.Line(f"copy {copy:,.0f}", copy, plots.REFERENCE),

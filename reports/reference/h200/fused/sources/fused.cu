@@ -1,8 +1,8 @@
 // perfscope fused-epilogue stages: bias, activation and residual applied to the fp32
+// accumulators in registers, before C is rounded (or quantised) and stored (sm_90a; issue 19).
 //
 // What each stage changes against its parent is written once, in its KernelSpec
 // (perfscope/kernels/registry.py; `perfscope kernels` prints it); the headers here say how.
-// accumulators in registers, before C is rounded and stored (sm_90a; issue 19).
 //
 // Seed 000 §7.1: cuBLAS computes the plain GEMM; a model then runs the bias, the
 // activation and the residual add as separate passes over C, each reading and writing
@@ -54,7 +54,7 @@
 //
 // hgemm_small_m
 //   template <typename T, int BM = 64, int BN = 128, int BK = 64, int STAGES = 8,
-//             int ACT = 1, int RESIDUAL = 0>
+//             int ACT = 1, int RESIDUAL = 0, int AROWS = BM>
 //   threads  128 * (1 + CONS), CONS = 1 consumer warpgroup for BM = 64, else 2; each
 //            consumer owns BM / CONS rows (MI = BM / 64 / CONS m64 fragments)
 //   cluster  (S, 1, 1), a launch attribute; S = split count, read as %cluster_nctarank
@@ -66,8 +66,8 @@
 //            the k loop the ring holds the fp32 partial tile (peers) or the C staging
 //            tiles (the leader)
 //   parent   hgemm_tma_wgmma_persistent
-//   how      For decode shapes (M <= 256): one thin tile row (M padded to BM by TMA zero
-//            fill; wgmma m64), a deep ring (8 x 16 KB of B per SM at BM = 64), and split-K
+//   how      For decode shapes (M <= 256): thin tiles (M padded to BM by TMA zero fill;
+//            wgmma m64), a deep ring (12 x 8 KB of B per SM at BM = 64, BN = 64), and split-K
 //            over the S CTAs of a thread-block cluster so that ceil(N/BN) * S CTAs (about
 //            all the SMs) each stream a disjoint slab of B. The fp32 partials are reduced
 //            through distributed shared memory: every CTA but rank 0 writes its partial to
@@ -75,17 +75,48 @@
 //            (ld.shared::cluster) to its own, a second cluster barrier lets the peers exit,
 //            and rank 0 alone applies bias / activation / residual (which an idle warp of
 //            its producer warpgroup prefetched into L2 at the start) and stores C by TMA.
-//            BN = 256 (4 stages at BM = 64, 255 registers, no spills) is the wide-tile
-//            alternative that benchmarks/fused_check.py times beside the default.
+//            Tile shape, chosen on the host (fused_specs.small_m_for): BN = 64 (wgmma n64;
+//            12 stages at BM = 64, 8 at BM = 128) wherever the 64-column tiles fit one wave,
+//            with BM = 64 up to M = 64 and BM = 128 above (two tile rows at M = 256, B read
+//            by both, the second time mostly from L2); else BN = 128 and the one tile row
+//            of BM = 64 / 128 / 256. BN = 256 (4 stages at BM = 64) still compiles; it was
+//            the slowest width at every timed shape. AROWS < BM (16 or 32, for M <= AROWS
+//            at BM = 64): A's TMA box holds only AROWS rows, and the tile's other rows are
+//            zeroed once at the start, so no k tile spends TMA time zero-filling rows past M.
 //   seed     000 §7.1 (fused epilogue, small-shape inference)
+//
+// hgemm_fused_quant
+//   template <typename T, int BM = 128, int BN = 256, int BK = 64, int STAGES = 4,
+//             int GROUP = 8, int ACT = 1, int RESIDUAL = 0, int QUANT = 1>
+//   ABI      hopper.cu's tensor-map ABI with four pointers appended and C one byte wide,
+//            (tmap_a, tmap_b, tmap_c, unsigned char* C, int M, int N, int K, const T* bias,
+//             const T* residual, const float* scale, float* amax); tmap_c (a uint8 map of
+//            C) is passed for the common ABI and not used; N % 16 == 0 (C's rows 16-byte
+//            aligned)
+//   threads  384, as hgemm_fused_bias_act; grid the same persistent grid
+//   smem     dynamic STAGES * (BM*BK + BK*BN) * 2 + 1024 bytes (no C staging, so a fourth
+//            ring slot fits); static 2 * STAGES mbarriers
+//   parent   hgemm_fused_bias_act
+//   how      The same bias / activation / residual on the fp32 accumulators, then
+//            QUANT = 1: fp8 e4m3 with one per-tensor scale (*scale, read on the device so a
+//            previous step's amax can set it without a host round trip), and amax =
+//            max |x| over the outputs before scaling, reduced per warp (redux) and max-ed
+//            into *amax with one atomic per warp and tile, for the next step's scale;
+//            QUANT = 2: int8 with one scale per row (scale[m]). activation.cuh's quant::two
+//            does the rounding (one fp32 multiply, then cvt: e4m3 satfinite, or s32 clamped
+//            to int8). C is written from registers in 8-byte words: two shuffles within
+//            each quad give each lane eight consecutive columns, a warp one 32-byte sector
+//            of each of its 8 rows per store.
+//   seed     000 §7.1 (fused epilogue: quantisation with a scale)
 //
 // hgemm_small_m: why these numbers (H200: ~4.8 TB/s HBM3e, 132 SMs, ~600 ns idle DRAM
 // latency, nearer 1 us under full load).
 //   Bytes in flight. Little's law: 4.8 TB/s x ~1 us = ~4.8 MB must be in flight across the
-//   chip, ~37 KB per SM when 128 SMs stream (N = 8192: 64 tiles x 2 splits). One k tile of
-//   B is BK x BN x 2 = 16 KB, and a 192 KB ring at BM = 64 holds 8 stages: up to 128 KB of B
-//   in flight per SM, 3.5x the need, so the stream keeps DRAM busy even where only 112 CTAs
-//   run (N = 14336, no split) or latency runs above 1 us. At BM = 256 (4 stages, 64 KB of
+//   chip, ~37 KB per SM when 128 SMs stream (N = 8192: 128 tiles of 64 columns). One k tile
+//   of B is BK x BN x 2 = 8 KB at BN = 64 (16 KB at 128), and a 192 KB ring at BM = 64 holds
+//   12 stages (8): up to 96 KB (128 KB) of B in flight per SM, 2.6x (3.5x) the need, so the
+//   stream keeps DRAM busy even where only 112 CTAs run (N = 14336, BN = 128, no split) or
+//   latency runs above 1 us. At BM = 256 (4 stages, 64 KB of
 //   B) the problem is compute-bound already (2 x 256 x 8192^2 FLOP ~ 35 us at the tensor
 //   peak against ~28 us to stream 128 MiB).
 //   Split count. S is chosen on the host as the largest S <= 8 (portable cluster size),
@@ -109,36 +140,45 @@
 // or other libraries.
 
 #include "hopper.cuh"
+#include "activation.cuh"
+
+namespace hop {
+
+// hopper.cuh's Wgmma in the n64 shape, for hgemm_small_m's narrow tiles (one 64-column B
+// atom per k tile). Here rather than in hopper.cuh, which the committed Hopper reports were
+// compiled with.
+#define PS_WGMMA_SS_N64(CXX_T, PTX_T) \
+template <> struct Wgmma<CXX_T, 64> { \
+    static __device__ __forceinline__ void mma(float (&d)[32], unsigned long long da, \
+                                               unsigned long long db, int scale_d) { \
+        asm volatile( \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n" \
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX_T "." PTX_T " {" \
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31" \
+        "}, %32, %33, p, 1, 1, 0, 1;\n}\n" \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
+        : "l"(da), "l"(db), "r"(scale_d) : "memory"); \
+    } \
+};
+
+PS_WGMMA_SS_N64(__half, "f16")
+PS_WGMMA_SS_N64(__nv_bfloat16, "bf16")
+#undef PS_WGMMA_SS_N64
+
+}  // namespace hop
 
 namespace fused {
 
 using tma::smem_u32;
 
-constexpr int ACT_NONE = 0;
-constexpr int ACT_GELU = 1;
-constexpr int ACT_SILU = 2;
-
-// --------------------------------------------------------------------- activation
-__device__ __forceinline__ float tanh_approx(float x) {
-    float y;
-    asm("tanh.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-
-template <int ACT>
-__device__ __forceinline__ float activate(float x) {
-    if constexpr (ACT == ACT_GELU) {
-        // u = sqrt(2/pi) * (x + 0.044715 x^3) = x * (sqrt(2/pi) + sqrt(2/pi) * 0.044715 * x^2)
-        const float h = 0.5f * x;
-        const float u = x * fmaf(0.0356774081363001f, x * x, 0.7978845608028654f);
-        return fmaf(h, tanh_approx(u), h);            // 0.5x + 0.5x * tanh(u)
-    } else if constexpr (ACT == ACT_SILU) {
-        const float h = 0.5f * x;
-        return fmaf(h, tanh_approx(h), h);            // x * sigmoid(x) = 0.5x(1 + tanh(x/2))
-    } else {
-        return x;
-    }
-}
+using act::ACT_GELU;
+using act::ACT_NONE;
+using act::ACT_SILU;
+using act::activate;
 
 // Two consecutive T (4 bytes, element n at the low half) -> two floats, exactly.
 template <typename T> struct Pair;
@@ -223,6 +263,7 @@ __device__ __forceinline__ void prefetch_rows_l2(const T* base, int row0, int ro
 // TMA store.
 template <typename T, int BN, int ACT, int RESIDUAL>
 struct BiasActEpilogue {
+    static constexpr unsigned STAGING_BYTES = 64 * BN * 2;   // the whole 64 x BN tile
     struct Args {
         const T* bias;
         const T* residual;
@@ -249,6 +290,84 @@ struct BiasActEpilogue {
                                           unsigned bar_id) const {
         apply_epilogue<T, ACT, RESIDUAL, BN>(acc, bias, residual, row0, n0, M, N);
         hop::store_tile_tma<T, BN>(acc, staging, tmap_c, row0, n0, bar_id);
+    }
+};
+
+// hgemm_fused_quant's epilogue policy: bias + activation (+ residual) as BiasActEpilogue,
+// then y = x * scale quantised to one byte (quant::two) and stored from registers, and
+// amax = max |x| over the valid outputs (before the scale) max-ed into *amax. No C staging:
+// C is a quarter of the bf16 tile's bytes, so each thread writes 8-byte words directly
+// (two shuffles within each quad, so a warp's store covers one 32-byte sector of each of
+// 8 rows).
+template <typename T, int BN, int ACT, int RESIDUAL, int QUANT>
+struct QuantEpilogue {
+    static constexpr unsigned STAGING_BYTES = 0;
+    static_assert(BN % 32 == 0, "groups of four 8-column blocks");
+    struct Args {
+        const T* bias;
+        const T* residual;
+        unsigned char* C;
+        const float* scale;   // QUANT 1: one float; QUANT 2: M floats, one per row
+        float* amax;          // nullptr: not computed; else max-ed into (the caller zeroes it)
+    };
+    Args a;
+    float tensor_scale;
+
+    __device__ __forceinline__ QuantEpilogue(const Args& args, int)
+        : a(args), tensor_scale(QUANT == quant::QUANT_FP8 ? *args.scale : 0.f) {}
+
+    __device__ __forceinline__ void after_k_tile(int, int, int, int, int, int) const {}
+
+    __device__ __forceinline__ void store(float (&acc)[BN / 2], unsigned, const TensorMap2D*,
+                                          int row0, int n0, int M, int N, unsigned) const {
+        apply_epilogue<T, ACT, RESIDUAL, BN>(acc, a.bias, a.residual, row0, n0, M, N);
+        const int t = threadIdx.x % 128, w = t / 32, l = t % 32, p = l % 4;
+        const int r = row0 + 16 * w + l / 4;
+        const bool odd = p % 2;
+        float s[2] = {tensor_scale, tensor_scale};
+        if constexpr (QUANT == quant::QUANT_INT8) {
+            s[0] = r < M ? a.scale[r] : 0.f;
+            s[1] = r + 8 < M ? a.scale[r + 8] : 0.f;
+        }
+        unsigned big = 0;
+        // One 4-byte word per 8-column block pair (j, j + 1): even lanes keep block j, odd
+        // lanes block j + 1, each with its partner's byte pair; then lanes 0-1 of the quad
+        // join pair (j0, j0 + 1)'s words into 8 bytes and lanes 2-3 pair (j0 + 2, j0 + 3)'s,
+        // so a warp's store writes 32 contiguous bytes (one sector) of each of 8 rows.
+        const auto pair_word = [&](int j, int h) {
+            const float* x0 = &acc[4 * j + 2 * h];
+            const float* x1 = &acc[4 * (j + 1) + 2 * h];
+            const unsigned v0 = quant::two<QUANT>(x0[0] * s[h], x0[1] * s[h]);
+            const unsigned v1 = quant::two<QUANT>(x1[0] * s[h], x1[1] * s[h]);
+            const unsigned got = __shfl_xor_sync(0xFFFFFFFFu, odd ? v0 : v1, 1);
+            return odd ? (got | (v1 << 16)) : (v0 | (got << 16));
+        };
+        const bool upper = p >= 2;
+#pragma unroll
+        for (int j0 = 0; j0 < BN / 8; j0 += 4) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {   // rows r and r + 8
+                const int row = r + 8 * h;
+                const unsigned wa = pair_word(j0, h), wb = pair_word(j0 + 2, h);
+                const unsigned got = __shfl_xor_sync(0xFFFFFFFFu, upper ? wa : wb, 2);
+                const uint2 bytes = upper ? make_uint2(got, wb) : make_uint2(wa, got);
+                const int col = n0 + 8 * (j0 + 2 * upper + odd);
+                if (row < M && col < N)
+                    *reinterpret_cast<uint2*>(a.C + static_cast<long long>(row) * N + col) = bytes;
+                if (a.amax != nullptr && row < M) {
+#pragma unroll
+                    for (int jj = 0; jj < 4; ++jj) {
+                        const float* x = &acc[4 * (j0 + jj) + 2 * h];
+                        if (n0 + 8 * (j0 + jj) + 2 * p < N)
+                            big = max(big, max(quant::abs_bits(x[0]), quant::abs_bits(x[1])));
+                    }
+                }
+            }
+        }
+        if (a.amax != nullptr) {
+            big = __reduce_max_sync(0xFFFFFFFFu, big);
+            if (l == 0 && big != 0) atomicMax(reinterpret_cast<unsigned*>(a.amax), big);
+        }
     }
 };
 
@@ -298,7 +417,7 @@ hgemm_fused_bias_act(const __grid_constant__ TensorMap2D tmap_a,
 }
 
 // ====================================================================== fused stage 2
-template <typename T, int BM, int BN, int BK, int STAGES, int ACT, int RESIDUAL>
+template <typename T, int BM, int BN, int BK, int STAGES, int ACT, int RESIDUAL, int AROWS>
 __global__ void __launch_bounds__(BM == 64 ? 256 : 384, 1)
 hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant__ TensorMap2D tmap_b,
               const __grid_constant__ TensorMap2D tmap_c, T* C, int M, int N, int K,
@@ -310,10 +429,14 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
     constexpr unsigned CONSUMERS_BAR = 3;            // 1 and 2 are store_tile_tma's
     using S = Slot<BM, BN, BK>;
     static_assert(BM == 64 || BM == 128 || BM == 256, "a tile row of 64, 128 or 256 rows");
-    static_assert(BN == 128 || BN == 256, "wgmma m64nBNk16 with BN 128 or 256");
+    static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma m64nBNk16 with BN 64, 128 or 256");
     static_assert(STAGES >= 2, "one slot would serialise every copy with every wgmma");
     static_assert(STAGES * S::BYTES >= BM * BN * 4,
                   "after the k loop the ring holds the fp32 partial tile");
+    static_assert(AROWS == BM || (BM == 64 && (AROWS == 16 || AROWS == 32)),
+                  "A's TMA box covers the tile row, or 16 / 32 of a 64-row one");
+    // A arrives in boxes of AROWS rows; the tile's other BM - AROWS rows stay zero.
+    constexpr unsigned A_LOADED = AROWS * BK * 2;
 
     __shared__ alignas(8) unsigned long long bars[2 * STAGES];
     extern __shared__ unsigned char dyn_smem[];
@@ -338,6 +461,15 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
         tma::prefetch_tmap(&tmap_b);
         tma::prefetch_tmap(&tmap_c);
     }
+    if constexpr (AROWS < BM) {
+        // Rows AROWS.. of every slot's A tile are zero once and for all: the wgmmas read
+        // them (m64), no TMA ever writes them (so no zero fill of rows past M per k tile).
+        constexpr int CHUNKS = (BM - AROWS) * 128 / 16;   // 16-byte chunks per slot
+        for (int i = tid; i < STAGES * CHUNKS; i += blockDim.x)
+            fused::st_shared_v4(ring + (i / CHUNKS) * S::BYTES + AROWS * 128 + (i % CHUNKS) * 16,
+                                0.f, 0.f, 0.f, 0.f);
+        tma::fence_proxy_async();   // the zeros before the async proxy (wgmma) reads them
+    }
     __syncthreads();
 
     if (wg == 0) {
@@ -347,7 +479,13 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
             for (int i = 0; i < nk; ++i) {
                 const int s = i % STAGES;
                 if (i >= STAGES) tma::mbar_wait(empty0 + 8 * s, ((i / STAGES) + 1) & 1);
-                S::load(ring + s * S::BYTES, full0 + 8 * s, &tmap_a, &tmap_b, m0, n0, kt0 + i);
+                const unsigned slot = ring + s * S::BYTES, full = full0 + 8 * s;
+                tma::mbar_expect_tx(full, A_LOADED + BK * BN * 2);
+                tma::load_2d(slot, &tmap_a, full, (kt0 + i) * BK, m0);
+#pragma unroll
+                for (int j = 0; j < BN / 64; ++j)
+                    tma::load_2d(slot + S::A_BYTES + j * S::B_ATOM_BYTES, &tmap_b, full,
+                                 n0 + 64 * j, (kt0 + i) * BK);
             }
         } else if (tid / 32 == 1 && rank == 0) {
             // The leader's epilogue reads this tile's bias and residual: to L2 meanwhile.
@@ -433,4 +571,18 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
             if (tid % 128 == 0) tma::store_wait_all();
         }
     }
+}
+
+// ====================================================================== fused stage 3
+// hgemm_fused_bias_act with the output quantised to fp8 e4m3 or int8 (QuantEpilogue).
+template <typename T, int BM, int BN, int BK, int STAGES, int GROUP, int ACT, int RESIDUAL,
+          int QUANT>
+__global__ void __launch_bounds__(384, 1)
+hgemm_fused_quant(const __grid_constant__ TensorMap2D tmap_a,
+                  const __grid_constant__ TensorMap2D tmap_b,
+                  const __grid_constant__ TensorMap2D tmap_c, unsigned char* C, int M, int N, int K,
+                  const T* bias, const T* residual, const float* scale, float* amax) {
+    using Epilogue = fused::QuantEpilogue<T, BN, ACT, RESIDUAL, QUANT>;
+    hop::persistent_gemm<T, BM, BN, BK, STAGES, GROUP, Epilogue>(
+        &tmap_a, &tmap_b, &tmap_c, M, N, K, {bias, residual, C, scale, amax});
 }

@@ -62,20 +62,41 @@
 //
 // hgemm_tma_wgmma_persistent
 //   template <typename T, int BM = 128, int BN = 256, int BK = 64, int STAGES = 3,
-//             int GROUP = 8>
+//             int GROUP = 8, int BOXES = 4, int STREAMK = 0>
 //   threads  384, 1-D, roles as in hgemm_tma_wgmma_ws
 //   grid     dim3(min(tiles, multiprocessors)): each CTA walks tiles blockIdx.x,
 //            blockIdx.x + gridDim.x, ... in grouped order (GROUP tile rows at a time,
 //            column by column), so CTAs running together share A and B tiles in L2
-//   smem     dynamic STAGES * (BM*BK + BK*BN) * 2 + 2 * 64 * BN * 2 + 1024 bytes (the ring
-//            and one swizzled 64 x BN C staging tile per consumer); static 2 * STAGES
-//            mbarriers
+//   smem     dynamic STAGES * (BM*BK + BK*BN) * 2 + 2 * min(BOXES, BN/64) * 64 * 64 * 2 + 1024
+//            (the ring and min(BOXES, BN/64) swizzled 64 x 64 C staging boxes per consumer:
+//            BOXES >= BN/64 stages the whole 64 x BN tile at once, fewer send it box by box
+//            and leave room for a deeper ring); static 2 * STAGES mbarriers
 //   parent   hgemm_tma_wgmma_ws
 //   how      Persistent CTAs: the producer runs ahead into the next tile while the
 //            consumers write this one, the ring's phases carry across tiles, and C leaves
 //            through shared memory by TMA store (cp.async.bulk.tensor, bulk groups), so
 //            the epilogue no longer issues 64 scattered 4-byte stores per thread.
 //   seed     000 §4 (persistent kernels, TMA store epilogue)
+//   tuning   Two options for `perfscope tune`, off by default. BOXES < BN/64 (above).
+//            STREAMK (000 §5.1, §6.3: tail effects, stream-K): when the tiles are not a
+//            whole number of rounds of CTAs (512 tiles on 132 CTAs: 3.88 rounds, the last
+//            leaving 16 CTAs idle), the partial round is split by k iterations evenly over
+//            all CTAs (STREAMK 1 always, 2 only from 8 rounds up); a tile cut between CTAs
+//            is finished by the one holding its first k tiles, which adds the others' fp32
+//            partials from the module's workspace (hop::sk_partials and hop::sk_flags: one
+//            64 x BN partial and a flag per CTA and consumer, 20 MB at BN 256, zero at
+//            load; hop::StreamK in hopper.cuh says how and what it costs) before its store.
+//
+// hgemm_tma_wgmma_streamk
+//   template hgemm_tma_wgmma_persistent's, at GROUP 16 and STREAMK 2
+//   threads, grid and smem as hgemm_tma_wgmma_persistent
+//   parent   hgemm_tma_wgmma_persistent
+//   how      Stream-K for the last round of tiles when there are at least 8 rounds (at
+//            8192^3, 2048 tiles on 132 CTAs: 15.5 rounds, the last leaving 66 CTAs idle),
+//            data-parallel below that, where splitting cost more than it saved on the
+//            H200; raster groups of 16 tile rows, so the split round's tiles span fewer
+//            B columns in L2.
+//   seed     000 §5.1, §6.3 (tail effects, stream-K)
 //
 // hgemm_tma_wgmma_cluster (a variant: measured slower than its parent on the H200)
 //   template <typename T, int BM = 128, int BN = 256, int BK = 64, int STAGES = 3,
@@ -200,13 +221,13 @@ hgemm_tma_wgmma_ws(const __grid_constant__ TensorMap2D tmap_a, const __grid_cons
 // ========================================================================== stage 3
 // The persistent body (hop::persistent_gemm, hopper.cuh) with the plain TMA-store epilogue;
 // fused.cu's hgemm_fused_bias_act is the same body with the bias / activation / residual one.
-template <typename T, int BM, int BN, int BK, int STAGES, int GROUP>
+template <typename T, int BM, int BN, int BK, int STAGES, int GROUP, int BOXES, int STREAMK>
 __global__ void __launch_bounds__(384, 1)
 hgemm_tma_wgmma_persistent(const __grid_constant__ TensorMap2D tmap_a,
                            const __grid_constant__ TensorMap2D tmap_b,
                            const __grid_constant__ TensorMap2D tmap_c, T* __restrict__ C,
                            int M, int N, int K) {
-    hop::persistent_gemm<T, BM, BN, BK, STAGES, GROUP, hop::StoreEpilogue<T, BN>>(
+    hop::persistent_gemm<T, BM, BN, BK, STAGES, GROUP, hop::StoreEpilogue<T, BN, BOXES>, STREAMK>(
         &tmap_a, &tmap_b, &tmap_c, M, N, K, {});
 }
 

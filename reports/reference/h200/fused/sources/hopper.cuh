@@ -299,9 +299,49 @@ __device__ __forceinline__ void store_tile_tma(const float (&acc)[BN / 2], unsig
     }
 }
 
+// The same store through BOXES staging boxes of 64 x 64 (8 KB) instead of BN/64: box b of
+// the tile goes to staging box b % BOXES once the TMA store that last read that box (BOXES
+// stores ago, this tile's or the previous one's) is done reading it, so the tile leaves in
+// BN/64 stores of one box each. BOXES = 2 keeps one store in flight while the next box is
+// written; the 48 KB it frees from the consumers' staging (BN 256) pays for a fourth ring
+// slot. Same swizzle and fragment mapping as store_tile_tma.
+template <typename T, int BN, int BOXES>
+__device__ __forceinline__ void store_tile_tma_boxes(const float (&acc)[BN / 2], unsigned staging,
+                                                     const TensorMap2D* tmap_c, int row0, int n0,
+                                                     unsigned bar_id) {
+    static_assert(BOXES >= 1 && BOXES <= BN / 64, "between one box and the whole tile");
+    constexpr unsigned BOX_BYTES = 64 * 64 * 2;
+    const int t = threadIdx.x % 128, w = t / 32, l = t % 32;
+    const int r = 16 * w + l / 4;
+#pragma unroll
+    for (int b = 0; b < BN / 64; ++b) {
+        const unsigned box = staging + (b % BOXES) * BOX_BYTES + (l % 4) * 4;
+        if (t == 0) tma::store_wait_read<BOXES - 1>();
+        named_sync(bar_id, 128);
+#pragma unroll
+        for (int jj = 0; jj < 8; ++jj) {
+            const int j = 8 * b + jj;
+            const unsigned chunk = (jj ^ (r % 8)) * 16;
+            const unsigned lo = tma::Pack<T>::two(acc[4 * j], acc[4 * j + 1]);
+            const unsigned hi = tma::Pack<T>::two(acc[4 * j + 2], acc[4 * j + 3]);
+            asm volatile("st.shared.u32 [%0], %1;\n" :: "r"(box + r * 128 + chunk), "r"(lo)
+                         : "memory");
+            asm volatile("st.shared.u32 [%0], %1;\n" :: "r"(box + (r + 8) * 128 + chunk), "r"(hi)
+                         : "memory");
+        }
+        tma::fence_proxy_async();
+        named_sync(bar_id, 128);
+        if (t == 0) {
+            tma::store_2d(tmap_c, staging + (b % BOXES) * BOX_BYTES, n0 + 64 * b, row0);
+            tma::store_commit();
+        }
+    }
+}
+
 // ------------------------------------------------------------------ epilogue policies
 // What persistent_gemm's consumers do with each output tile, as a policy type E:
 //   E::Args                 what the kernel hands over (its extra pointer arguments);
+//   E::STAGING_BYTES        the shared memory each consumer's store stages C in;
 //   E(args, tid)            built once per consumer thread, before its first tile;
 //   after_k_tile(kt, kt_prefetch, row0, n0, M, N)
 //                           after every k tile kt of a tile; kt_prefetch = KT / 2 is the
@@ -312,19 +352,148 @@ __device__ __forceinline__ void store_tile_tma(const float (&acc)[BN / 2], unsig
 //                           and its ring slot released: to C, through store_tile_tma.
 // row0 / n0 are the consumer's first C row (64 of them) and the tile's first column.
 // StoreEpilogue is hgemm_tma_wgmma_persistent's: nothing in the k loop, then the swizzled
-// staging tile + TMA store as they are. fused.cu's BiasActEpilogue applies bias /
-// activation / residual to the accumulators first.
-template <typename T, int BN>
+// staging (the whole 64 x BN tile when BOXES >= BN/64, else BOXES boxes in turn) + TMA store.
+// fused.cu's BiasActEpilogue applies bias / activation / residual to the accumulators first.
+template <typename T, int BN, int MAX_BOXES = BN / 64>
 struct StoreEpilogue {
+    // BOXES >= BN/64 (BN 128 in a space that also holds BN 256) stages the whole tile.
+    static constexpr int BOXES = MAX_BOXES < BN / 64 ? MAX_BOXES : BN / 64;
+    static constexpr unsigned STAGING_BYTES = BOXES * 64 * 64 * 2;
     struct Args {};
     __device__ __forceinline__ StoreEpilogue(const Args&, int) {}
     __device__ __forceinline__ void after_k_tile(int, int, int, int, int, int) const {}
     __device__ __forceinline__ void store(float (&acc)[BN / 2], unsigned staging,
                                           const TensorMap2D* tmap_c, int row0, int n0, int, int,
                                           unsigned bar_id) const {
-        store_tile_tma<T, BN>(acc, staging, tmap_c, row0, n0, bar_id);
+        if constexpr (BOXES == BN / 64)
+            store_tile_tma<T, BN>(acc, staging, tmap_c, row0, n0, bar_id);
+        else
+            store_tile_tma_boxes<T, BN, BOXES>(acc, staging, tmap_c, row0, n0, bar_id);
     }
 };
+
+// ------------------------------------------------------------------ stream-K
+// With STREAMK, persistent_gemm splits the tiles that do not fill a whole round of CTAs
+// (the last tiles % CTAs of them) by k iterations instead of by tiles: CTA b takes
+// iterations [b * I / CTAs, (b + 1) * I / CTAs) of those tiles' I, so all CTAs finish
+// together instead of the last round leaving some idle. A CTA whose share starts inside a
+// tile leaves that tile's fp32 partial sums in a global workspace and raises a flag; the
+// CTA holding the tile's first k iterations (at the end of its share, about when the
+// others have written theirs) waits for the flags, adds the partials and stores C. Each
+// CTA writes at most one partial (its share's first, partial tile), so the workspace has
+// one slot per CTA and consumer. The finisher clears the flags it consumed, so every
+// launch finds them zero. The workspace is module data: launches of one module must not
+// overlap (perfscope runs one at a time).
+// What it costs, measured on the H200: the split tiles are walked at different k by
+// different CTAs, so they share little in L2 and the split round runs slower than a whole
+// one (with the partials' traffic removed it still does). With few rounds that loses more
+// than the idle CTAs cost (0.95 of the data-parallel time at 4096^3, 3.9 rounds); with many
+// it wins (1.02 at 8192^3, 15.5 rounds). STREAMK = 1 always splits; STREAMK = 2 splits only
+// when the tiles make at least SK_MIN_ROUNDS rounds, the break-even the measurements put
+// between 3.9 and 8.7 rounds.
+constexpr int SK_MAX_CTAS = 160;   // H100/H200 have 132 SMs; a larger grid runs without stream-K
+constexpr int SK_MIN_ROUNDS = 8;
+template <int BN>
+__device__ float4 sk_partials[SK_MAX_CTAS * 2 * 64 * BN / 4];
+template <int BN>
+__device__ unsigned sk_flags[SK_MAX_CTAS * 2];
+
+__device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned* p) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+template <int BN>
+struct StreamK {
+    int ctas, KT, dp_tiles, sk_iters;
+
+    // mode 0: no split; 1: the partial round is split; 2: it is when the tiles make at
+    // least SK_MIN_ROUNDS rounds.
+    __device__ __forceinline__ StreamK(int tiles, int kt, int ctas_, int mode)
+        : ctas(ctas_), KT(kt), dp_tiles(tiles), sk_iters(0) {
+        const int rest = tiles % ctas;
+        const bool split = mode == 1 || (mode == 2 && tiles >= SK_MIN_ROUNDS * ctas);
+        if (split && ctas <= SK_MAX_CTAS && tiles > ctas && rest != 0) {
+            dp_tiles = tiles - rest;
+            sk_iters = rest * KT;
+        }
+    }
+    // The first stream-K iteration of CTA b (b = ctas: one past the last).
+    __device__ __forceinline__ int start(int b) const {
+        return static_cast<int>(static_cast<long long>(b) * sk_iters / ctas);
+    }
+    // The CTA whose share holds stream-K iteration i.
+    __device__ __forceinline__ int owner(int i) const {
+        return static_cast<int>((static_cast<long long>(i + 1) * ctas - 1) / sk_iters);
+    }
+    __device__ __forceinline__ float4* partial(int cta, int half) const {
+        return sk_partials<BN> + static_cast<long long>(cta * 2 + half) * (64 * BN / 4);
+    }
+    // A consumer's share of a tile it does not finish: its fp32 fragment, float4 by float4
+    // (thread-major, so each warp's stores are coalesced), then the flag.
+    __device__ __forceinline__ void write(const float (&acc)[BN / 2], int cta, int half,
+                                          unsigned bar_id) const {
+        const int t = threadIdx.x % 128;
+        float4* p = partial(cta, half);
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j)
+            p[j * 128 + t] = make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
+        named_sync(bar_id, 128);   // every thread's partial is written before the flag
+        if (t == 0) {
+            __threadfence();
+            atomicExch(&sk_flags<BN>[cta * 2 + half], 1u);
+        }
+    }
+    // The finisher of `tile` (it holds k iterations from 0): the other CTAs' partials of
+    // its rows, added into acc once each one's flag is up.
+    __device__ __forceinline__ void fixup(float (&acc)[BN / 2], int tile, int half,
+                                          unsigned bar_id) const {
+        const int t = threadIdx.x % 128;
+        const int first = (tile - dp_tiles) * KT;
+        const int last = owner(first + KT - 1);
+        for (int c = owner(first) + 1; c <= last; ++c) {
+            if (start(c) == start(c + 1)) continue;   // an empty share wrote nothing
+            if (t == 0) {
+                unsigned* flag = &sk_flags<BN>[c * 2 + half];
+                while (ld_acquire_gpu(flag) == 0) {}
+                *flag = 0;   // consumed: the next launch starts from zero
+            }
+            named_sync(bar_id, 128);
+            const float4* p = partial(c, half);
+#pragma unroll
+            for (int j0 = 0; j0 < BN / 8; j0 += 8) {
+                float4 v[8];
+#pragma unroll
+                for (int q = 0; q < 8; ++q) v[q] = __ldcg(p + (j0 + q) * 128 + t);
+#pragma unroll
+                for (int q = 0; q < 8; ++q) {
+                    acc[4 * (j0 + q)] += v[q].x;
+                    acc[4 * (j0 + q) + 1] += v[q].y;
+                    acc[4 * (j0 + q) + 2] += v[q].z;
+                    acc[4 * (j0 + q) + 3] += v[q].w;
+                }
+            }
+        }
+    }
+};
+
+// This CTA's work as (tile, first k tile, end k tile) units, in order: whole tiles
+// blockIdx.x, blockIdx.x + gridDim.x, ... below sk.dp_tiles, then (STREAMK) its share of
+// the stream-K iterations, cut at tile boundaries.
+template <int STREAMK, int BN, typename F>
+__device__ __forceinline__ void for_each_unit(const StreamK<BN>& sk, F&& unit) {
+    for (int tile = blockIdx.x; tile < sk.dp_tiles; tile += gridDim.x) unit(tile, 0, sk.KT);
+    if constexpr (STREAMK != 0) {
+        const int end = sk.start(blockIdx.x + 1);
+        for (int i = sk.start(blockIdx.x); i < end;) {
+            const int k0 = i % sk.KT;
+            const int k1 = min(sk.KT, k0 + (end - i));
+            unit(sk.dp_tiles + i / sk.KT, k0, k1);
+            i += k1 - k0;
+        }
+    }
+}
 
 // ------------------------------------------------------------------ persistent body
 // The body of hgemm_tma_wgmma_persistent (threads, grid and smem as the header of
@@ -337,7 +506,8 @@ struct StoreEpilogue {
 // same code (the epilogue is built per consumer thread before the tile loop; kt_prefetch is
 // an argument, not computed inside after_k_tile), and tests/test_fused.py holds
 // hgemm_tma_wgmma_persistent to the committed hopper.cu.
-template <typename T, int BM, int BN, int BK, int STAGES, int GROUP, typename Epilogue>
+template <typename T, int BM, int BN, int BK, int STAGES, int GROUP, typename Epilogue,
+          int STREAMK = 0>
 __device__ __forceinline__ void persistent_gemm(const TensorMap2D* tmap_a,
                                                 const TensorMap2D* tmap_b,
                                                 const TensorMap2D* tmap_c, int M, int N, int K,
@@ -346,8 +516,8 @@ __device__ __forceinline__ void persistent_gemm(const TensorMap2D* tmap_a,
     static_assert(BN == 128 || BN == 256, "wgmma m64nBNk16 with BN 128 or 256");
     static_assert(STAGES >= 2, "one slot would serialise every copy with every wgmma");
     static_assert(GROUP >= 1, "at least one tile row per group");
-    // One 64 x BN C tile per consumer, as BN/64 swizzled 64 x 64 boxes of 8 KB.
-    constexpr unsigned STAGING_BYTES = 64 * BN * 2;
+    // Each consumer's C staging (swizzled 64 x 64 boxes of 8 KB), as the epilogue sizes it.
+    constexpr unsigned STAGING_BYTES = Epilogue::STAGING_BYTES;
 
     __shared__ alignas(8) unsigned long long bars[2 * STAGES];
     extern __shared__ unsigned char dyn_smem[];
@@ -358,6 +528,7 @@ __device__ __forceinline__ void persistent_gemm(const TensorMap2D* tmap_a,
     const int KT = (K + BK - 1) / BK;
     const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
     const int tiles = tiles_m * tiles_n;
+    const StreamK<BN> sk(tiles, KT, gridDim.x, STREAMK);
 
     if (tid == 0) {
         ring.init();
@@ -371,12 +542,13 @@ __device__ __forceinline__ void persistent_gemm(const TensorMap2D* tmap_a,
         setmaxnreg_dec<40>();
         if (tid == 0) {
             int it = 0;   // k tiles loaded so far, across output tiles
-            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+            const auto load = [&](int tile, int k0, int k1) {
                 int tm, tn;
                 grouped_tile(tile, tiles_m, tiles_n, GROUP, tm, tn);
-                for (int kt = 0; kt < KT; ++kt, ++it)
+                for (int kt = k0; kt < k1; ++kt, ++it)
                     ring.produce(it, tmap_a, tmap_b, tm * BM, tn * BN, kt);
-            }
+            };
+            for_each_unit<STREAMK>(sk, load);
         }
     } else {
         setmaxnreg_inc<232>();
@@ -384,21 +556,29 @@ __device__ __forceinline__ void persistent_gemm(const TensorMap2D* tmap_a,
         const Epilogue epi(args, tid);
         const unsigned staging = staging0 + half * STAGING_BYTES;
         int it = 0;
-        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const auto compute = [&](int tile, int k0, int k1) {
             int tm, tn;
             grouped_tile(tile, tiles_m, tiles_n, GROUP, tm, tn);
             const int row0 = tm * BM + 64 * half, n0 = tn * BN;
             float acc[BN / 2];
 #pragma unroll
             for (int j = 0; j < BN / 2; ++j) acc[j] = 0.f;
-            for (int kt = 0; kt < KT; ++kt, ++it) {
-                ring.consume(it, kt > 0, acc, half);
+            for (int kt = k0; kt < k1; ++kt, ++it) {
+                ring.consume(it, kt > k0, acc, half);
                 epi.after_k_tile(kt, KT / 2, row0, n0, M, N);
             }
             wgmma_wait<0>();
             ring.release(it - 1);
+            if constexpr (STREAMK != 0) {
+                if (k0 != 0) {   // another CTA finishes this tile
+                    sk.write(acc, blockIdx.x, half, 1 + half);
+                    return;
+                }
+                if (k1 != KT) sk.fixup(acc, tile, half, 1 + half);
+            }
             epi.store(acc, staging, tmap_c, row0, n0, M, N, 1 + half);
-        }
+        };
+        for_each_unit<STREAMK>(sk, compute);
         if (tid % 128 == 0) tma::store_wait_all();
     }
 }

@@ -1,6 +1,7 @@
 
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#include "activation.cuh"
 
 template <typename T> struct Conv;
 template <> struct Conv<__half> {
@@ -13,20 +14,6 @@ template <> struct Conv<__nv_bfloat16> {
         return __bfloat16_as_ushort(__float2bfloat16_rn(f));
     }
 };
-
-__device__ __forceinline__ float tanh_approx(float x) {
-    float t;
-    asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(x));
-    return t;
-}
-
-template <int ACT>
-__device__ __forceinline__ float act(float x) {
-    const float h = 0.5f * x;
-    if (ACT == 1) return fmaf(h, tanh_approx(x * fmaf(0.0356774081363001f, x * x, 0.7978845608028654f)), h);
-    if (ACT == 2) return fmaf(h, tanh_approx(h), h);
-    return x;
-}
 
 template <typename T, int ACT, int RESIDUAL>
 __global__ void bias_act_inplace(unsigned short* y, const unsigned short* bias,
@@ -43,8 +30,8 @@ __global__ void bias_act_inplace(unsigned short* y, const unsigned short* bias,
         const unsigned* rw = reinterpret_cast<const unsigned*>(&rv);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            float lo = act<ACT>(Conv<T>::in(yw[i] & 0xFFFFu) + Conv<T>::in(bw[i] & 0xFFFFu));
-            float hi = act<ACT>(Conv<T>::in(yw[i] >> 16) + Conv<T>::in(bw[i] >> 16));
+            float lo = act::activate<ACT>(Conv<T>::in(yw[i] & 0xFFFFu) + Conv<T>::in(bw[i] & 0xFFFFu));
+            float hi = act::activate<ACT>(Conv<T>::in(yw[i] >> 16) + Conv<T>::in(bw[i] >> 16));
             if (RESIDUAL) {
                 lo += Conv<T>::in(rw[i] & 0xFFFFu);
                 hi += Conv<T>::in(rw[i] >> 16);
@@ -52,5 +39,44 @@ __global__ void bias_act_inplace(unsigned short* y, const unsigned short* bias,
             yw[i] = static_cast<unsigned>(Conv<T>::out(lo)) | (static_cast<unsigned>(Conv<T>::out(hi)) << 16);
         }
         reinterpret_cast<uint4*>(y)[v] = yv;
+    }
+}
+
+// q = quant(act(y + bias[n]) (+ residual[m][n]) * scale) from a GEMM output y that stays
+// as it is; scale is one float (fp8) or one per row (int8); amax (or nullptr) is max-ed
+// with |act(...)|, one atomic per warp.
+template <typename T, int ACT, int RESIDUAL, int QUANT>
+__global__ void bias_act_quant(const unsigned short* y, unsigned char* q,
+                               const unsigned short* bias, const unsigned short* residual,
+                               const float* scale, float* amax, long long vectors,
+                               int vectors_per_row) {
+    unsigned big = 0;
+    for (long long v = blockIdx.x * (long long)blockDim.x + threadIdx.x; v < vectors;
+         v += (long long)gridDim.x * blockDim.x) {
+        const uint4 yv = reinterpret_cast<const uint4*>(y)[v];
+        const uint4 bv = reinterpret_cast<const uint4*>(bias)[v % vectors_per_row];
+        uint4 rv = make_uint4(0, 0, 0, 0);
+        if (RESIDUAL) rv = reinterpret_cast<const uint4*>(residual)[v];
+        const float s = QUANT == quant::QUANT_INT8 ? scale[v / vectors_per_row] : scale[0];
+        const unsigned* yw = reinterpret_cast<const unsigned*>(&yv);
+        const unsigned* bw = reinterpret_cast<const unsigned*>(&bv);
+        const unsigned* rw = reinterpret_cast<const unsigned*>(&rv);
+        unsigned out[2] = {0u, 0u};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            float lo = act::activate<ACT>(Conv<T>::in(yw[i] & 0xFFFFu) + Conv<T>::in(bw[i] & 0xFFFFu));
+            float hi = act::activate<ACT>(Conv<T>::in(yw[i] >> 16) + Conv<T>::in(bw[i] >> 16));
+            if (RESIDUAL) {
+                lo += Conv<T>::in(rw[i] & 0xFFFFu);
+                hi += Conv<T>::in(rw[i] >> 16);
+            }
+            big = max(big, max(quant::abs_bits(lo), quant::abs_bits(hi)));
+            out[i / 2] |= quant::two<QUANT>(lo * s, hi * s) << (16 * (i % 2));
+        }
+        reinterpret_cast<uint2*>(q)[v] = make_uint2(out[0], out[1]);
+    }
+    if (amax != nullptr) {
+        big = __reduce_max_sync(0xFFFFFFFFu, big);
+        if (threadIdx.x % 32 == 0 && big != 0) atomicMax(reinterpret_cast<unsigned*>(amax), big);
     }
 }
