@@ -207,7 +207,7 @@ def _rules(doc: RuleTable, color: bool = False, width: int | None = None) -> str
 
 
 BENCH_COLUMNS = ("stage", "dtype", "MxNxK", "verdict", "rel err", "TFLOP/s median (min-max)",
-                 "vs cuBLAS median (min-max)", "SM MHz", "regs")
+                 "vs cuBLAS median (min-max)", "NVML MHz", "regs")
 
 
 def _spread_text(s: Spread | None, fmt: str = "{:.1f}") -> str:

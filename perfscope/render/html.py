@@ -205,7 +205,8 @@ def _manifest_rows(m) -> list[tuple[str, str]]:
         if t.ratio_to_reference is not None:
             rows.append((f"against {t.reference}", f"{t.ratio_to_reference.median:.1%} of its TFLOP/s"))
         if t.sm_clock_mhz is not None:
-            rows.append(("SM clock while timing", f"{t.sm_clock_mhz.median:.0f} MHz"))
+            rows.append(("SM clock while timing (NVML, between launches)",
+                         f"{t.sm_clock_mhz.median:.0f} MHz"))
     c = m.compile
     if c is not None:
         res = ", ".join(f"{k} {v}" for k, v in c.resources.items())

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from perfscope.manifest import Spread
 
 COLUMNS = ("stage", "dtype", "MxNxK", "best configuration", "vs cuBLAS median (min-max)",
-           "TFLOP/s", "SM MHz", "default vs cuBLAS", "timed / wrong / failed / pruned")
+           "TFLOP/s", "NVML MHz", "default vs cuBLAS", "timed / wrong / failed / pruned")
 
 
 def _ratio(s: Spread | None) -> str:
