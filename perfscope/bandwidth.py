@@ -5,9 +5,10 @@ DRAM; its speed is the bandwidth its compulsory bytes (each operand read once, C
 once, the epilogue's bias and residual) reach, against the device-to-device copy bandwidth
 measured in the same run, not TFLOP/s. ``benchmarks/fused_check.py`` times every candidate
 (the fused stages, cuBLAS + an elementwise pass, torch, cuBLASLt's GELU_BIAS) per shape and
-records both, and (from 2026-12-01) a plain read of the same weight timed the same way: the
-practical ceiling at that size, launch and ramp included, which a 1 GiB copy is not for a
-32 MiB weight read in tens of microseconds. This module turns its JSON (schema
+records both, and (from 2026-12-01) a read of the same weight timed the same way (the
+faster of plain 16-byte loads and bulk copies): the practical ceiling at that size, launch
+and ramp included, which a 1 GiB copy is not for a 32 MiB weight read in tens of
+microseconds. This module turns its JSON (schema
 perfscope.fused_check/1, plain or .xz) into one panel per (dtype, shape) with M <=
 SMALL_M_MAX, for the fused page to draw.
 """

@@ -561,7 +561,8 @@ def test_the_gpu_check_runs_end_to_end_on_a_stand_in(monkeypatch, tmp_path):
 
     monkeypatch.setattr(fc.Gpu, "function", function)
     monkeypatch.setattr(fc.Gpu, "elementwise", lambda self, dtype: _elementwise)
-    monkeypatch.setattr(fc.Gpu, "read_stream", lambda self: lambda grid, block, args: None)
+    monkeypatch.setattr(fc.Gpu, "read_stream",
+                        lambda self, kind="ldg": lambda grid, block, args, **launch: None)
     out = tmp_path / "fused.json"
     monkeypatch.setattr(sys, "argv", ["fused_check.py", "--json", str(out), "--flush-mib", "1"])
     assert fc.main() == 0
@@ -584,5 +585,6 @@ def test_the_gpu_check_runs_end_to_end_on_a_stand_in(monkeypatch, tmp_path):
         assert row["percent_of_copy"] > 0 and row["percent_of_stream"] > 0
     assert small["cublas+elementwise"]["verdict"] == "OK"
     assert timing[0]["stream"]["bytes"] == 512 * 256 * 2 and "stream" not in timing[1]
+    assert set(timing[0]["stream"]["reads"]) == {"ldg", "bulk"}
     assert "percent_of_copy" not in large[fc.BIAS_ACT]
     assert record["copy_bandwidth"]["bytes"] == 1 << 20 and record["gpu"]["name"] == "stand-in"

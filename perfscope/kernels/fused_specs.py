@@ -190,8 +190,8 @@ def small_m_narrow_rows(m: int) -> int:
 def check_small_m(spec: KernelSpec, shape: Shape) -> None:
     """Refuse, in one sentence, an M hgemm_small_m does not cover."""
     if spec.name == SMALL_M and not 1 <= shape.m <= SMALL_M_MAX_M:
-        raise PerfscopeError(f"{SMALL_M} covers M of 1 to {SMALL_M_MAX_M} in one tile row, not "
-                             f"M={shape.m}; take hgemm_fused_bias_act for that shape")
+        raise PerfscopeError(f"{SMALL_M} covers M of 1 to {SMALL_M_MAX_M}, not M={shape.m}; take "
+                             "hgemm_fused_bias_act for that shape")
 
 
 def small_m_for(spec: KernelSpec, shape: Shape, pinned: Mapping[str, int] | None = None) -> KernelSpec:
