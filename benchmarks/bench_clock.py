@@ -17,7 +17,8 @@ launch, on a second stream, beside the GEMM's CTAs (one warp with few registers 
 what a persistent CTA leaves of an SM), and counts only where a marker before and after the
 GEMM on its own stream bracket it. Per kernel and shape it prints and writes the
 event-timed TFLOP/s, the three probe clocks, NVML's samples, and the share of the dense
-BF16 peak (132 SMs x 4096 FLOP per clock) at the clock during the launches.
+BF16 peak (perfscope.hardware's table: 4096 FLOP per SM and clock on sm_90) at the clock
+during the launches.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from perfscope.environment import ClockReader, collect_environment
+from perfscope.hardware import PEAK_FLOP_PER_SM_CLOCK, math_kind, peak_flops
 from perfscope.kernels import get_spec, parse_shape
 from perfscope.kernels.launch import prepare, require_gpu
 from perfscope.verify import make_inputs
@@ -42,7 +44,6 @@ log = logging.getLogger("bench_clock")
 
 KERNELS = ("hgemm_tma_wgmma_persistent", "hgemm_tma_wgmma_streamk", "cublas_bgemm")
 SHAPES = ("4096x4096x4096", "8192x8192x8192")
-DENSE_FLOP_PER_CLOCK_PER_SM = 4096   # BF16 wgmma, fp32 accumulate (989 TFLOP/s at 1.83 GHz)
 PROBE_CYCLES = 60_000                # ~30 us at 2 GHz: %globaltimer's steps are 32 ns or finer
 FLUSH_BYTES = 512 * 2**20            # as bench (perfscope.timing.BenchOptions)
 
@@ -104,7 +105,8 @@ class Probe:
         return float(np.median(rows[:, 0] / rows[:, 1] * 1e3))
 
 
-def measure(cp, stage: str, shape_text: str, runs: int, rounds: int) -> dict:
+def measure(cp, cc: str, stage: str, shape_text: str, runs: int, rounds: int) -> dict:
+    """One kernel at one shape (cc: the compute capability as "9.0", for the peak)."""
     shape = parse_shape(shape_text)
     prep = prepare(get_spec(stage), "bf16", shape)
     a, b = make_inputs(cp, shape, "bf16", 0)
@@ -140,7 +142,8 @@ def measure(cp, stage: str, shape_text: str, runs: int, rounds: int) -> dict:
     during, during_ms = concurrent(cp, prep, (a, b, c), flush, probe, ms, runs)
     tflops = shape.flops / (ms * 1e-3) / 1e12
     clock = statistics.median(during) if during else None
-    peak = (probe.blocks * DENSE_FLOP_PER_CLOCK_PER_SM * clock * 1e6 / 1e12) if clock else None
+    flops = peak_flops(cc, math_kind("bf16"), probe.blocks, clock * 1e6 if clock else None)
+    peak = flops / 1e12 if flops else None
 
     def spread(v: list[float]) -> dict | None:
         return {"median": statistics.median(v), "min": min(v), "max": max(v), "n": len(v)} if v else None
@@ -194,7 +197,7 @@ def main() -> int:
     rows = []
     for shape in SHAPES:
         for stage in KERNELS:
-            row = measure(cp, stage, shape, args.runs, args.rounds)
+            row = measure(cp, env.compute_capability, stage, shape, args.runs, args.rounds)
             rows.append(row)
             during = row["probe_mhz_during"]
             log.info("%-28s %s %7.1f TFLOP/s  probe before %4.0f, during %s (%s of %d), after "
@@ -207,7 +210,8 @@ def main() -> int:
     doc = {"schema": "perfscope.bench_clock/1", "command": "PYTHONPATH=. python3 " + " ".join(sys.argv),
            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "probe_cycles": PROBE_CYCLES, "flush_bytes": FLUSH_BYTES,
-           "dense_flop_per_clock_per_sm": DENSE_FLOP_PER_CLOCK_PER_SM,
+           "dense_flop_per_clock_per_sm": PEAK_FLOP_PER_SM_CLOCK.get(env.compute_capability,
+                                                                     {}).get("tensor16"),
            "environment": asdict(env), "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1) + "\n")

@@ -468,17 +468,12 @@ def copy_bandwidth(gpu: Gpu, flush: Any, runs: int) -> dict[str, Any]:
     cp = gpu.cp
     nbytes = COPY_BYTES
     src, dst = cp.ones(nbytes // 4, dtype=cp.float32), cp.empty(nbytes // 4, dtype=cp.float32)
-    cand = Candidate("d2d copy", lambda: cp.cuda.runtime.memcpyAsync(
+    return timed_bytes(gpu, "d2d copy", lambda: cp.cuda.runtime.memcpyAsync(
         dst.data.ptr, src.data.ptr, nbytes, cp.cuda.runtime.memcpyDeviceToDevice, gpu.stream),
-        lambda: None, "baseline")
-    time_batch(gpu, cand, flush, 3)
-    times = time_batch(gpu, cand, flush, runs)
-    med = statistics.median(times)
-    return {"bytes": nbytes, "times_ms": times, "median_ms": med,
-            "gbps": 2 * nbytes / (med * 1e-3) / 1e9}
+        nbytes, flush, runs, passes=2)
 
 
-# A read of the weight alone, as fast as plain loads go: each thread keeps STREAM_UNROLL
+# A read of the weight alone, as fast as plain loads go: each thread keeps four
 # 16-byte loads in flight (a grid-stride loop, 2048 threads per SM), XORs them into one
 # word and stores it only if it equals a constant no run produces, so no load is dropped.
 STREAM_SOURCE = r"""
@@ -545,14 +540,16 @@ bulk_stream(const unsigned char* src, long long chunks, unsigned* out) {
 """
 
 
-def _read_once(gpu: Gpu, name: str, run: Callable[[], None], nbytes: int, flush: Any,
-               runs: int) -> dict[str, Any]:
+def timed_bytes(gpu: Gpu, name: str, run: Callable[[], None], nbytes: int, flush: Any,
+                runs: int, passes: int = 1) -> dict[str, Any]:
+    """`run` timed as the candidates are (3 warm-up launches, then `runs`, L2 flushed), and
+    the bytes per second it moves: nbytes `passes` times (a copy reads and writes them)."""
     cand = Candidate(name, run, lambda: None, "ceiling")
     time_batch(gpu, cand, flush, 3)
     times = time_batch(gpu, cand, flush, runs)
     med = statistics.median(times)
     return {"bytes": nbytes, "times_ms": times, "median_ms": med,
-            "gbps": nbytes / (med * 1e-3) / 1e9}
+            "gbps": passes * nbytes / (med * 1e-3) / 1e9}
 
 
 def stream_ceiling(gpu: Gpu, weight: Any, flush: Any, runs: int) -> dict[str, Any]:
@@ -564,12 +561,12 @@ def stream_ceiling(gpu: Gpu, weight: Any, flush: Any, runs: int) -> dict[str, An
     vectors = weight.nbytes // 16
     ldg = gpu.read_stream("ldg")
     grid = (gpu.multiprocessors * STREAM_BLOCKS_PER_SM,)
-    reads = {"ldg": _read_once(gpu, "read stream", lambda: ldg(
+    reads = {"ldg": timed_bytes(gpu, "read stream", lambda: ldg(
         grid, (STREAM_BLOCK,), (weight, np.int64(vectors), sink)), vectors * 16, flush, runs)}
     chunks = weight.nbytes // BULK_CHUNK
     if chunks:
         bulk = gpu.read_stream("bulk")
-        reads["bulk"] = _read_once(gpu, "bulk stream", lambda: bulk(
+        reads["bulk"] = timed_bytes(gpu, "bulk stream", lambda: bulk(
             (gpu.multiprocessors,), (32,), (weight, np.int64(chunks), sink),
             shared_mem=BULK_STAGES * BULK_CHUNK), chunks * BULK_CHUNK, flush, runs)
     kind = max(reads, key=lambda k: reads[k]["gbps"])

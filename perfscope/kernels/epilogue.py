@@ -24,11 +24,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from perfscope.errors import PerfscopeError
-from perfscope.kernels.fused_specs import ACTIVATIONS, QUANTS, group_name
+from perfscope.kernels.fused_specs import ACTIVATIONS, QUANTS, group_name, quant_of
 from perfscope.kernels.spec import KernelSpec
 
 ACT_NAMES: Mapping[int, str] = {v: k for k, v in ACTIVATIONS.items()}
-QUANT_NAMES: Mapping[int, str] = {v: k for k, v in QUANTS.items()}
 ACT_TITLES: Mapping[str, str] = {"none": "no activation", "gelu": "GELU (tanh form)",
                                  "silu": "SiLU"}
 
@@ -92,14 +91,7 @@ def epilogue_of(spec: KernelSpec) -> Epilogue | None:
         raise PerfscopeError(f"{spec.name} has no epilogue for ACT={p['ACT']}; ACT takes {known}")
     if p.get("RESIDUAL", 0) not in (0, 1):
         raise PerfscopeError(f"{spec.name} takes RESIDUAL=0 or 1, not {p['RESIDUAL']}")
-    quant = None
-    if "QUANT" in p:
-        quant = QUANT_NAMES.get(p["QUANT"])
-        if quant is None:
-            known = ", ".join(f"{v} ({k})" for k, v in QUANTS.items())
-            raise PerfscopeError(f"{spec.name} has no output quantisation QUANT={p['QUANT']}; "
-                                 f"QUANT takes {known}")
-    return Epilogue(act, bool(p.get("RESIDUAL", 0)), quant)
+    return Epilogue(act, bool(p.get("RESIDUAL", 0)), quant_of(spec))
 
 
 @dataclass(frozen=True)
@@ -228,30 +220,45 @@ template <> struct Conv<__nv_bfloat16> {
     }
 };
 
+// x = act(y + bias[n]) (+ residual[m][n]) in fp32 for the 8 elements of 16-byte vector v
+// of C (rows of vectors_per_row vectors).
+template <typename T, int ACT, int RESIDUAL>
+__device__ __forceinline__ void epilogue8(float (&x)[8], const unsigned short* y,
+                                          const unsigned short* bias,
+                                          const unsigned short* residual, long long v,
+                                          int vectors_per_row) {
+    const uint4 yv = reinterpret_cast<const uint4*>(y)[v];
+    const uint4 bv = reinterpret_cast<const uint4*>(bias)[v % vectors_per_row];
+    uint4 rv = make_uint4(0, 0, 0, 0);
+    if (RESIDUAL) rv = reinterpret_cast<const uint4*>(residual)[v];
+    const unsigned* yw = reinterpret_cast<const unsigned*>(&yv);
+    const unsigned* bw = reinterpret_cast<const unsigned*>(&bv);
+    const unsigned* rw = reinterpret_cast<const unsigned*>(&rv);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        x[2 * i] = act::activate<ACT>(Conv<T>::in(yw[i] & 0xFFFFu) + Conv<T>::in(bw[i] & 0xFFFFu));
+        x[2 * i + 1] = act::activate<ACT>(Conv<T>::in(yw[i] >> 16) + Conv<T>::in(bw[i] >> 16));
+        if (RESIDUAL) {
+            x[2 * i] += Conv<T>::in(rw[i] & 0xFFFFu);
+            x[2 * i + 1] += Conv<T>::in(rw[i] >> 16);
+        }
+    }
+}
+
 template <typename T, int ACT, int RESIDUAL>
 __global__ void bias_act_inplace(unsigned short* y, const unsigned short* bias,
                                  const unsigned short* residual, long long vectors,
                                  int vectors_per_row) {
     for (long long v = blockIdx.x * (long long)blockDim.x + threadIdx.x; v < vectors;
          v += (long long)gridDim.x * blockDim.x) {
-        uint4 yv = reinterpret_cast<const uint4*>(y)[v];
-        const uint4 bv = reinterpret_cast<const uint4*>(bias)[v % vectors_per_row];
-        uint4 rv = make_uint4(0, 0, 0, 0);
-        if (RESIDUAL) rv = reinterpret_cast<const uint4*>(residual)[v];
-        unsigned* yw = reinterpret_cast<unsigned*>(&yv);
-        const unsigned* bw = reinterpret_cast<const unsigned*>(&bv);
-        const unsigned* rw = reinterpret_cast<const unsigned*>(&rv);
+        float x[8];
+        epilogue8<T, ACT, RESIDUAL>(x, y, bias, residual, v, vectors_per_row);
+        unsigned w[4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            float lo = act::activate<ACT>(Conv<T>::in(yw[i] & 0xFFFFu) + Conv<T>::in(bw[i] & 0xFFFFu));
-            float hi = act::activate<ACT>(Conv<T>::in(yw[i] >> 16) + Conv<T>::in(bw[i] >> 16));
-            if (RESIDUAL) {
-                lo += Conv<T>::in(rw[i] & 0xFFFFu);
-                hi += Conv<T>::in(rw[i] >> 16);
-            }
-            yw[i] = static_cast<unsigned>(Conv<T>::out(lo)) | (static_cast<unsigned>(Conv<T>::out(hi)) << 16);
-        }
-        reinterpret_cast<uint4*>(y)[v] = yv;
+        for (int i = 0; i < 4; ++i)
+            w[i] = static_cast<unsigned>(Conv<T>::out(x[2 * i])) |
+                   (static_cast<unsigned>(Conv<T>::out(x[2 * i + 1])) << 16);
+        reinterpret_cast<uint4*>(y)[v] = make_uint4(w[0], w[1], w[2], w[3]);
     }
 }
 
@@ -266,25 +273,14 @@ __global__ void bias_act_quant(const unsigned short* y, unsigned char* q,
     unsigned big = 0;
     for (long long v = blockIdx.x * (long long)blockDim.x + threadIdx.x; v < vectors;
          v += (long long)gridDim.x * blockDim.x) {
-        const uint4 yv = reinterpret_cast<const uint4*>(y)[v];
-        const uint4 bv = reinterpret_cast<const uint4*>(bias)[v % vectors_per_row];
-        uint4 rv = make_uint4(0, 0, 0, 0);
-        if (RESIDUAL) rv = reinterpret_cast<const uint4*>(residual)[v];
+        float x[8];
+        epilogue8<T, ACT, RESIDUAL>(x, y, bias, residual, v, vectors_per_row);
         const float s = QUANT == quant::QUANT_INT8 ? scale[v / vectors_per_row] : scale[0];
-        const unsigned* yw = reinterpret_cast<const unsigned*>(&yv);
-        const unsigned* bw = reinterpret_cast<const unsigned*>(&bv);
-        const unsigned* rw = reinterpret_cast<const unsigned*>(&rv);
         unsigned out[2] = {0u, 0u};
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            float lo = act::activate<ACT>(Conv<T>::in(yw[i] & 0xFFFFu) + Conv<T>::in(bw[i] & 0xFFFFu));
-            float hi = act::activate<ACT>(Conv<T>::in(yw[i] >> 16) + Conv<T>::in(bw[i] >> 16));
-            if (RESIDUAL) {
-                lo += Conv<T>::in(rw[i] & 0xFFFFu);
-                hi += Conv<T>::in(rw[i] >> 16);
-            }
-            big = max(big, max(quant::abs_bits(lo), quant::abs_bits(hi)));
-            out[i / 2] |= quant::two<QUANT>(lo * s, hi * s) << (16 * (i % 2));
+            big = max(big, max(quant::abs_bits(x[2 * i]), quant::abs_bits(x[2 * i + 1])));
+            out[i / 2] |= quant::two<QUANT>(x[2 * i] * s, x[2 * i + 1] * s) << (16 * (i % 2));
         }
         reinterpret_cast<uint2*>(q)[v] = make_uint2(out[0], out[1]);
     }

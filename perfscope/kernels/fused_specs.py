@@ -65,17 +65,22 @@ def group_name(act: str, residual: bool, quant: str | None = None) -> str:
                      *(["residual"] if residual else []), *([quant] if quant else [])])
 
 
-def output_dtype(spec: KernelSpec, dtype: str) -> str:
-    """The element type of C: the quantised type of a QUANT stage (``fp8``, ``int8``), else
-    the GEMM's own dtype."""
+def quant_of(spec: KernelSpec) -> str | None:
+    """The one-byte type a stage's QUANT parameter quantises C to (``fp8``, ``int8``), None
+    without one; a code the kernel has no conversion for is refused in one sentence."""
     code = spec.param_dict.get("QUANT")
     if code is None:
-        return dtype
+        return None
     for name, value in QUANTS.items():
         if value == code:
             return name
     raise PerfscopeError(f"{spec.name} has no output quantisation QUANT={code}; QUANT takes "
                          + ", ".join(f"{v} ({k})" for k, v in QUANTS.items()))
+
+
+def output_dtype(spec: KernelSpec, dtype: str) -> str:
+    """The element type of C: the quantised type of a QUANT stage, else the GEMM's dtype."""
+    return quant_of(spec) or dtype
 
 
 _N8_PASS = ShapeConstraint("N", 8, "the elementwise pass reads C and the bias in 16-byte vectors")

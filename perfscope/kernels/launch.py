@@ -242,13 +242,15 @@ class Prepared:
 
         s = self.shape
         vectors, blocks = self.grid[0], self.grid[1]
+        # In place on C, or (quantising) from cuBLAS's scratch C into the one-byte C.
         y = c if self.scratch is None else self.scratch
         res = extra.residual if extra.residual is not None else y
-        operands = (y.view(cupy.uint16), extra.bias.view(cupy.uint16), res.view(cupy.uint16))
-        if self.scratch is not None:
+        bias, y16, res16 = extra.bias.view(cupy.uint16), y.view(cupy.uint16), res.view(cupy.uint16)
+        if self.scratch is None:
+            operands = (y16, bias, res16)
+        else:
             amax = extra.amax if extra.amax is not None else 0
-            operands = (operands[0], c.view(cupy.uint8), operands[1], operands[2], extra.scale,
-                        amax)
+            operands = (y16, c.view(cupy.uint8), bias, res16, extra.scale, amax)
         self.elementwise((blocks,), (256,), (*operands, np.int64(vectors), np.int32(s.n // 8)))
 
 
