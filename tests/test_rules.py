@@ -130,6 +130,15 @@ def reference(stage: str, dtype: str):
     return r.profile, {"manifest": r.manifest, "context": Context(stage=r.stage)}
 
 
+def fused(name: str):
+    """A report of the committed reference run's fused folder (issue 19), with its manifest."""
+    r = _records(str(REFERENCE / "fused" / f"{name}.ncu-rep.xz"))[0]
+    return r.profile, {"manifest": r.manifest, "context": Context(stage=r.stage)}
+
+
+SMALL_M_DECODE = "hgemm_small_m@BN=64,STAGES=12-bf16-64x8192x8192"
+
+
 def _balanced(kp: KernelProfile, kw: dict):
     """The same launch with its average SM active 99% of the busiest one's cycles."""
     return with_metric(kp, M_SM_ACTIVE_AVG, 0.99 * kp.metric(M_SM_ACTIVE_MAX)), kw
@@ -227,6 +236,8 @@ CASES: tuple[Case, ...] = (
          lambda: external("triton_one_stage")),
     Case("PS120", False, "real", "the persistent wgmma stage: long scoreboard 48% but the tensor pipe at 89%",
          lambda: reference("hgemm_tma_wgmma_persistent", "bf16")),
+    Case("PS120", False, "real", "hgemm_small_m at M = 64 waits on its weight stream (52% long "
+         "scoreboard): memory-bound work, PS170's", lambda: fused(SMALL_M_DECODE)),
     Case("PS121", True, "real", "hgemm_tma_wgmma drains its wgmmas behind a CTA barrier (54% of stalls)",
          lambda: reference("hgemm_tma_wgmma", "bf16")),
     Case("PS121", False, "real",
@@ -240,6 +251,16 @@ CASES: tuple[Case, ...] = (
          lambda: reference("hgemm_tma_wgmma_ws", "bf16")),
     Case("PS123", False, "real", "the persistent stage runs one wave",
          lambda: reference("hgemm_tma_wgmma_persistent", "bf16")),
+    Case("PS124", True, "real", "hgemm_fused_bias_act: bias + GELU on 2.4% of the cycles, tensor "
+         "pipe 90.1% of the active cycles", lambda: fused("hgemm_fused_bias_act-bf16-4096x4096x4096")),
+    Case("PS124", True, "real", "cuBLASLt's GELU_BIAS nvjet: 2.5% FP math, tensor pipe 91.8%",
+         lambda: external("cublaslt_gelu_bias_4096")),
+    Case("PS124", False, "real", "the persistent stage's epilogue is a convert and a store",
+         lambda: reference("hgemm_tma_wgmma_persistent", "bf16")),
+    Case("PS124", False, "real", "nvjet's bias-only epilogue (torch's addmm): 0.4% FP math",
+         lambda: external("torch_gelu_after_mm")),
+    Case("PS124", False, "real", "hgemm_tma_wgmma_ws runs 3.88 waves: its epilogues are PS123's",
+         lambda: reference("hgemm_tma_wgmma_ws", "bf16")),
     Case("PS130", True, "real", "the kernel built with --maxrregcount=32 spills",
          lambda: (one("spill", 1), {})),
     Case("PS130", False, "real", "the same code uncapped (80 registers) does not",
@@ -308,6 +329,8 @@ CASES: tuple[Case, ...] = (
          lambda: (one("many_launches", 3), {})),
     Case("PS170", True, "real", "PyTorch's GELU after the GEMM moves its bytes at 53% of the DRAM rate",
          lambda: external("torch_gelu_after_mm", 1)),
+    Case("PS170", True, "real", "hgemm_small_m streams 130 MiB at 83% of the DRAM rate, where "
+         "cuBLAS's decode GEMM of the same shape reaches 89%", lambda: fused(SMALL_M_DECODE)),
     Case("PS170", False, "real", "cuBLAS's decode GEMM streams its weight at 91% of the DRAM rate",
          lambda: external("torch_decode_m16")),
     Case("PS190", True, "synthetic", "manifest: verdict WRONG",

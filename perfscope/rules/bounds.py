@@ -227,6 +227,14 @@ def headroom(inputs: Inputs) -> Headroom | None:
 HMMA_PATH = "mma.sync (HMMA)"
 
 
+def is_memory_bound(inputs: Inputs) -> bool:
+    """Whether the work's bytes at the DRAM peak take longer than its FLOPs at the math peak
+    (False when either is unknown)."""
+    room = headroom(inputs)
+    return (room is not None and room.t_bytes_ns is not None and room.t_math_ns is not None
+            and room.t_bytes_ns > room.t_math_ns)
+
+
 def _hmma_path_share(p: KernelProfile) -> float | None:
     """HMMA's rate over the dense peak when the tensor math is mma.sync on a chip where it
     is measured to be slower (None otherwise: wgmma/tcgen05 kernels, FFMA kernels)."""

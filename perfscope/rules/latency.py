@@ -9,10 +9,13 @@ loads of the same k-step shows exactly that.
 
 from __future__ import annotations
 
-from perfscope.hardware import TENSOR_PIPE_PRACTICAL
+from perfscope.hardware import TENSOR_PIPE_ACTIVE_PRACTICAL, TENSOR_PIPE_PRACTICAL
 from perfscope.metrics import (
+    M_CYCLES,
     M_ISSUE_ACTIVE,
     M_OPCODES,
+    M_SM_ACTIVE_AVG,
+    M_SM_COUNT,
     M_SPILL_INST,
     M_TENSOR_PIPE,
     M_WAVES,
@@ -21,6 +24,7 @@ from perfscope.metrics import (
     SOL_METRICS,
     STALL_METRICS,
 )
+from perfscope.rules.bounds import is_memory_bound
 from perfscope.rules.facts import (
     ISSUE_ACTIVE_MAX,
     is_async_mma,
@@ -51,6 +55,20 @@ ASYNC_MMA_BUSY_SM_PCT = 80.0
 # A grid of more than this many waves is not persistent: each CTA's prologue and epilogue
 # leave the tensor pipe idle (a persistent kernel runs one wave and overlaps them).
 PERSISTENT_WAVES_MAX = 1.05
+# Per-element FP math (FP32/FP16 ALU and MUFU) issued per scheduler, as a share of the
+# SMs' active cycles, from which an asynchronous-MMA kernel has an epilogue worth a
+# finding (PS124). Measured on the H200 at 4096^3: 2.4-2.7% for the bias + GELU
+# epilogues (hgemm_fused_bias_act, hgemm_fused_quant, cuBLASLt's GELU_BIAS nvjet), 0.4%
+# for nvjet's bias-only epilogue, 0.0% for the plain GEMMs (a convert and a store).
+EPILOGUE_MATH_MIN = 0.01
+# Warp schedulers (SM sub-partitions) per multiprocessor, sm_70 onwards: each issues one
+# warp-instruction per cycle; a warp-instruction is WARP_LANES operations.
+SCHEDULERS_PER_SM = 4
+WARP_LANES = 32
+# The per-element math of an epilogue, by base opcode: what a bias, an activation, a
+# scale or a residual add costs beyond the plain GEMM's convert-and-store.
+EPILOGUE_MATH_OPCODES = ("FFMA", "FMUL", "FADD", "FMNMX", "MUFU", "HFMA2", "HMUL2", "HADD2",
+                         "HMNMX2")
 
 _COMMON = (*STALL_METRICS, SOL_METRICS["sm_pct"], *MEMORY_PCT_METRICS, M_ISSUE_ACTIVE)
 
@@ -78,7 +96,9 @@ def _check_loads_not_overlapped(inputs: Inputs) -> Hit | None:
     Why: a single-buffered tile loop exposes the full memory latency every K step; more
     stages in flight hide it. A kernel already bound by a unit (confirmed by its throttle
     stalls or by running near its peak) needs less traffic, not more overlap; a spilling
-    one is PS130's.
+    one is PS130's; memory-bound work (its bytes at the DRAM peak take longer than its
+    FLOPs at the math peak: a decode GEMM) waits on loads by nature, and PS170 judges it
+    by the bandwidth it reaches.
     Fix: a 3-4 stage cp.async ring or TMA with mbarriers; when the tiles already arrive
     asynchronously (TMA or cp.async in the SASS), the ring is too shallow: more stages.
     Estimate: long-scoreboard stall share x idle issue fraction (1 - issue active).
@@ -90,6 +110,8 @@ def _check_loads_not_overlapped(inputs: Inputs) -> Hit | None:
     share = stall_share(p, ("long_scoreboard",))
     if share < LONG_SCOREBOARD_MIN or not is_gemm_like(p):
         return None
+    if is_memory_bound(inputs):
+        return None     # its loads wait on the DRAM stream: PS170 judges it by bandwidth
     bound = saturated_unit(p)
     if bound is not None or not _not_spilling(p):
         return None
@@ -279,4 +301,86 @@ EPILOGUE_EXPOSED = Rule(
                 ("TENSOR_PIPE_PRACTICAL", TENSOR_PIPE_PRACTICAL)),
 )
 
-RULES = (LOADS_NOT_OVERLAPPED, PARTLY_EXPOSED, BARRIER_BOUND, EPILOGUE_EXPOSED)
+def _check_epilogue_math_exposed(inputs: Inputs) -> Hit | None:
+    """Symptom: a persistent asynchronous-MMA kernel (wgmma/tcgen05, one wave of CTAs)
+    issues per-element FP math (FFMA/FMUL/FADD, MUFU, half2 math: a bias, an activation, a
+    scale) worth at least 1% of its active cycles on every scheduler, and its tensor pipe
+    is busy for less of its active cycles than the best GEMMs sustain.
+    Why: in a cooperative kernel both consumer warpgroups work on the same tile, so the
+    accumulators they run the epilogue on are the ones the next tile's wgmmas need: the
+    tensor pipe waits for the whole epilogue of every tile (the producer only gets the
+    next tile's loads ahead). The more math per element (GELU is a polynomial and a tanh),
+    the longer that idle span; a plain GEMM's convert-and-store hides behind it, an
+    activation does not.
+    Fix: overlap the epilogue with MMA: give the two consumer warpgroups different tiles
+    and order their k loops (ping-pong), so one warpgroup's epilogue runs under the other's
+    wgmmas (each tile is then 64 rows per warpgroup, so check that the shared-memory
+    operand traffic still fits); or trim the epilogue's instructions per element (bias
+    pairs loaded once, packed f16x2/bf16x2 math where the precision allows).
+    Estimate: 1 - (tensor pipe busy per active SM cycle) / 0.96, the share cuBLAS's nvjet
+    sustains at 4096^3 on the H200 (96.0-96.4%); active cycles leave the last round's idle
+    SMs to PS153, so the two never count the same cycles.
+    Example:
+        before: both consumers: k loop (tile t) -> bias + GELU + store (tile t) -> k loop (t+1)
+        after:  consumer 0: k loop (t)   | epilogue (t)   | k loop (t+2) ...
+                consumer 1: ...epilogue  | k loop (t+1)   | epilogue (t+1) ...
+    Source: hgemm_tma_wgmma_persistent -> hgemm_fused_bias_act (1.07x the cycles on the
+    H200, which no rule explained before this one; cuBLASLt's GELU_BIAS nvjet pays 1.05x
+    its plain kernel the same way); seed 000 §7.1 (fused epilogues), §4 (persistent,
+    warp-specialised kernels)."""
+    p = inputs.profile
+    need_opcodes(p)
+    if not is_async_mma(p):
+        return None
+    waves = need(p.launch.waves_per_sm, M_WAVES)
+    if waves > PERSISTENT_WAVES_MAX:
+        return None     # not persistent: each CTA's epilogue is PS123's
+    sms = need(p.identity.sm_count, M_SM_COUNT)
+    active = need(p.metric(M_SM_ACTIVE_AVG), M_SM_ACTIVE_AVG)
+    elapsed = need(p.metric(M_CYCLES), M_CYCLES)
+    busy = need(p.metric(M_TENSOR_PIPE), M_TENSOR_PIPE)
+    if not sms or active <= 0:
+        return None
+    math_ops = sum(p.opcodes.executed.get(op, 0.0) for op in EPILOGUE_MATH_OPCODES)
+    math_share = math_ops / (sms * SCHEDULERS_PER_SM) / active
+    if math_share < EPILOGUE_MATH_MIN:
+        return None
+    busy_active = busy / 100 * elapsed / active
+    idle = 1 - busy_active / TENSOR_PIPE_ACTIVE_PRACTICAL
+    if idle <= 0:
+        return None
+    ev = [
+        Evidence("FP math (FFMA, FMUL, FADD, MUFU, ...) issue cycles per scheduler / active SM "
+                 "cycles", round(math_share, 4), f">= {EPILOGUE_MATH_MIN}"),
+        Evidence("tensor pipe busy per active SM cycle", round(100 * busy_active, 1),
+                 f"< {100 * TENSOR_PIPE_ACTIVE_PRACTICAL:.0f}"),
+        Evidence(M_WAVES, round(waves, 2), f"<= {PERSISTENT_WAVES_MAX} (persistent)"),
+    ]
+    m = inputs.manifest
+    if m is not None and m.m and m.n:
+        # An epilogue's math is a few operations per output element whatever K is.
+        ev.append(Evidence("FP math operations per output element (run manifest's M x N)",
+                           round(math_ops * WARP_LANES / (m.m * m.n), 1), "-"))
+    return Hit(tuple(ev), idle)
+
+
+EPILOGUE_MATH_EXPOSED = Rule(
+    code="PS124", tag="epilogue-exposed",
+    title="Each tile's epilogue math runs with the tensor pipe idle (persistent kernel)",
+    severity="warning",
+    metrics=(M_TENSOR_PIPE, M_WAVES, M_SM_ACTIVE_AVG, M_CYCLES, M_SM_COUNT, *OPCODE_METRICS),
+    check=_check_epilogue_math_exposed,
+    fix="Overlap the epilogue with MMA: give the consumer warpgroups different tiles and order "
+        "their k loops (ping-pong), so one warpgroup's bias/activation/store runs under the "
+        "other's wgmmas (check that the 64-row tiles' shared-memory operand traffic still "
+        "fits); or trim the epilogue's instructions per element (bias pairs loaded once, "
+        "packed f16x2/bf16x2 math where the precision allows).",
+    reference="NCU Profiling Guide: Compute Workload Analysis (pipe utilization), Instruction "
+              "Statistics; CUDA C++ Programming Guide: warpgroup MMA (wgmma)",
+    thresholds=(("PERSISTENT_WAVES_MAX", PERSISTENT_WAVES_MAX),
+                ("EPILOGUE_MATH_MIN", EPILOGUE_MATH_MIN),
+                ("TENSOR_PIPE_ACTIVE_PRACTICAL", TENSOR_PIPE_ACTIVE_PRACTICAL)),
+)
+
+RULES = (LOADS_NOT_OVERLAPPED, PARTLY_EXPOSED, BARRIER_BOUND, EPILOGUE_EXPOSED,
+         EPILOGUE_MATH_EXPOSED)

@@ -7,7 +7,13 @@ from dataclasses import dataclass
 from perfscope.rules.cache import NO_GRID_SWIZZLE, PERSISTING_MISUSE
 from perfscope.rules.correctness import INCORRECT, UNVERIFIED
 from perfscope.rules.instructions import ISSUE_OVERHEAD, LEGACY_MMA, NO_TENSOR_CORES, NO_TMA
-from perfscope.rules.latency import BARRIER_BOUND, EPILOGUE_EXPOSED, LOADS_NOT_OVERLAPPED, PARTLY_EXPOSED
+from perfscope.rules.latency import (
+    BARRIER_BOUND,
+    EPILOGUE_EXPOSED,
+    EPILOGUE_MATH_EXPOSED,
+    LOADS_NOT_OVERLAPPED,
+    PARTLY_EXPOSED,
+)
 from perfscope.rules.launch import SMALL_GRID, TAIL, TILE_WASTE, UNEVEN_SMS
 from perfscope.rules.memory import (
     BANK_CONFLICTS_LOADS,
@@ -38,6 +44,7 @@ REGISTRY: tuple[Rule, ...] = (
     BARRIER_BOUND,           # PS121
     PARTLY_EXPOSED,          # PS122
     EPILOGUE_EXPOSED,        # PS123
+    EPILOGUE_MATH_EXPOSED,   # PS124
     SPILLS,                  # PS130
     REGISTER_OCCUPANCY,      # PS131
     SMEM_OCCUPANCY,          # PS132

@@ -15,9 +15,12 @@ from perfscope.rules.facts import MIN_EXCESS
 from perfscope.rules.model import Evidence, Hit, Inputs, Rule, need
 
 # -- thresholds --
-# Below this share of the practical DRAM rate there is bandwidth worth a finding (a small
-# copy does not reach a 4 GiB copy's rate: its ramp-up and last wave cost ~15% at 100 MB).
-DRAM_SHARE_MIN = 0.80
+# Below this share of the practical DRAM rate there is bandwidth worth a finding. cuBLAS's
+# decode GEMMs (nvjet, M = 16 and 64 against an 8192 x 8192 weight, 128-130 MiB) reach
+# 0.89-0.91 of it on the H200 (tests/fixtures/external, the reference run's cublas+gelu
+# group); a smaller transfer pays more for its ramp-up and last wave, which this margin
+# leaves to it.
+DRAM_SHARE_MIN = 0.85
 
 
 def _traffic_has_a_cause(p) -> bool:
@@ -37,8 +40,8 @@ def _traffic_has_a_cause(p) -> bool:
 def _check_dram_bound(inputs: Inputs) -> Hit | None:
     """Symptom: the work is memory-bound (its bytes at the DRAM peak take longer than its
     FLOPs at the math peak), its traffic is clean (no excess sectors, spills or shared
-    replays: those rules name the cause), and its compulsory bytes move at less than 80%
-    of what DRAM delivers in practice.
+    replays: those rules name the cause), and its compulsory bytes move at less than 85%
+    of what DRAM delivers in practice (cuBLAS's decode GEMMs reach 89-91%).
     Why: a memory-bound kernel is judged by bandwidth: too few bytes in flight per SM
     (few loads outstanding, a grid too small to cover the SMs, a split that leaves some
     SMs idle) leaves DRAM under-used; the math units' low throughput is no finding.
