@@ -43,6 +43,7 @@ from perfscope.structure import (
     compare_structure,
     launch_shape,
     modelled_share,
+    slow_side_has_it,
 )
 
 log = logging.getLogger(__name__)
@@ -397,8 +398,11 @@ def _aspect_claims(d: _Direction, findings: list[Finding], aspects: list[Aspect]
         model = modelled_share(a, *d.shapes)
         composed = _compose(mine)
         modelled = None if model is None and composed is None else (model or 0) + (composed or 0)
+        fix = mine[0].fix if mine else (
+            WITHOUT_FIX[a.name].format(fast=d.names[1], slow=d.names[0])
+            if slow_side_has_it(a.name, *d.shapes) else STRUCTURE_FIX[a.name])
         out.append(_Claim(f"{a.name}: A {a.a}; B {a.b}", "", mine[0].code if mine else None,
-                          mine[0].fix if mine else STRUCTURE_FIX[a.name], a.name, modelled,
+                          fix, a.name, modelled,
                           # The tail model covers only the idle last wave: the rest of what
                           # persistence saves (overlapped prologues and epilogues) is open.
                           composed is None or a.name == GRID, a.name, tuple(mine)))
@@ -417,6 +421,28 @@ STRUCTURE_FIX = {
                     "warpgroups (wgmma, setmaxnreg.inc) that meet on full/empty mbarriers.",
     EPILOGUE: "Stage C in shared memory and write it with TMA stores (cp.async.bulk.tensor), "
               "which the next tile's main loop can overlap.",
+}
+
+
+# When the slower kernel already has what STRUCTURE_FIX would add and the faster one does
+# without it, the advice is the other way round: what the feature costs here, and what to
+# check before dropping it.
+WITHOUT_FIX = {
+    GRID: "{fast} launches one tile per CTA and is faster: {slow}'s persistent loop does not "
+          "pay for itself here; check its tile order (L2 hit rate) and its SMs' unequal shares "
+          "(sm__cycles_active max against avg), or launch one CTA per tile.",
+    TILE: "{fast}'s smaller tile is faster: more CTAs or a fuller last wave outweigh the "
+          "reuse; check {slow}'s waves and occupancy, or take the smaller tile.",
+    CLUSTER: "{fast} runs without clusters and is faster: {slow}'s clustered CTAs wait on each "
+             "other (a multicast slot is free again only when every CTA of the cluster has "
+             "read it, and the cluster must be co-resident); launch without clusters, or "
+             "decouple the CTAs (a deeper ring, so one CTA's stall does not stall its partner).",
+    SPECIALISATION: "{fast} is faster without producer/consumer warpgroups: check {slow}'s "
+                    "mbarrier waits (the consumers' full-barrier stalls) and its register "
+                    "split (setmaxnreg) before keeping them.",
+    EPILOGUE: "{fast} stores C from registers and is faster: {slow}'s shared-memory staging "
+              "and TMA store cost more than they overlap here; check the staging's bank "
+              "conflicts and the store wait before the next tile.",
 }
 
 

@@ -232,6 +232,29 @@ def compare_structure(a: LaunchShape, b: LaunchShape) -> tuple[Aspect, ...]:
     return tuple(out)
 
 
+def has_feature(name: str, s: LaunchShape) -> bool | None:
+    """Whether a launch has the aspect's feature (the thing its usual fix adds): a
+    persistent grid, the larger tile, clusters, producer/consumer warpgroups, TMA stores;
+    None where the report does not say. TILE has no feature of its own (see larger_tile)."""
+    return {GRID: s.persistent, CLUSTER: s.cluster_size > 1, SPECIALISATION: s.specialised,
+            EPILOGUE: bool(s.tma_stores)}.get(name)
+
+
+def larger_tile(slow: LaunchShape, fast: LaunchShape) -> bool | None:
+    """Whether the slower launch's tile holds more outputs than the faster one's."""
+    if slow.tile is None or fast.tile is None:
+        return None
+    return math.prod(slow.tile) > math.prod(fast.tile)
+
+
+def slow_side_has_it(name: str, slow: LaunchShape, fast: LaunchShape) -> bool:
+    """Whether the slower launch already has what the aspect's usual fix would add and the
+    faster one does without it: then "do what the faster kernel does" means dropping it."""
+    if name == TILE:
+        return bool(larger_tile(slow, fast))
+    return has_feature(name, slow) is True and has_feature(name, fast) is False
+
+
 def modelled_share(aspect: Aspect, slow: LaunchShape, fast: LaunchShape) -> float | None:
     """The share of the slower kernel's time an aspect's difference costs, where the
     counters give one: a multi-wave grid against a persistent one idles the SMs its last

@@ -313,3 +313,22 @@ def test_structure_of_the_cublas_fixtures():
     assert shape.specialised and shape.warpgroups == 3
     # Without a manifest the shape is unknown, so persistence is not claimed either way.
     assert shape.persistent is None and shape.tile is None
+
+
+@needs_reference
+def test_reference_cluster_variant_is_not_told_to_add_clusters():
+    """The cluster variant (2-CTA clusters, B multicast) is slower than the persistent
+    stage it varies: the advice for its cluster is to drop or decouple it, never to launch
+    the clusters it already has; the other way round (the persistent stage slower than a
+    clustered kernel) the usual advice stands."""
+    slow = resolve(ref("hgemm_tma_wgmma_cluster", "bf16"))
+    fast = resolve(ref("hgemm_tma_wgmma_persistent", "bf16"))
+    result = d.compare(slow, fast)
+    (cluster,) = [r for r in result.verdict if r.kind == "cluster"]
+    assert not result.improved and "without clusters" in cluster.fix
+    assert "Launch 2-CTA clusters" not in cluster.fix
+    assert d.WITHOUT_FIX["cluster"].startswith("{fast}")
+    ws = resolve(ref("hgemm_tma_wgmma_ws", "fp16"))
+    (usual,) = [r for r in d.compare(ws, resolve(ref("cublas_hgemm", "fp16"))).verdict
+                if r.kind == "cluster"]
+    assert usual.fix == d.STRUCTURE_FIX["cluster"]
