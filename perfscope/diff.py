@@ -460,7 +460,8 @@ def _sentence(c: _Claim, claim: float | None, d: _Direction) -> str:
     """The reason in words: why the slower side is slower, or, when A improved, what A
     gained over B."""
     cost = _cost(claim, d.names[0])
-    cited = ", ".join(f"{f.code} {f.title}" for f in c.cited if f.code != c.code or c.kind != "finding")
+    cited = ", ".join(f"{f.code} {f.title}" for f in c.cited
+                      if f.code != c.code or c.kind not in ("finding", "grown"))
     if c.kind == "finding":
         f = c.cited[0]
         lead = f"Gone from A: {f.code} {f.title}" if d.improved else c.lead
@@ -470,6 +471,9 @@ def _sentence(c: _Claim, claim: float | None, d: _Direction) -> str:
         codes = ", ".join(f.code for f in c.cited)
         tail = "; ".join(p for p in (c.detail, (f"gone: {cited}" if d.improved else f"findings {codes}")
                                      if c.cited else "") if p)
+    elif c.kind == "grown":
+        lead = c.lead
+        tail = c.detail
     else:
         lead = c.lead
         tail = (f"gone: {cited}" if d.improved else cited) if cited else ""
@@ -493,6 +497,7 @@ def _reasons(d: _Direction, findings: Sequence[Finding], only_fast: Sequence[str
     for f in left:
         claims.append(_Claim(f.title, _evidence_text(f), f.code, f.fix, "finding",
                              f.estimated_gain, False, _group(f), (f,)))
+    claims += _grown_claims(d)
     shares, _ = _spread(claims, gap)
     order = sorted(range(len(claims)), key=lambda i: (-(shares[i] if shares[i] is not None
                                                         else -1.0), i))
@@ -500,6 +505,32 @@ def _reasons(d: _Direction, findings: Sequence[Finding], only_fast: Sequence[str
                   claims[i].kind) for i in order]
     note = _group_note(d)
     return [note, *out] if note is not None else out
+
+
+# A finding both sides have counts as a reason when its estimate, as a share of each side's
+# own time, is this much larger on the slower side. Shares, not cycles: a kernel that got
+# faster for another reason shrinks every finding's cycles with it, not their shares.
+GROWN_MIN = 0.02
+
+
+def _grown_claims(d: _Direction) -> list[_Claim]:
+    """Findings both sides have that take a larger share of the slower side's time: the
+    difference of the two shares is what they add to the gap."""
+    fast = {f.code: f for f in d.fast.evaluation.findings if f.estimated_gain is not None}
+    out = []
+    for f in d.slow.evaluation.findings:
+        other = fast.get(f.code)
+        if other is None or f.estimated_gain is None:
+            continue
+        growth = f.estimated_gain - other.estimated_gain
+        if growth < GROWN_MIN:
+            continue
+        slow, quick = d.names
+        lead = (f"{f.code} {f.title}, in both but larger in {slow} ({f.estimated_gain:.0%} of its "
+                f"time against {other.estimated_gain:.0%} of {quick}'s)")
+        out.append(_Claim(lead, _evidence_text(f), f.code, f.fix, "grown", growth, False,
+                          _group(f), (f,)))
+    return out
 
 
 def _stall_reasons(stalls: Sequence[StallShift]) -> list[Reason]:

@@ -332,3 +332,24 @@ def test_reference_cluster_variant_is_not_told_to_add_clusters():
     (usual,) = [r for r in d.compare(ws, resolve(ref("cublas_hgemm", "fp16"))).verdict
                 if r.kind == "cluster"]
     assert usual.fix == d.STRUCTURE_FIX["cluster"]
+
+
+@needs_reference
+def test_a_finding_both_sides_have_is_a_reason_when_it_grew():
+    """hgemm_fused_quant against its parent hgemm_fused_bias_act: both pay their epilogue
+    math with the tensor pipe idle (PS124), the quantising one more (9% of its time against
+    6%), and that growth, not the store path the two also differ in, is what the verdict
+    leads with; the other way round it is what A improved."""
+    fused = REFERENCE / "fused"
+    quant = resolve(str(fused / "hgemm_fused_quant-bf16-4096x4096x4096.ncu-rep.xz"))
+    parent = resolve(str(fused / "hgemm_fused_bias_act-bf16-4096x4096x4096.ncu-rep.xz"))
+    result = d.compare(quant, parent)
+    first = result.verdict[0]
+    assert not result.improved and first.kind == "grown" and first.code == "PS124"
+    assert "in both but larger in A" in first.sentence
+    assert 0.01 <= first.estimated_gain <= result.gap + 1e-4   # shares are rounded to 4 places
+    store = next(r for r in result.verdict if r.kind == "epilogue")
+    assert store.estimated_gain == 0.0
+    back = d.compare(parent, quant)
+    assert back.improved and back.verdict[0].kind == "grown" and "larger in B" in back.verdict[0].sentence
+    _claims_fit(result)
