@@ -440,7 +440,8 @@ def bench(
 
 @app.command()
 def diagnose(
-    files: list[Path] = typer.Argument(..., help="Reports (.ncu-rep, .ncu-rep.xz) or folders."),
+    files: list[Path] = typer.Argument(..., help="Reports (.ncu-rep, .ncu-rep.xz), folders, or "
+                                       "REPORT#ID for one launch (the id every view prints)."),
     kernel: str | None = typer.Option(None, "--kernel", "-k", help="Only kernels matching REGEX."),
     as_json: bool = typer.Option(False, "--json", help="Print the JSON document."),
     markdown: bool = typer.Option(False, "--markdown", help="Print Markdown for a PR comment."),

@@ -25,7 +25,7 @@ from pathlib import Path
 from perfscope.errors import PerfscopeError
 from perfscope.kernels import DTYPES, stage_catalogue
 from perfscope.locations import LOCAL_ROOT
-from perfscope.manifest import RunManifest, manifest_beside
+from perfscope.manifest import RunManifest, manifest_beside, manifest_path
 from perfscope.profile import KernelProfile, compile_kernel_regex, load
 from perfscope.reader import REPORT_SUFFIXES, find_reports, report_stem
 from perfscope.record import Catalogue, Diagnosed, as_group, machine_settings
@@ -117,11 +117,18 @@ def default_catalogue() -> Catalogue:
 
 def diagnose(paths: Iterable[str | os.PathLike[str]], kernel: str | None = None,
              catalogue: Catalogue | None = None) -> list[Diagnosed]:
-    """One record per profiled launch in the reports under paths (files or folders)."""
+    """One record per profiled launch in the reports under paths (files, folders, or
+    FILE#ID for one launch of a report, the name every view gives a launch)."""
     catalogue = catalogue or default_catalogue()
     compile_kernel_regex(kernel)       # a bad pattern is refused before any report is read
-    loaded = [(path, profiles) for path in find_reports(paths)
-              if (profiles := load_checked(path, kernel))]
+    loaded = []
+    for arg in paths:
+        if (one := _launch_selector(str(arg))) is not None:
+            path, launch = one
+            loaded.append((path, [_launch(path, launch, kernel)]))
+            continue
+        loaded += [(path, profiles) for path in find_reports([arg])
+                   if (profiles := load_checked(path, kernel))]
     machine = machine_settings(kp for _, profiles in loaded for kp in profiles)
     out: list[Diagnosed] = []
     for path, profiles in loaded:
@@ -200,12 +207,35 @@ def _group_record(path: Path, profiles: list[KernelProfile], label: str,
                    label=label)
 
 
-def _by_id(path: Path, launch: int, label: str, catalogue: Catalogue) -> Diagnosed:
+def _launch_selector(arg: str) -> tuple[Path, int] | None:
+    """(report, launch id) for FILE#ID naming an existing report (a file whose own name
+    holds '#' stays a file)."""
+    if Path(arg).exists():
+        return None
+    m = _LAUNCH_ID.match(arg)
+    if m is None or not Path(m["file"]).is_file():
+        return None
+    return Path(m["file"]), int(m["id"])
+
+
+def _launch(path: Path, launch: int, kernel: str | None = None) -> KernelProfile:
+    """Launch #launch of a report, refused in one sentence when it has none (or when it is
+    not a kernel the filter keeps)."""
     profiles = load_checked(path)
     hit = [p for p in profiles if p.identity.launch_index == launch]
     if not hit:
         raise PerfscopeError(f"{path} has no launch #{launch}; its launches are #0 to "
                              f"#{len(profiles) - 1} (perfscope diagnose lists them).")
+    pattern = compile_kernel_regex(kernel)
+    if pattern is not None and not (pattern.search(hit[0].name)
+                                    or pattern.search(hit[0].identity.demangled)):
+        raise PerfscopeError(f"{path}#{launch} is {hit[0].name}, which --kernel {kernel!r} "
+                             "leaves out.")
+    return hit[0]
+
+
+def _by_id(path: Path, launch: int, label: str, catalogue: Catalogue) -> Diagnosed:
+    hit = [_launch(path, launch)]
     return replace(diagnose_profiles(path, hit, catalogue, several=False)[0], label=label)
 
 
@@ -260,7 +290,9 @@ def _reference_of(alias: str, like: Diagnosed | None, options: ResolveOptions) -
                              f"{alias}.")
     m = like.manifest
     if m is None or not m.dtype or not m.shape_known:
-        why = "has no run manifest" if m is None else "has a run manifest without them"
+        why = ("has a run manifest without them" if m is not None else
+               f"has a run manifest ({manifest_path(like.path).name}) this perfscope cannot read"
+               if manifest_path(like.path).is_file() else "has no run manifest")
         raise PerfscopeError(f"'{alias}' needs A's GEMM shape and dtype, and {like.path} {why}: "
                              "profile A with --shape MxNxK --dtype D (or name the reference's "
                              "report).")

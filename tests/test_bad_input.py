@@ -153,3 +153,17 @@ def test_complete_report_has_no_framing_problem():
     from perfscope.reader import framing_problem
 
     assert framing_problem(_NARROW) is None
+
+
+def test_reference_of_a_report_whose_manifest_cannot_be_read(tmp_path):
+    """`diff A cublas` needs A's shape and dtype from its run manifest: a manifest that is
+    there but unreadable is named as such, not called missing."""
+    import shutil
+
+    a = tmp_path / "mine.ncu-rep.xz"
+    shutil.copy(report("cublas_hgemm_4096"), a)
+    (tmp_path / "mine.json").write_text('{"stage": 3}')
+    result = runner.invoke(app, ["diff", str(a), "cublas"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith("perfscope: ") and "mine.json" in last and "cannot read" in last

@@ -210,3 +210,19 @@ def test_a_setting_that_differs_between_launches_is_no_machine_setting():
     assert machine_settings([first]) == {"launch__persisting_l2_cache_size": 11.25 * 2**20}
     mixed = [records[0], dataclasses.replace(records[1], profile=own)]
     assert machine_notes(mixed) == ()
+
+
+def test_one_launch_by_the_id_every_view_prints():
+    """diagnose tells users to name one launch as FILE#ID; diagnose itself takes it: the
+    second launch of the 24-launch capture alone, its panel, and one sentence (exit 2) for
+    an id the report does not hold or a launch --kernel leaves out."""
+    many = report("many_launches")
+    doc = json.loads(runner.invoke(app, ["diagnose", "--json", f"{many}#1"]).stdout)
+    assert [k["launch_index"] for k in doc["kernels"]] == [1]
+    panel = runner.invoke(app, ["diagnose", f"{many}#1"], terminal_width=200)
+    assert panel.exit_code == 0 and f"{many.name}#1" in panel.output
+    missing = runner.invoke(app, ["diagnose", f"{many}#99"])
+    assert missing.exit_code == 2 and "has no launch #99" in missing.output
+    assert "Traceback" not in missing.output
+    left_out = runner.invoke(app, ["diagnose", f"{many}#1", "--kernel", "no_such_kernel"])
+    assert left_out.exit_code == 2 and "leaves out" in left_out.output

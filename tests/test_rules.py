@@ -599,3 +599,16 @@ def test_exposed_latency_fix_knows_whether_the_loads_are_already_asynchronous():
     assert "already arrive asynchronously (cp.async in the SASS)" in fix[bcf.label]
     assert "add stages" in fix[bcf.label] and "3-4 stage cp.async ring" not in fix[bcf.label]
     assert "3-4 stage cp.async ring" in fix[one.label]
+
+
+def test_epilogue_fix_follows_where_the_accumulators_live():
+    """PS124 on wgmma (the real fused report) says ping-pong; the same counters with the
+    MMA on tcgen05 (synthetic: no Blackwell capture exists) say tensor-memory double
+    buffering, since there the accumulators are not in the consumers' registers."""
+    kp, kw = fused("hgemm_fused_bias_act-bf16-4096x4096x4096")
+    (f,) = [f for f in evaluate(kp, **kw).findings if f.code == "PS124"]
+    assert "ping-pong" in f.fix and "tensor memory" not in f.fix and "{" not in f.fix
+    fams = {("utcmma" if k == "gmma" else k): v for k, v in kp.opcodes.families.items()}
+    blackwell = with_families(kp, fams, cc="10.0")
+    (g,) = [g for g in evaluate(blackwell, **kw).findings if g.code == "PS124"]
+    assert "tensor memory" in g.fix and "ping-pong" not in g.fix

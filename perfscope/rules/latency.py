@@ -312,11 +312,13 @@ def _check_epilogue_math_exposed(inputs: Inputs) -> Hit | None:
     next tile's loads ahead). The more math per element (GELU is a polynomial and a tanh),
     the longer that idle span; a plain GEMM's convert-and-store hides behind it, an
     activation does not.
-    Fix: overlap the epilogue with MMA: give the two consumer warpgroups different tiles
-    and order their k loops (ping-pong), so one warpgroup's epilogue runs under the other's
-    wgmmas (each tile is then 64 rows per warpgroup, so check that the shared-memory
-    operand traffic still fits); or trim the epilogue's instructions per element (bias
-    pairs loaded once, packed f16x2/bf16x2 math where the precision allows).
+    Fix: overlap the epilogue with MMA. With wgmma: give the two consumer warpgroups
+    different tiles and order their k loops (ping-pong), so one warpgroup's epilogue runs
+    under the other's wgmmas (each tile is then 64 rows per warpgroup: 1.67x the operand
+    bytes per FLOP of a shared 128 x 256 tile, so time it against the cooperative kernel).
+    With tcgen05: double-buffer the accumulator in tensor memory and give the epilogue its
+    own warps. Or trim the epilogue's instructions per element (bias pairs loaded once,
+    packed f16x2/bf16x2 math where the precision allows).
     Estimate: 1 - (tensor pipe busy per active SM cycle) / 0.96, the share cuBLAS's nvjet
     sustains at 4096^3 on the H200 (96.0-96.4%); active cycles leave the last round's idle
     SMs to PS153, so the two never count the same cycles.
@@ -361,7 +363,20 @@ def _check_epilogue_math_exposed(inputs: Inputs) -> Hit | None:
         # An epilogue's math is a few operations per output element whatever K is.
         ev.append(Evidence("FP math operations per output element (run manifest's M x N)",
                            round(math_ops * WARP_LANES / (m.m * m.n), 1), "-"))
-    return Hit(tuple(ev), idle)
+    how = _TMEM_HOW if p.opcodes.has("utcmma") else _PINGPONG_HOW
+    return Hit(tuple(ev), idle, fix_args=(("how", how),))
+
+
+# PS124's fix, by where the accumulators live.
+_PINGPONG_HOW = (
+    "give the two consumer warpgroups different tiles and order their k loops (ping-pong), so "
+    "one warpgroup's bias/activation/store runs under the other's wgmmas; each warpgroup's "
+    "tile is then 64 rows, which moves 1.67x the operand bytes per FLOP of a shared 128 x 256 "
+    "tile through TMA and shared memory, so time it against the cooperative kernel")
+_TMEM_HOW = (
+    "double-buffer the accumulator in tensor memory (two 128-lane column ranges) and give the "
+    "epilogue its own warps: tcgen05.mma fills one buffer while the epilogue warps read the "
+    "other (tcgen05.ld) and store it")
 
 
 EPILOGUE_MATH_EXPOSED = Rule(
@@ -370,11 +385,8 @@ EPILOGUE_MATH_EXPOSED = Rule(
     severity="warning",
     metrics=(M_TENSOR_PIPE, M_WAVES, M_SM_ACTIVE_AVG, M_CYCLES, M_SM_COUNT, *OPCODE_METRICS),
     check=_check_epilogue_math_exposed,
-    fix="Overlap the epilogue with MMA: give the consumer warpgroups different tiles and order "
-        "their k loops (ping-pong), so one warpgroup's bias/activation/store runs under the "
-        "other's wgmmas (check that the 64-row tiles' shared-memory operand traffic still "
-        "fits); or trim the epilogue's instructions per element (bias pairs loaded once, "
-        "packed f16x2/bf16x2 math where the precision allows).",
+    fix="Overlap the epilogue with MMA: {how}; or trim the epilogue's instructions per element "
+        "(bias pairs loaded once, packed f16x2/bf16x2 math where the precision allows).",
     reference="NCU Profiling Guide: Compute Workload Analysis (pipe utilization), Instruction "
               "Statistics; CUDA C++ Programming Guide: warpgroup MMA (wgmma)",
     thresholds=(("PERSISTENT_WAVES_MAX", PERSISTENT_WAVES_MAX),
