@@ -138,16 +138,18 @@ def test_the_reference_run_and_the_external_set_are_committed():
 
 @pytest.mark.parametrize(("stage", "dtype"), sorted(LADDER))
 def test_ladder_matrix(stage, dtype):
-    must, must_not = LADDER[(stage, dtype)]
-    fired = set().union(*(r.evaluation.tags for r in _records(stage, dtype)))
-    assert must <= fired, (stage, must - fired)
-    assert not (must_not & fired), (stage, must_not & fired)
+    _holds_its_labels(stage, LADDER[(stage, dtype)], _records(stage, dtype))
 
 
 @pytest.mark.parametrize("name", sorted(EXTERNAL_LABELS))
 def test_external_matrix(name):
-    must, must_not = EXTERNAL_LABELS[name]
-    fired = set().union(*(r.evaluation.tags for r in _external(name)))
+    _holds_its_labels(name, EXTERNAL_LABELS[name], _external(name))
+
+
+def _holds_its_labels(name: str, labels: tuple[set[str], set[str]], records) -> None:
+    """The tags that must fire did, and none of those that must not."""
+    must, must_not = labels
+    fired = set().union(*(r.evaluation.tags for r in records))
     assert must <= fired, (name, must - fired)
     assert not (must_not & fired), (name, must_not & fired)
 
@@ -165,10 +167,7 @@ def _fused(stem: str):
 
 @pytest.mark.parametrize("stem", sorted(FUSED_LABELS))
 def test_fused_matrix(stem):
-    must, must_not = FUSED_LABELS[stem]
-    fired = set().union(*(r.evaluation.tags for r in _fused(stem)))
-    assert must <= fired, (stem, must - fired)
-    assert not (must_not & fired), (stem, must_not & fired)
+    _holds_its_labels(stem, FUSED_LABELS[stem], _fused(stem))
 
 
 @pytest.mark.parametrize(("fused_report", "plain_report"), [
