@@ -307,7 +307,9 @@ CASES: tuple[Case, ...] = (
          lambda: (one("cublas_hgemm_4096"), {"manifest": manifest(m=4100, n=4100)})),
     Case("PS151", False, "synthetic", "manifest: 4096x4096 on 128x128 tiles",
          lambda: (one("cublas_hgemm_4096"), {"manifest": manifest()})),
-    Case("PS152", True, "real", "a 256-CTA transpose in the 24-launch capture fills a quarter of one wave",
+    Case("PS152", True, "real", "a 64-CTA transpose in the 24-launch capture leaves 68 of 132 SMs "
+         "without a CTA", lambda: (one("many_launches", 18), {})),
+    Case("PS152", False, "real", "the 256-CTA transpose fills a quarter of the slots but every SM",
          lambda: (one("many_launches", 14), {})),
     Case("PS152", False, "real", "cuBLAS's SGEMM runs 3.88 waves", lambda: (one("cublas_sgemm_4096"), {})),
     Case("PS153", True, "real", "hgemm_tma_wgmma_persistent: 512 tiles on 132 CTAs, the idlest SM "

@@ -1,7 +1,7 @@
 """Shape and launch: wave quantisation, grids too small for the chip, tiles that overhang.
 
 Performance that swings when the shape changes has four measurable causes: the last
-wave of CTAs leaves SMs idle, a grid smaller than one wave leaves SMs idle all along, the
+wave of CTAs leaves SMs idle, a grid of fewer CTAs than SMs leaves some idle all along, the
 CTAs of a one-wave (persistent) grid get unequal shares of the tiles, and edge tiles
 compute on padding.
 """
@@ -18,13 +18,14 @@ from perfscope.metrics import (
     M_SM_COUNT,
     M_WAVES,
 )
-from perfscope.rules.facts import tail_idle
+from perfscope.rules.facts import is_gemm_like, tail_idle
 from perfscope.rules.model import Evidence, Hit, Inputs, NotCollected, Rule, need
 
 # -- thresholds --
 # Idle SM time in the last wave above this share of the launch.
 TAIL_IDLE_MIN = 0.10
-# A grid under this share of one wave leaves SMs idle for the whole launch.
+# A grid under this share of one wave, and of CTAs under this share of the SM count,
+# leaves SMs idle for the whole launch.
 SMALL_GRID_MAX = 0.90
 # Within one wave: SM time idle while the busiest SM works, above this share of it.
 SM_IMBALANCE_MIN = 0.03
@@ -80,12 +81,17 @@ TAIL = Rule(
 
 
 def _check_small_grid(inputs: Inputs) -> Hit | None:
-    """Symptom: the whole grid is less than one wave: some SMs get no CTA at all for the
-    whole launch (an inference shape with few output tiles and no split-K).
+    """Symptom: the grid has fewer CTAs than the GPU has SMs: some SMs get no CTA at all
+    for the whole launch (an inference shape with few output tiles and no split-K, or a
+    small elementwise grid).
     Why: a GEMM with M = 16..64 against an 8192 x 8192 weight has few M x N tiles; unless K
-    is split across CTAs, the idle SMs cannot help stream the weight.
-    Fix: split-K or stream-K so every SM gets work, or a smaller N tile.
-    Estimate: 1 - waves: the share of SM slots that stay idle.
+    is split across CTAs, the idle SMs cannot help stream the weight. A grid of more CTAs
+    than SMs under one wave of *slots* (several CTAs fit per SM) leaves no SM idle: that is
+    occupancy, not this.
+    Fix: split-K or stream-K so every SM gets work, or a smaller N tile; for a kernel that
+    is no GEMM, more and smaller CTAs (at least one per SM).
+    Estimate: 1 - CTAs / SMs, the share of SMs without a CTA (all CTAs equal, each SM's
+    time set by its own CTA).
     Example:
         before: grid = ceil(N/256) = 32 CTAs on 132 SMs
         after:  grid = 32 x 4 (split K in 4, a reduction of the fp32 partials)
@@ -94,20 +100,31 @@ def _check_small_grid(inputs: Inputs) -> Hit | None:
     waves = need(p.launch.waves_per_sm, M_WAVES)
     if waves >= SMALL_GRID_MAX:
         return None
+    ctas = need(p.launch.grid_size, M_GRID_SIZE)
+    sms = need(p.identity.sm_count, M_SM_COUNT)
+    if not sms or ctas >= SMALL_GRID_MAX * sms:
+        return None     # every SM has a CTA: fewer warps per SM is occupancy, not idle SMs
+    try:
+        how = SMALL_GRID_GEMM if is_gemm_like(p) else SMALL_GRID_OTHER
+    except NotCollected:     # no opcode histogram: both, since it cannot tell which it is
+        how = f"for a GEMM, {SMALL_GRID_GEMM}; for other kernels, {SMALL_GRID_OTHER}"
     return Hit((
+        Evidence(M_GRID_SIZE, ctas, f"< {SMALL_GRID_MAX} x {sms} SMs ({M_SM_COUNT})"),
         Evidence(M_WAVES, round(waves, 3), f"< {SMALL_GRID_MAX}"),
-        Evidence(M_GRID_SIZE, p.launch.grid_size if p.launch.grid_size is not None else "?",
-                 f"{p.identity.sm_count or '?'} SMs ({M_SM_COUNT})"),
-    ), 1 - waves)
+    ), 1 - ctas / sms, fix_args=(("how", how),))
 
+
+SMALL_GRID_GEMM = ("split K across CTAs (split-K with an fp32 reduction, or stream-K), or use a "
+                   "smaller N tile so the grid covers all the SMs")
+SMALL_GRID_OTHER = ("launch at least one CTA per SM: more, smaller CTAs (a grid-stride loop over a "
+                    "grid of a multiple of the SM count)")
 
 SMALL_GRID = Rule(
-    code="PS152", tag="small-grid", title="The grid is smaller than one wave: SMs stay idle",
+    code="PS152", tag="small-grid", title="The grid has fewer CTAs than SMs: SMs stay idle",
     severity="warning",
     metrics=(M_WAVES, M_GRID_SIZE, M_SM_COUNT),
     check=_check_small_grid,
-    fix="Give every SM work: split K across CTAs (split-K with an fp32 reduction, or stream-K), "
-        "or use a smaller N tile so the grid covers all the SMs.",
+    fix="Give every SM work: {how}.",
     reference="NCU Profiling Guide: Launch Statistics (waves per SM)",
     thresholds=(("SMALL_GRID_MAX", SMALL_GRID_MAX),),
 )
