@@ -44,10 +44,14 @@ class Entry:
     key: str                      # HTML anchor: k0, k1, ...
     file: str                     # report path as shown (relative to what was given)
     record: Diagnosed
+    with_shape: bool = False      # the page holds several GEMM shapes: name this one's
 
     @property
     def label(self) -> str:
-        """The record's label."""
+        """The record's label, with its GEMM shape where the page holds several."""
+        m = self.record.manifest
+        if self.with_shape and m is not None and m.shape_known:
+            return f"{self.record.label} · {m.shape}"
         return self.record.label
 
     @property
@@ -213,7 +217,8 @@ def _order(entry: Entry, catalogue: Catalogue) -> tuple:
 def _entries(records: Sequence[Diagnosed], roots: Sequence[Path], catalogue: Catalogue) -> list[Entry]:
     staged = [Entry("", _display_path(r.path, roots), r) for r in records]
     staged.sort(key=lambda e: _order(e, catalogue))
-    return [Entry(f"k{i}", e.file, e.record) for i, e in enumerate(staged)]
+    shapes = {r.manifest.shape for r in records if r.manifest is not None and r.manifest.shape_known}
+    return [Entry(f"k{i}", e.file, e.record, len(shapes) > 1) for i, e in enumerate(staged)]
 
 
 def _shape_of(e: Entry) -> str | None:
@@ -294,7 +299,9 @@ def _peak(env: Environment | None, dtype: str, clock_mhz: float | None,
         timed = f"; NVML read {clock_mhz:.0f} MHz while timing" if clock_mhz is not None else ""
         return peak / 1e12, (f"{env.gpu} peak at the SM clock ncu measured during the kernels, "
                              f"median {kernel_mhz:.0f} MHz ({env.sm_count} SMs{timed})")
-    return peak / 1e12, f"{env.gpu} peak at the timed SM clock {clock_mhz:.0f} MHz ({env.sm_count} SMs)"
+    return peak / 1e12, (f"{env.gpu} peak at the SM clock NVML read between the timed launches, "
+                         f"{clock_mhz:.0f} MHz ({env.sm_count} SMs): no report here measured the "
+                         "clock during them, which at the power cap runs lower")
 
 
 def _params_note(catalogue: Catalogue, m: RunManifest) -> str:

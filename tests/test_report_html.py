@@ -326,7 +326,9 @@ def test_reference_page_cards_fold_filter_and_name_the_change():
     assert all(f"f-{f.code}" in cls for (cls, key, _), e in zip(cards, rep.entries, strict=True)
                for f in e.evaluation.findings)
     # Each comparison header says what the stage changes (KernelSpec.change).
-    rw = next(e for e in rep.entries if e.label == "hgemm_bcf_dbf_rw · fp16")
+    rw = next(e for e in rep.entries if e.stage == "hgemm_bcf_dbf_rw" and e.dtype == "fp16")
+    # The folder holds the fused stages' shapes too, so each label names its shape.
+    assert rw.label == "hgemm_bcf_dbf_rw · fp16 · 4096x4096x4096"
     assert f"What A changes against B: {rw.record.stage.change}" in page.replace("&#39;", "'")
     # Per-kernel bars are drawn by the template: inline SVG without matplotlib's markup.
     assert page.count('<figure class="bars">') == 3 * len(rep.entries)
