@@ -40,7 +40,8 @@ def main() -> int:
     jobs = []
     for m in M_VALUES:
         for n, k in NK:
-            stages = ["hgemm_fused_bias_act"] + (["hgemm_small_m"] if m <= 256 else [])
+            stages = ["hgemm_fused_bias_act"] + (["hgemm_small_m"] if m <= 256
+                                                 else ["hgemm_fused_pingpong"])
             jobs += bench.plan(stages, list(DTYPES), Shape(m, n, k))
             if m > 256:
                 # The quantising stage is the persistent one's epilogue: large M only.

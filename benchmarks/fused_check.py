@@ -92,6 +92,8 @@ EPILOGUES: dict[str, tuple[str, bool, bool]] = {
 
 BIAS_ACT = "hgemm_fused_bias_act"
 SMALL_M = "hgemm_small_m"
+# The cooperative stage's ping-pong variant (PS124), timed where tiles are many.
+PINGPONG = "hgemm_fused_pingpong"
 CHECK_SHAPES: dict[str, tuple[tuple[int, int, int], ...]] = {
     # ragged: one element; a tile edge in every dimension; N not a multiple of BN; real.
     BIAS_ACT: ((1, 8, 8), (127, 136, 72), (1000, 2008, 520), (300, 4104, 1032),
@@ -99,6 +101,9 @@ CHECK_SHAPES: dict[str, tuple[tuple[int, int, int], ...]] = {
     # S = 1 (K too short), 4, 7 (BM 128), 4 (BM 256), 8; real decode shapes (S = 2, 1).
     SMALL_M: ((1, 8, 8), (37, 1032, 1000), (100, 2056, 4104), (200, 4104, 1032),
               (48, 1024, 4096), (16, 8192, 8192), (256, 14336, 4096)),
+    # As BIAS_ACT, with 561 tiles of 64 rows (4-5 per CTA) so both consumers take turns.
+    PINGPONG: ((1, 8, 8), (127, 136, 72), (1000, 2008, 520), (2050, 4104, 1032),
+               (4096, 4096, 4096)),
 }
 TIMING_M = (16, 64, 256, 4096)
 TIMING_NK = ((4096, 4096), (8192, 8192), (14336, 4096), (4096, 14336))
@@ -150,8 +155,9 @@ def needed_variants(timing: bool) -> list[tuple[KernelSpec, str]]:
         for m in TIMING_M:
             for n, k in TIMING_NK:
                 for dtype in DTYPES:
-                    for name, bn in ((BIAS_ACT, None), *((SMALL_M, w) for w in SMALL_M_WIDTHS)):
-                        if name == SMALL_M and m > 256:
+                    for name, bn in ((BIAS_ACT, None), (PINGPONG, None),
+                                     *((SMALL_M, w) for w in SMALL_M_WIDTHS)):
+                        if (name == SMALL_M and m > 256) or (name == PINGPONG and m <= 256):
                             continue
                         spec = variant(name, "gelu", False, Shape(m, n, k), bn)
                         out[variant_label(spec, dtype)] = (spec, dtype)
@@ -607,6 +613,8 @@ def candidates_for(gpu: Gpu, libs: dict[str, Any], ops: Operands, c: Any, m: int
                                         gpu.stream), lambda: cc, "fused", info)
 
     out.append(fused(BIAS_ACT))
+    if m > 256:
+        out.append(fused(PINGPONG))
     if m <= 256:
         # The host's width as the stage itself, the other width beside it.
         out.append(fused(SMALL_M))

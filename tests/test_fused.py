@@ -60,8 +60,10 @@ fc = benchmark_script("fused_check")
 
 # ------------------------------------------------------------------ the specs
 def test_the_fused_family_continues_from_the_persistent_stage():
-    assert [s.name for s in FUSED] == ["hgemm_fused_bias_act", "hgemm_small_m", "hgemm_fused_quant"]
-    parents = {"hgemm_fused_quant": "hgemm_fused_bias_act"}
+    assert [s.name for s in FUSED] == ["hgemm_fused_bias_act", "hgemm_small_m",
+                                       "hgemm_fused_pingpong", "hgemm_fused_quant"]
+    parents = {"hgemm_fused_quant": "hgemm_fused_bias_act",
+               "hgemm_fused_pingpong": "hgemm_fused_bias_act"}
     for spec in FUSED:
         assert spec.family == "fused"
         assert spec.parent == parents.get(spec.name, "hgemm_tma_wgmma_persistent")
@@ -79,8 +81,8 @@ def test_the_fused_family_continues_from_the_persistent_stage():
     for spec in FUSED:
         assert f"\n// {spec.name}\n//   template <typename T, " in text, spec.name
     assert text.count("//   parent   hgemm_tma_wgmma_persistent") == 2
-    assert text.count("//   parent   hgemm_fused_bias_act") == 1
-    assert text.count("//   seed     000 §7.1") == 3
+    assert text.count("//   parent   hgemm_fused_bias_act") == 2
+    assert text.count("//   seed     000 §7.1") == 4
 
 
 def test_name_expressions_put_the_epilogue_last():
@@ -576,7 +578,7 @@ def test_the_gpu_check_runs_end_to_end_on_a_stand_in(monkeypatch, tmp_path):
     assert [(e["m"], e["n"], e["k"]) for e in timing] == [(16, 256, 512), (300, 256, 512)]
     small, large = (e["candidates"] for e in timing)
     assert set(small) == {fc.BIAS_ACT, fc.SMALL_M, f"{fc.SMALL_M} BN=128", "cublas+elementwise"}
-    assert set(large) == {fc.BIAS_ACT, "cublas+elementwise"}
+    assert set(large) == {fc.BIAS_ACT, fc.PINGPONG, "cublas+elementwise"}
     for name in (fc.BIAS_ACT, fc.SMALL_M, f"{fc.SMALL_M} BN=128"):
         row = small[name]
         assert row["verdict"] == "OK" and len(row["times_ms"]) == 3

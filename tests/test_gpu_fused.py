@@ -25,6 +25,9 @@ EPILOGUES = (Epilogue("gelu"), Epilogue("silu"), Epilogue("gelu", residual=True)
              Epilogue("none", residual=True))
 # K and N multiples of 8 (TMA); M, N and K off the tile edges.
 BIAS_ACT_SHAPES = (Shape(1, 8, 8), Shape(127, 136, 72), Shape(300, 4104, 1032))
+# The ping-pong stage's consumers alternate only where a CTA gets several 64-row tiles:
+# 33 x 17 = 561 tiles on 132 CTAs (4 or 5 each), ragged in M, N and K.
+PINGPONG_SHAPES = (*BIAS_ACT_SHAPES, Shape(2050, 4104, 1032))
 # Each tier: BN 64 with A boxes of 16 and 32 rows, BN 64 at 64 rows, BN 128 (N = 14336
 # fills 112 SMs with it), BM 128 x BN 64 in one and two tile rows, BM 128 and BM 256 at
 # BN 128 (their 64-column tiles would not fit one wave).
@@ -39,6 +42,8 @@ def _cases():
             yield "hgemm_fused_bias_act", epi, shape
         for shape in SMALL_M_SHAPES:
             yield "hgemm_small_m", epi, shape
+        for shape in PINGPONG_SHAPES:
+            yield "hgemm_fused_pingpong", epi, shape
         yield epi.group, epi, Shape(127, 136, 72)
 
 
@@ -69,7 +74,7 @@ def test_epilogue_is_correct(stage, epi, shape, dtype):
         assert v.verdict == OK, f"{stage} {epi.label} {dtype} {shape}: {v.detail}"
 
 
-@pytest.mark.parametrize("stage", ["hgemm_fused_bias_act", "hgemm_small_m"])
+@pytest.mark.parametrize("stage", ["hgemm_fused_bias_act", "hgemm_small_m", "hgemm_fused_pingpong"])
 def test_the_residual_may_alias_c(stage):
     cp = require_gpu()
     shape, epi = Shape(200, 264, 520), Epilogue("gelu", residual=True)

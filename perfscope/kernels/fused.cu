@@ -109,6 +109,32 @@
 //            of each of its 8 rows per store.
 //   seed     000 §7.1 (fused epilogue: quantisation with a scale)
 //
+// hgemm_fused_pingpong
+//   template <typename T, int BM = 64, int BN = 256, int BK = 64, int STAGES = 4,
+//             int GROUP = 16, int ACT = 1, int RESIDUAL = 0, int BOXES = 2>
+//   threads  384, 1-D: warpgroup 0 produces (one thread issues TMA), 1 and 2 consume, each
+//            owning whole 64 x BN tiles: the CTA's tiles blockIdx.x + j * gridDim.x (grouped
+//            order) go to consumer j % 2
+//   grid     dim3(min(tiles, multiprocessors)), persistent, tiles of 64 x BN
+//   smem     dynamic STAGES * (64*BK + BK*BN) * 2 + 2 * BOXES * 64 * 64 * 2 + 1024 bytes;
+//            static 2 * STAGES mbarriers and one order mbarrier per consumer
+//   parent   hgemm_fused_bias_act
+//   how      In the cooperative parent both consumers work on one tile, so the tensor pipe
+//            waits for every tile's bias + activation + store (PS124: 0.061 of its time on
+//            the H200 at 4096^3). Here consumer c starts tile j's k loop once the other has
+//            issued its last wgmma of tile j - 1 (its order mbarrier, one phase per tile),
+//            so the k loops run one after the other and each consumer's epilogue runs
+//            under the other's wgmmas. The ring is filled in the CTA's tile order and each
+//            slot is read by one consumer (its "empty" mbarrier counts that consumer's 128
+//            threads); the order keeps every consumer within one fill of the slot it waits
+//            on, so the parity waits stay unambiguous. The epilogue is the parent's
+//            (fused::apply_epilogue), then hopper.cuh's swizzled staging in BOXES boxes of
+//            64 x 64 per consumer and TMA stores. Cost: a 64-row tile moves 1.67x the A + B
+//            bytes per FLOP of a 128 x 256 one from L2 (40 against 48 KB per k tile for half
+//            the FLOPs); wgmma's shared-memory reads per FLOP are the same (one m64n256k16
+//            per k16 step either way). Not yet run on a GPU.
+//   seed     000 §7.1 (fused epilogue), §4 (warp specialisation)
+//
 // hgemm_small_m: why these numbers (H200: ~4.8 TB/s HBM3e, 132 SMs, ~600 ns idle DRAM
 // latency, nearer 1 us under full load).
 //   Bytes in flight. Little's law: 4.8 TB/s x ~1 us = ~4.8 MB must be in flight across the
@@ -585,4 +611,110 @@ hgemm_fused_quant(const __grid_constant__ TensorMap2D tmap_a,
     using Epilogue = fused::QuantEpilogue<T, BN, ACT, RESIDUAL, QUANT>;
     hop::persistent_gemm<T, BM, BN, BK, STAGES, GROUP, Epilogue>(
         &tmap_a, &tmap_b, &tmap_c, M, N, K, {bias, residual, C, scale, amax});
+}
+
+// ====================================================================== fused stage 4
+// hgemm_fused_pingpong (the header above says how and why): hgemm_fused_bias_act's
+// epilogue with the two consumer warpgroups taking turns on 64-row tiles.
+template <typename T, int BM, int BN, int BK, int STAGES, int GROUP, int ACT, int RESIDUAL,
+          int BOXES>
+__global__ void __launch_bounds__(384, 1)
+hgemm_fused_pingpong(const __grid_constant__ TensorMap2D tmap_a,
+                     const __grid_constant__ TensorMap2D tmap_b,
+                     const __grid_constant__ TensorMap2D tmap_c, T* C, int M, int N, int K,
+                     const T* bias, const T* residual) {
+    using namespace hop;
+    using S = Slot<BM, BN, BK>;
+    static_assert(BM == 64, "each consumer warpgroup owns whole 64-row tiles (one m64 fragment)");
+    static_assert(BN == 128 || BN == 256, "wgmma m64nBNk16 with BN 128 or 256");
+    static_assert(STAGES >= 2, "one slot would serialise every copy with every wgmma");
+    static_assert(BOXES >= 1 && BOXES <= BN / 64, "between one staging box and the whole tile");
+    constexpr unsigned STAGING_BYTES = BOXES * 64 * 64 * 2;
+
+    __shared__ alignas(8) unsigned long long bars[2 * STAGES];
+    __shared__ alignas(8) unsigned long long order[2];   // consumer c's k loops issued
+    extern __shared__ unsigned char dyn_smem[];
+    const unsigned ring = align1024(smem_u32(dyn_smem));
+    const unsigned full0 = smem_u32(&bars[0]), empty0 = smem_u32(&bars[STAGES]);
+    const unsigned staging0 = ring + STAGES * S::BYTES;
+    const int tid = threadIdx.x, wg = tid / 128;
+    const int KT = (K + BK - 1) / BK;
+    const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
+    const int tiles = tiles_m * tiles_n;
+
+    if (tid == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            tma::mbar_init(full0 + 8 * s, 1);
+            tma::mbar_init(empty0 + 8 * s, 128);   // the one consumer warpgroup that reads it
+        }
+        tma::mbar_init(smem_u32(&order[0]), 1);
+        tma::mbar_init(smem_u32(&order[1]), 1);
+        tma::mbar_init_fence();
+        tma::prefetch_tmap(&tmap_a);
+        tma::prefetch_tmap(&tmap_b);
+        tma::prefetch_tmap(&tmap_c);
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        setmaxnreg_dec<40>();
+        if (tid == 0) {
+            int it = 0;   // k tiles loaded, across the CTA's tiles
+            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+                int tm, tn;
+                grouped_tile(tile, tiles_m, tiles_n, GROUP, tm, tn);
+                for (int kt = 0; kt < KT; ++kt, ++it) {
+                    const int s = it % STAGES;
+                    if (it >= STAGES) tma::mbar_wait(empty0 + 8 * s, ((it / STAGES) + 1) & 1);
+                    S::load(ring + s * S::BYTES, full0 + 8 * s, &tmap_a, &tmap_b, tm * BM, tn * BN, kt);
+                }
+            }
+        }
+    } else {
+        setmaxnreg_inc<232>();
+        const int c = wg - 1, t = tid - 128 * wg;
+        const unsigned staging = staging0 + c * STAGING_BYTES;
+        const unsigned mine = smem_u32(&order[c]), theirs = smem_u32(&order[1 - c]);
+        const bool prefetcher = t / 32 == 0;
+        for (int j = c; blockIdx.x + j * gridDim.x < tiles; j += 2) {
+            const int tile = blockIdx.x + j * gridDim.x;
+            int tm, tn;
+            grouped_tile(tile, tiles_m, tiles_n, GROUP, tm, tn);
+            const int row0 = tm * BM, n0 = tn * BN;
+            // Tile j - 1 is the other consumer's ((j - 1) / 2)-th: wait until its k loop is
+            // issued (its phase of the other's order barrier completes).
+            if (j > 0) tma::mbar_wait(theirs, ((j - 1) / 2) & 1);
+            float acc[BN / 2];
+#pragma unroll
+            for (int q = 0; q < BN / 2; ++q) acc[q] = 0.f;
+            const int it0 = j * KT;
+            for (int kt = 0; kt < KT; ++kt) {
+                const int it = it0 + kt, s = it % STAGES;
+                const unsigned slot = ring + s * S::BYTES;
+                tma::mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
+                wgmma_fence();
+#pragma unroll
+                for (int k = 0; k < BK / 16; ++k)
+                    Wgmma<T, BN>::mma(acc, S::a_desc(slot, 0, k), S::b_desc(slot, k), 1);
+                wgmma_commit();
+                if (kt == KT - 1 && t == 0) tma::mbar_arrive(mine);   // the other may start
+                wgmma_wait<1>();
+                if (kt > 0) tma::mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
+                if constexpr (RESIDUAL) {
+                    if (prefetcher && kt == KT / 2)
+                        fused::prefetch_rows_l2(residual, row0, min(row0 + BM, M), n0,
+                                                min(n0 + BN, N), N, t % 32);
+                    __syncwarp();
+                }
+            }
+            wgmma_wait<0>();
+            tma::mbar_arrive(empty0 + 8 * ((it0 + KT - 1) % STAGES));
+            fused::apply_epilogue<T, ACT, RESIDUAL, BN>(acc, bias, residual, row0, n0, M, N);
+            if constexpr (BOXES == BN / 64)
+                store_tile_tma<T, BN>(acc, staging, &tmap_c, row0, n0, 1 + c);
+            else
+                store_tile_tma_boxes<T, BN, BOXES>(acc, staging, &tmap_c, row0, n0, 1 + c);
+        }
+        if (t == 0) tma::store_wait_all();
+    }
 }

@@ -134,6 +134,22 @@ def _bias_act_grid(p: Params, shape: Shape) -> tuple[int, int, int]:
 _bias_act_grid.__doc__ = "(ceil(M/BM) * ceil(N/BN), 1, 1), capped at the multiprocessors"
 
 
+def _pingpong_smem(p: Params) -> int:
+    # The ring, BOXES swizzled 64 x 64 staging boxes per consumer, 1024 bytes of realignment.
+    return p["STAGES"] * _slot_bytes(p) + 2 * p["BOXES"] * 64 * 64 * 2 + 1024
+
+
+_pingpong_smem.__doc__ = "STAGES * (BM*BK + BK*BN) * 2 + 2 * BOXES * 8192 + 1024"
+
+
+def _pingpong_static(p: Params) -> int:
+    # The ring's mbarriers and one order mbarrier per consumer warpgroup.
+    return 2 * p["STAGES"] * 8 + 2 * 8
+
+
+_pingpong_static.__doc__ = "2 * STAGES * 8 + 16 (the ring's mbarriers, two order mbarriers)"
+
+
 def _quant_smem(p: Params) -> int:
     # The ring and 1024 bytes of realignment: C is stored from registers, not staged.
     return p["STAGES"] * _slot_bytes(p) + 1024
@@ -315,6 +331,21 @@ FUSED: tuple[KernelSpec, ...] = (
                      "AROWS (A's box rows) 16 / 32 for M <= 16 / 32; BN 64 (with BM 64, or 128 "
                      "above 64 rows) where those tiles fit one wave, else 128 (small_m_width). "
                      "Same ABI and epilogue parameters as hgemm_fused_bias_act.", **_COMMON),
+    KernelSpec(name="hgemm_fused_pingpong", entry="hgemm_fused_pingpong",
+               params=(("BM", 64), ("BN", 256), ("BK", 64), ("STAGES", 4), ("GROUP", 16),
+                       ("ACT", ACTIVATIONS["gelu"]), ("RESIDUAL", 0), ("BOXES", 2)),
+               block=_bias_act_block, grid=_bias_act_grid, persistent=True,
+               dynamic_smem=_pingpong_smem, fingerprint=("tma", "gmma", "setmaxreg"),
+               change="The two consumer warpgroups take turns instead of sharing each tile: "
+                      "each owns whole 64 x 256 tiles, and one's k loop starts when the other "
+                      "has issued its last wgmma, so each tile's bias + activation + store runs "
+                      "under the other warpgroup's wgmmas instead of idling the tensor pipe.",
+               notes="Not yet run on a GPU (written 2026-12-01 without one). Same ABI and "
+                     "epilogue parameters as hgemm_fused_bias_act; BOXES staging boxes of "
+                     "64 x 64 per consumer. Costs 1.67x the L2 bytes per FLOP of the "
+                     "cooperative 128 x 256 tile.",
+               addresses=("PS124",), variant=True,
+               **{**_COMMON, "parent": "hgemm_fused_bias_act", "static_smem": _pingpong_static}),
     KernelSpec(name=QUANT_STAGE, entry=QUANT_STAGE,
                params=(("BM", 128), ("BN", 256), ("BK", 64), ("STAGES", 4), ("GROUP", 8),
                        ("ACT", ACTIVATIONS["gelu"]), ("RESIDUAL", 0), ("QUANT", QUANTS["fp8"])),
