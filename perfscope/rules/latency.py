@@ -314,8 +314,9 @@ def _check_epilogue_math_exposed(inputs: Inputs) -> Hit | None:
     activation does not.
     Fix: overlap the epilogue with MMA. With wgmma: give the two consumer warpgroups
     different tiles and order their k loops (ping-pong), so one warpgroup's epilogue runs
-    under the other's wgmmas (each tile is then 64 rows per warpgroup: 1.67x the operand
-    bytes per FLOP of a shared 128 x 256 tile, so time it against the cooperative kernel).
+    under the other's wgmmas (each tile is then 64 rows per warpgroup: 1.67x the A + B
+    bytes per FLOP from L2 of a shared 128 x 256 tile, so time it against the cooperative
+    kernel).
     With tcgen05: double-buffer the accumulator in tensor memory and give the epilogue its
     own warps. Or trim the epilogue's instructions per element (bias pairs loaded once,
     packed f16x2/bf16x2 math where the precision allows).
@@ -371,12 +372,13 @@ def _check_epilogue_math_exposed(inputs: Inputs) -> Hit | None:
 _PINGPONG_HOW = (
     "give the two consumer warpgroups different tiles and order their k loops (ping-pong), so "
     "one warpgroup's bias/activation/store runs under the other's wgmmas; each warpgroup's "
-    "tile is then 64 rows, which moves 1.67x the operand bytes per FLOP of a shared 128 x 256 "
-    "tile through TMA and shared memory, so time it against the cooperative kernel")
+    "tile is then 64 rows, which brings 1.67x the A + B bytes per FLOP of a shared 128 x 256 "
+    "tile from L2 into shared memory (wgmma's reads per FLOP stay the same), so time it "
+    "against the cooperative kernel")
 _TMEM_HOW = (
-    "double-buffer the accumulator in tensor memory (two 128-lane column ranges) and give the "
-    "epilogue its own warps: tcgen05.mma fills one buffer while the epilogue warps read the "
-    "other (tcgen05.ld) and store it")
+    "double-buffer the accumulator in tensor memory (two column ranges of its 512) and give "
+    "the epilogue its own warps: tcgen05.mma fills one buffer while the epilogue warps read "
+    "the other (tcgen05.ld) and store it")
 
 
 EPILOGUE_MATH_EXPOSED = Rule(
