@@ -98,8 +98,10 @@ def _tile(kp: KernelProfile, manifest: RunManifest | None, shape: tuple[int, int
     grid = kp.identity.grid
     waves = kp.launch.waves_per_sm
     # A multi-wave 2-D grid over the output: one tile per CTA, x over N and y over M
-    # (how perfscope's stages and most GEMMs launch).
-    if shape and grid and grid[2] == 1 and waves is not None and waves > ONE_WAVE:
+    # (how perfscope's stages and most GEMMs launch). A 1-D grid (Triton's, a persistent
+    # one) says how many tiles there are, not their shape.
+    if (shape and grid and grid[0] > 1 and grid[1] > 1 and grid[2] == 1 and waves is not None
+            and waves > ONE_WAVE):
         m, n, _ = shape
         return (math.ceil(m / grid[1]), math.ceil(n / grid[0])), "grid"
     return None, ""

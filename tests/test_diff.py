@@ -353,3 +353,16 @@ def test_a_finding_both_sides_have_is_a_reason_when_it_grew():
     back = d.compare(parent, quant)
     assert back.improved and back.verdict[0].kind == "grown" and "larger in B" in back.verdict[0].sentence
     _claims_fit(result)
+
+
+def test_a_one_dimensional_grid_names_no_tile_shape():
+    """Triton launches one CTA per tile on a 1-D grid: that says how many tiles there are,
+    not their shape, so the launch structure leaves the tile unknown (it used to read
+    "4096x1 per CTA" off the grid) and no tile reason is claimed against cuBLAS's."""
+    external = Path(__file__).resolve().parent / "fixtures" / "external"
+    result = d.compare(resolve(str(external / "triton_fp32_ieee.ncu-rep.xz")),
+                       resolve(str(external / "torch_fp32_4096.ncu-rep.xz")))
+    tile = next(a for a in result.structure if a.name == "tile")
+    assert tile.a.startswith("tile not known") and not tile.differs
+    assert "x1 per CTA" not in " ".join(r.sentence for r in result.verdict)
+    assert "128x256 per CTA (grid)" in tile.b     # cuBLAS's 2-D grid still gives its tile
