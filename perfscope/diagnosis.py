@@ -259,8 +259,8 @@ def resolve(arg: str, options: ResolveOptions | None = None, like: Diagnosed | N
     if path.is_dir():
         raise PerfscopeError(f"{arg} is a folder; name one report in it (perfscope diagnose {arg} "
                              "lists them).")
-    if (m := _LAUNCH_ID.match(arg)) and Path(m["file"]).is_file():
-        return _by_id(Path(m["file"]), int(m["id"]), arg, cat)
+    if (one := _launch_selector(arg)) is not None:
+        return _by_id(*one, arg, cat)
     if ":" in arg:
         head, _, regex = arg.rpartition(":")
         if Path(head).is_file():

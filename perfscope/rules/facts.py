@@ -164,6 +164,15 @@ def dram_bytes(p: KernelProfile) -> float | None:
     return read + write if read is not None and write is not None else None
 
 
+def gemm_or_other(p: KernelProfile, gemm: str, other: str) -> str:
+    """A fix's wording for a GEMM or for any other kernel; both, named, when the report has
+    no opcode histogram to tell which the kernel is."""
+    try:
+        return gemm if is_gemm_like(p) else other
+    except NotCollected:
+        return f"for a GEMM, {gemm}; for other kernels, {other}"
+
+
 def is_gemm_like(p: KernelProfile) -> bool:
     """A matrix product: tensor-core MMAs, or FMAs that are a visible part of the mix and
     many FLOPs per DRAM byte (a reduction or an elementwise op does few)."""

@@ -18,7 +18,7 @@ from perfscope.metrics import (
     M_SM_COUNT,
     M_WAVES,
 )
-from perfscope.rules.facts import is_gemm_like, tail_idle
+from perfscope.rules.facts import gemm_or_other, tail_idle
 from perfscope.rules.model import Evidence, Hit, Inputs, NotCollected, Rule, need
 
 # -- thresholds --
@@ -104,10 +104,7 @@ def _check_small_grid(inputs: Inputs) -> Hit | None:
     sms = need(p.identity.sm_count, M_SM_COUNT)
     if not sms or ctas >= SMALL_GRID_MAX * sms:
         return None     # every SM has a CTA: fewer warps per SM is occupancy, not idle SMs
-    try:
-        how = SMALL_GRID_GEMM if is_gemm_like(p) else SMALL_GRID_OTHER
-    except NotCollected:     # no opcode histogram: both, since it cannot tell which it is
-        how = f"for a GEMM, {SMALL_GRID_GEMM}; for other kernels, {SMALL_GRID_OTHER}"
+    how = gemm_or_other(p, SMALL_GRID_GEMM, SMALL_GRID_OTHER)
     return Hit((
         Evidence(M_GRID_SIZE, ctas, f"< {SMALL_GRID_MAX} x {sms} SMs ({M_SM_COUNT})"),
         Evidence(M_WAVES, round(waves, 3), f"< {SMALL_GRID_MAX}"),

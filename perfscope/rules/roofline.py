@@ -11,8 +11,8 @@ from __future__ import annotations
 from perfscope.hardware import DRAM_PRACTICAL_SHARE
 from perfscope.metrics import M_DRAM_READ, M_DRAM_WRITE, SECTOR_BYTES, SOL_METRICS
 from perfscope.rules.bounds import dram_peak, headroom, work_of
-from perfscope.rules.facts import MIN_EXCESS, is_gemm_like
-from perfscope.rules.model import Evidence, Hit, Inputs, NotCollected, Rule, need
+from perfscope.rules.facts import MIN_EXCESS, gemm_or_other
+from perfscope.rules.model import Evidence, Hit, Inputs, Rule, need
 
 # -- thresholds --
 # Below this share of the practical DRAM rate there is bandwidth worth a finding. cuBLAS's
@@ -80,10 +80,7 @@ def _check_dram_bound(inputs: Inputs) -> Hit | None:
     achieved = w.bytes / (t * 1e-9) / (DRAM_PRACTICAL_SHARE * bw)
     if achieved >= DRAM_SHARE_MIN:
         return None
-    try:
-        how = _GEMM_HOW if is_gemm_like(p) else _STREAM_HOW
-    except NotCollected:
-        how = f"{_STREAM_HOW}; for a GEMM, {_GEMM_HOW}"
+    how = gemm_or_other(p, _GEMM_HOW, _STREAM_HOW)
     return Hit((
         Evidence(f"bytes / time ({w.bytes_source}) / practical DRAM rate", round(achieved, 3),
                  f"< {DRAM_SHARE_MIN} of {DRAM_PRACTICAL_SHARE} x {bw / 1e12:.2f} TB/s"),
