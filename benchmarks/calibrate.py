@@ -15,17 +15,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from perfscope.calibration import calibrate  # noqa: E402
+from perfscope.calibration import calibrate, merge  # noqa: E402
 from perfscope.diagnosis import default_catalogue, diagnose  # noqa: E402
 from perfscope.manifest import BenchFile  # noqa: E402
 
 
 def write_calibration(out: Path) -> Path:
-    """calibration.json of the reference run in out (its reports and bench.json)."""
+    """calibration.json of the reference run in out: its ladder (reports and bench.json)
+    and, where the folder has them, its fused stages (fused/ and fused/bench-fused.json)."""
     cat = default_catalogue()
-    c = calibrate(diagnose([out], catalogue=cat), BenchFile.read(out / "bench.json"), cat,
-                  source="bench.json")
-    c.write(out / "calibration.json")
+    tables = [calibrate(diagnose([out], catalogue=cat), BenchFile.read(out / "bench.json"), cat,
+                        source="bench.json")]
+    fused = out / "fused"
+    if (fused / "bench-fused.json").is_file():
+        tables.append(calibrate(diagnose([fused], catalogue=cat),
+                                BenchFile.read(fused / "bench-fused.json"), cat,
+                                source="fused/bench-fused.json"))
+    merge(*tables).write(out / "calibration.json")
     return out / "calibration.json"
 
 

@@ -63,10 +63,9 @@ from perfscope.kernels.epilogue import (
 from perfscope.kernels.fused_specs import (
     ACTIVATIONS,
     BY_NAME,
+    fused_geometry,
     small_m_for,
     small_m_grid_for,
-    small_m_tiles,
-    split_count,
 )
 from perfscope.kernels.launch import compile_stage, elementwise_request
 from perfscope.kernels.spec import KERNEL_DIR, KernelSpec, Shape
@@ -221,20 +220,20 @@ class FusedLaunch:
         block, smem = spec.block_dims(), spec.dynamic_smem_bytes()
         if spec.name == SMALL_M:
             p = spec.param_dict
-            tiles_n, tiles_m, k_tiles = small_m_tiles(p, shape)
-            tiles = tiles_n * tiles_m
-            if splits is None:
-                def fits(s: int) -> bool:
-                    # All `tiles` clusters of s CTAs at once; a failing query counts as no.
-                    try:
-                        return driver.max_active_clusters(function, block, smem, s) >= tiles
-                    except Exception as exc:
-                        log.warning("cuOccupancyMaxActiveClusters for %d CTAs: %s", s, exc)
-                        return False
+            if splits is not None:
+                return cls(spec, dtype, shape, function, driver, small_m_grid_for(p, shape, splits),
+                           block, smem, splits * p.get("MCAST", 1))
 
-                splits = split_count(tiles, k_tiles, multiprocessors, fits)
-            return cls(spec, dtype, shape, function, driver, small_m_grid_for(p, shape, splits),
-                       block, smem, splits)
+            def fits(ctas: int, clusters: int) -> bool:
+                # All `clusters` clusters of `ctas` CTAs at once; a failing query counts as no.
+                try:
+                    return driver.max_active_clusters(function, block, smem, ctas) >= clusters
+                except Exception as exc:
+                    log.warning("cuOccupancyMaxActiveClusters for %d CTAs: %s", ctas, exc)
+                    return False
+
+            grid, cluster = fused_geometry(spec, shape, multiprocessors, fits)
+            return cls(spec, dtype, shape, function, driver, grid, block, smem, cluster)
         tiles = spec.grid_dims(shape)[0]
         return cls(spec, dtype, shape, function, driver,
                    (persistent_grid(tiles, multiprocessors), 1, 1), block, smem, 1)

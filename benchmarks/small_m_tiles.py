@@ -1,14 +1,20 @@
 """hgemm_small_m's tile shape at M = 128 and 256, measured, before small_m_for's choice changes.
 
-    PYTHONPATH=. python3 benchmarks/small_m_tiles.py [--out reports/reference/h200/fused/small-m-tiles.json]
+    PYTHONPATH=. python3 benchmarks/small_m_tiles.py [--multicast] [--out FILE]
 
-Not yet run (branch next-gpu, 2026-12-01: no GPU was lent that session). The question it
-answers: at M = 256 the host takes BM 256 x BN 128 (four m64n128 fragments per CTA, so
-wgmma reads B from shared memory four times per k step) and measures 0.95-0.98 of
-cublas+gelu; BM 128 x BN 256 (the persistent stage's m64n256 per consumer, split-K 2 over
-128 CTAs at N = 8192) reads each B byte twice per k step and A half as often. Each
-configuration is verified against float64 and timed against cublas+gelu in alternating
-rounds in this one process (bench's path), bf16, bias + GELU.
+The question it answers: at M = 256 the host takes BM 256 x BN 128 where N is 8192 or
+more (four m64n128 fragments per CTA, so wgmma reads B from shared memory four times per k
+step), else BM 128 x BN 64; would BM 128 x BN 256 (the persistent stage's m64n256 per
+consumer, split-K 2 over 128 CTAs at N = 8192), which reads each B byte twice per k step
+and A half as often, or BM 128 x BN 128 do better? Each configuration is verified against
+float64 and timed against cublas+gelu in alternating rounds in this one process (bench's
+path), bf16, bias + GELU.
+
+Answer on the H200 (2026-12-01, fused/small-m-tiles.json): no. The host's choice is the
+fastest of the five at each of the six shapes (M = 256: 0.95, 0.94, 1.04 and 1.08 of
+cublas+gelu at N x K = 8192², 4096 x 14336, 14336 x 4096, 4096²; M = 128: 1.01 and 1.07),
+and 128 x 256 is slower than the host's choice everywhere (0.72-0.94). The M = 256 gap is not the
+tile; see the note in fused/README.md.
 """
 
 from __future__ import annotations
@@ -27,33 +33,45 @@ CONFIGS = (None, {"BM": 128, "BN": 256}, {"BM": 128, "BN": 128}, {"BM": 256, "BN
            {"BM": 128, "BN": 64})
 SHAPES = ((256, 8192, 8192), (256, 4096, 14336), (256, 14336, 4096), (256, 4096, 4096),
           (128, 8192, 8192), (128, 4096, 14336))
+# --multicast: the host's tile with A loaded once per pair of N tiles (MCAST=2) or per CTA,
+# at issue 19's small-M shapes and M = 128, in both dtypes.
+MULTICAST_CONFIGS = ({"MCAST": 1}, {"MCAST": 2})
+MULTICAST_SHAPES = tuple((m, n, k) for m in (16, 64, 128, 256)
+                         for n, k in ((4096, 4096), (8192, 8192), (14336, 4096), (4096, 14336)))
 
 
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path,
-                    default=Path("reports/reference/h200/fused/small-m-tiles.json"))
+    ap.add_argument("--out", type=Path, help="default reports/reference/h200/fused/"
+                    "small-m-tiles.json (small-m-multicast.json with --multicast)")
+    ap.add_argument("--multicast", action="store_true",
+                    help="time MCAST=1 against MCAST=2 instead of the tile shapes")
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
+    out = args.out or Path("reports/reference/h200/fused") / (
+        "small-m-multicast.json" if args.multicast else "small-m-tiles.json")
+    configs, shapes, dtypes = ((MULTICAST_CONFIGS, MULTICAST_SHAPES, ["bf16", "fp16"])
+                               if args.multicast else (CONFIGS, SHAPES, ["bf16"]))
     jobs = []
-    for m, n, k in SHAPES:
-        for cfg in CONFIGS:
-            jobs += bench.plan(["hgemm_small_m"], ["bf16"], Shape(m, n, k), cfg)
+    for m, n, k in shapes:
+        for cfg in configs:
+            jobs += bench.plan(["hgemm_small_m"], dtypes, Shape(m, n, k), cfg)
     done = []
     try:
         for man in bench.run_jobs(jobs, bench.BenchOptions(runs=args.runs, rounds=args.rounds)):
             done.append(man)
             t = man.timing
             ratio = t.ratio_to_reference.median if t and t.ratio_to_reference else None
-            log.info("%dx%dx%d BM=%s BN=%s STAGES=%s %s ratio to %s: %s", man.m, man.n, man.k,
-                     man.params.get("BM"), man.params.get("BN"), man.params.get("STAGES"),
+            log.info("%s %dx%dx%d BM=%s BN=%s STAGES=%s MCAST=%s %s ratio to %s: %s", man.dtype,
+                     man.m, man.n, man.k, man.params.get("BM"), man.params.get("BN"),
+                     man.params.get("STAGES"), man.params.get("MCAST"),
                      man.verification.verdict, t.reference if t else None,
                      f"{ratio:.3f}" if ratio is not None else "-")
     finally:
         if done:
-            bench.write_bench_json(args.out, done, "PYTHONPATH=. python3 " + " ".join(sys.argv))
+            bench.write_bench_json(out, done, "PYTHONPATH=. python3 " + " ".join(sys.argv))
     return 1 if bench.failed(done) else 0
 
 

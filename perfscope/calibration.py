@@ -143,3 +143,10 @@ def calibrate(records: Sequence[Diagnosed], bench: BenchFile, catalogue: Catalog
         steps.append(Step(info.parent, name, dtype, info.addresses, tuple(fired), round(predicted, 4),
                           round(measured, 4), info.variant))
     return Calibration(tuple(steps), source)
+
+
+def merge(*tables: Calibration) -> Calibration:
+    """One table of several runs' steps (the ladder's bench.json, the fused stages'
+    bench-fused.json), in order, their sources joined."""
+    return Calibration(tuple(s for t in tables for s in t.steps),
+                       "; ".join(t.source for t in tables if t.source))

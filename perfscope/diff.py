@@ -34,6 +34,7 @@ from perfscope.record import Diagnosed
 from perfscope.rules import Finding
 from perfscope.structure import (
     CLUSTER,
+    CONSUMERS,
     EPILOGUE,
     GRID,
     SPECIALISATION,
@@ -389,18 +390,29 @@ def _group_note(d: _Direction) -> Reason | None:
                   f"lies in {d.names[0]}'s GEMM.", None, None, UNFUSED_FIX, "unfused-epilogue")
 
 
-def _aspect_claims(d: _Direction, findings: list[Finding], aspects: list[Aspect]) -> list[_Claim]:
+def _aspect_claims(d: _Direction, findings: list[Finding], aspects: list[Aspect],
+                   grown: list[_Claim]) -> list[_Claim]:
+    """One claim per differing aspect, with the slower side's findings it explains (taken
+    out of ``findings``) and the growth of the shared findings it explains (taken out of
+    ``grown``): a finding and the structure behind it are one reason, not two."""
     out = []
     for a in aspects:
         mine = [f for f in findings if f.tag in a.absorbs]
         for f in mine:
             findings.remove(f)
+        grew = [g for g in grown if g.cited and g.cited[0].tag in a.absorbs]
+        for g in grew:
+            grown.remove(g)
         model = modelled_share(a, *d.shapes)
         composed = _compose(mine)
-        modelled = None if model is None and composed is None else (model or 0) + (composed or 0)
-        fix = mine[0].fix if mine else (
-            WITHOUT_FIX[a.name].format(fast=d.names[1], slow=d.names[0])
-            if slow_side_has_it(a.name, *d.shapes) else STRUCTURE_FIX[a.name])
+        growth = sum(g.modelled or 0.0 for g in grew) if grew else None
+        parts = [v for v in (model, composed, growth) if v is not None]
+        modelled = sum(parts) if parts else None
+        mine += [g.cited[0] for g in grew]
+        # A finding's own fix would add what the slower side already has.
+        fix = (WITHOUT_FIX[a.name].format(fast=d.names[1], slow=d.names[0])
+               if slow_side_has_it(a.name, *d.shapes) else
+               mine[0].fix if mine else STRUCTURE_FIX[a.name])
         out.append(_Claim(f"{a.name}: A {a.a}; B {a.b}", "", mine[0].code if mine else None,
                           fix, a.name, modelled,
                           # The tail model covers only the idle last wave: the rest of what
@@ -433,13 +445,20 @@ WITHOUT_FIX = {
           "(sm__cycles_active max against avg), or launch one CTA per tile.",
     TILE: "{fast}'s smaller tile is faster: more CTAs or a fuller last wave outweigh the "
           "reuse; check {slow}'s waves and occupancy, or take the smaller tile.",
-    CLUSTER: "{fast} runs without clusters and is faster: {slow}'s clustered CTAs wait on each "
-             "other (a multicast slot is free again only when every CTA of the cluster has "
-             "read it, and the cluster must be co-resident); launch without clusters, or "
-             "decouple the CTAs (a deeper ring, so one CTA's stall does not stall its partner).",
+    CLUSTER: "{fast} runs without multicast and is faster: {slow}'s clustered CTAs wait on "
+             "each other (a multicast slot is free again only when every CTA of the cluster "
+             "has read it, and the cluster must be co-resident); drop the multicast (or the "
+             "clusters), or decouple the CTAs (a deeper ring, so one CTA's stall does not "
+             "stall its partner).",
     SPECIALISATION: "{fast} is faster without producer/consumer warpgroups: check {slow}'s "
                     "mbarrier waits (the consumers' full-barrier stalls) and its register "
                     "split (setmaxnreg) before keeping them.",
+    CONSUMERS: "{fast}'s consumer warpgroups share each tile and it is faster: {slow}'s "
+               "consumers own their tiles, so each tile has fewer rows (more A + B bytes per "
+               "FLOP from L2, 1/BM + 1/BN) and only one warpgroup's wgmmas keep the tensor "
+               "pipe busy at a time: a wait for operands idles it. Check {slow}'s full-barrier "
+               "waits (its hotspots) and L2 throughput; feed it (a deeper ring, 2-CTA "
+               "multicast of the shared operand), or keep the cooperative tile.",
     EPILOGUE: "{fast} stores C from registers and is faster: {slow}'s shared-memory staging "
               "and TMA store cost more than they overlap here; check the staging's bank "
               "conflicts and the store wait before the next tile.",
@@ -493,11 +512,12 @@ def _reasons(d: _Direction, findings: Sequence[Finding], only_fast: Sequence[str
     unfused = _group_claim(d)
     if unfused is not None:
         claims.append(unfused)
-    claims += _aspect_claims(d, left, differing)
+    grown = _grown_claims(d)
+    claims += _aspect_claims(d, left, differing, grown)
     for f in left:
         claims.append(_Claim(f.title, _evidence_text(f), f.code, f.fix, "finding",
                              f.estimated_gain, False, _group(f), (f,)))
-    claims += _grown_claims(d)
+    claims += grown
     shares, _ = _spread(claims, gap)
     order = sorted(range(len(claims)), key=lambda i: (-(shares[i] if shares[i] is not None
                                                         else -1.0), i))

@@ -113,6 +113,7 @@ class VariantWin:
     default_tflops: Spread
     against_parent: bool          # a declared variant, held against the stage it varies
     default_note: str = ""        # the defaults of the parameters the variant changes
+    kept: str = ""                # why the stage keeps its defaults (StageInfo.kept_default)
 
     @property
     def ratio(self) -> float:
@@ -123,9 +124,11 @@ class VariantWin:
         """The win as the page says it, with what to do about it."""
         what = "the stage it varies" if self.against_parent else "its stage's default"
         default = self.default + (f" ({self.default_note})" if self.default_note else "")
+        ask = (f"the default stays because {self.kept}." if self.kept
+               else "make it the default, or say why not.")
         return (f"{self.label} ({self.dtype}) beats {what}, {default}: "
                 f"{self.tflops.median:,.1f} against {self.default_tflops.median:,.1f} TFLOP/s "
-                f"({self.ratio:.2f}x, spreads apart); make it the default, or say why not.")
+                f"({self.ratio:.2f}x, spreads apart); {ask}")
 
 
 @dataclass(frozen=True)
@@ -413,7 +416,8 @@ def _variant_wins(dtype: str, points: Sequence[LadderPoint], catalogue: Catalogu
             continue
         fast, slow = p.tflops, base.tflops
         if fast.median > slow.median * (1 + VARIANT_MARGIN) and fast.min > slow.max:
-            out.append(VariantWin(dtype, p.label, base.label, fast, slow, parent, note))
+            out.append(VariantWin(dtype, p.label, base.label, fast, slow, parent, note,
+                                  "" if parent else info.kept_default))
     return out
 
 

@@ -34,6 +34,7 @@ class StageInfo:
     # Finding codes of the parent that this stage's change addresses (calibration).
     addresses: tuple[str, ...] = ()
     notes: str = ""
+    kept_default: str = ""                # why the defaults stay where a faster config exists
 
     @property
     def is_reference(self) -> bool:

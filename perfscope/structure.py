@@ -11,6 +11,8 @@ kernel's structure from its report (and run manifest, when there is one):
   instruction shape (HGMMA.64x256x16 ...);
 - clusters and TMA multicast (UTMALDG .MULTICAST among the executed TMA loads);
 - warp specialisation: warpgroups per CTA and register reallocation (USETMAXREG);
+- the consumers' tiles: whether the consumer warpgroups share each tile (cooperative) or
+  each owns whole tiles (ping-pong), from the tile, the MMA shape and the warpgroups;
 - the epilogue: C written by TMA stores (UTMASTG) or by per-thread STG.
 
 ``compare_structure`` sets two kernels side by side as ``Aspect`` rows, each with its
@@ -34,19 +36,20 @@ WARPGROUP = 128
 # A grid counts as one wave up to this many waves (ncu rounds waves per SM).
 ONE_WAVE = 1.0 + 1e-6
 
-GRID, TILE, CLUSTER, SPECIALISATION, EPILOGUE = (
-    "grid", "tile", "cluster", "warp specialisation", "epilogue")
+GRID, TILE, CLUSTER, SPECIALISATION, CONSUMERS, EPILOGUE = (
+    "grid", "tile", "cluster", "warp specialisation", "consumer tiles", "epilogue")
 # Finding tags (perfscope.rules.model.TAGS) each aspect explains.
 ABSORBS: dict[str, tuple[str, ...]] = {
     GRID: ("tail-effect", "small-grid", "epilogue-exposed"),
     TILE: ("small-tile", "no-data-reuse"),
     CLUSTER: ("l2-locality",),
     SPECIALISATION: ("latency-exposed",),
+    CONSUMERS: ("epilogue-exposed",),
     EPILOGUE: ("store-inefficiency",),
 }
 # Aspects that only exist on the TMA/wgmma path: when one kernel lacks that path, they
 # are part of the path's reason, not reasons of their own.
-ON_PATH = (CLUSTER, SPECIALISATION, EPILOGUE)
+ON_PATH = (CLUSTER, SPECIALISATION, CONSUMERS, EPILOGUE)
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,26 @@ class LaunchShape:
     def specialised(self) -> bool:
         """Producer/consumer warpgroups: several warpgroups with register reallocation."""
         return self.setmaxreg and (self.warpgroups or 0) >= 2
+
+    @property
+    def consumers(self) -> int | None:
+        """Consumer warpgroups of a producer/consumer CTA (all but the producer)."""
+        return self.warpgroups - 1 if self.specialised and self.warpgroups else None
+
+    @property
+    def consumers_own_tiles(self) -> bool | None:
+        """Whether each consumer warpgroup owns whole tiles (ping-pong) rather than a share
+        of one (cooperative): a tile of one MMA fragment (64 x 256 with HGMMA.64x256) cannot
+        be shared by two consumers, a tile of one fragment per consumer is. None where the
+        tile, the MMA shape or the consumers are not known, or the tile is neither."""
+        frag = mma_fragment(self.mma)
+        if self.tile is None or frag is None or not self.consumers or self.consumers < 2:
+            return None
+        if self.tile == frag:
+            return True
+        if self.tile == (frag[0] * self.consumers, frag[1]):
+            return False
+        return None
 
     @property
     def tail(self) -> float | None:
@@ -119,6 +142,18 @@ def _persistent(ctas: int | None, waves: float | None, tile: tuple[int, int] | N
     if tile is not None:
         return math.ceil(m / tile[0]) * math.ceil(n / tile[1]) > ctas
     return m * n / ctas > REGISTER_FILE_WORDS
+
+
+def mma_fragment(mma: str | None) -> tuple[int, int] | None:
+    """(M, N) of one warpgroup MMA instruction (HGMMA.64x256x16.F32.BF16: (64, 256)); None
+    for the warp-level MMAs and an unknown shape."""
+    if not mma or "GMMA" not in mma.split(".", 1)[0]:
+        return None
+    parts = mma.split(".")
+    dims = parts[1].split("x") if len(parts) > 1 else []
+    if len(dims) != 3 or not all(d.isdigit() for d in dims):
+        return None
+    return int(dims[0]), int(dims[1])
 
 
 def _mma(kp: KernelProfile) -> str | None:
@@ -198,6 +233,16 @@ def _specialisation_text(s: LaunchShape) -> str:
     return ", ".join(p for p in (groups, "no setmaxnreg" if not s.setmaxreg else "setmaxnreg") if p)
 
 
+def _consumers_text(s: LaunchShape) -> str:
+    own = s.consumers_own_tiles
+    if own is None or s.tile is None:
+        return "not known"
+    tile = f"{s.tile[0]}x{s.tile[1]}"
+    if own:
+        return f"each of {s.consumers} consumer warpgroups owns whole {tile} tiles (ping-pong)"
+    return f"{s.consumers} consumer warpgroups share each {tile} tile (cooperative)"
+
+
 def _epilogue_text(s: LaunchShape) -> str:
     if s.tma_stores:
         via = "stmatrix (STSM) into shared memory, then " if s.stsm else ""
@@ -213,7 +258,11 @@ def compare_structure(a: LaunchShape, b: LaunchShape) -> tuple[Aspect, ...]:
                   a.persistent is not None and b.persistent is not None and a.persistent != b.persistent,
                   "launch__grid_size, launch__waves_per_multiprocessor, the run manifest's shape",
                   ABSORBS[GRID])]
-    tiles_differ = a.tile is not None and b.tile is not None and a.tile != b.tile
+    consumers_differ = (a.consumers_own_tiles is not None and b.consumers_own_tiles is not None
+                        and a.consumers_own_tiles != b.consumers_own_tiles)
+    # Tiles that differ because one side's consumers own them are that aspect's reason.
+    tiles_differ = (a.tile is not None and b.tile is not None and a.tile != b.tile
+                    and not consumers_differ)
     out.append(Aspect(TILE, _tile_text(a), _tile_text(b), tiles_differ,
                       "the run manifest's BM x BN (else the grid over the shape), "
                       "sass__inst_executed_per_opcode_with_modifier_all", ABSORBS[TILE]))
@@ -227,6 +276,11 @@ def compare_structure(a: LaunchShape, b: LaunchShape) -> tuple[Aspect, ...]:
                           a.specialised != b.specialised,
                           "launch__block_dim (warpgroups of 128 threads), USETMAXREG executed",
                           ABSORBS[SPECIALISATION]))
+    if a.consumers_own_tiles is not None or b.consumers_own_tiles is not None:
+        out.append(Aspect(CONSUMERS, _consumers_text(a), _consumers_text(b),
+                          consumers_differ,
+                          "the tile (run manifest), the MMA's shape (HGMMA.MxNxK executed), "
+                          "launch__block_dim and USETMAXREG", ABSORBS[CONSUMERS]))
     if a.tma_stores or b.tma_stores or a.stg_stores or b.stg_stores:
         out.append(Aspect(EPILOGUE, _epilogue_text(a), _epilogue_text(b),
                           bool(a.tma_stores) != bool(b.tma_stores),
@@ -236,10 +290,14 @@ def compare_structure(a: LaunchShape, b: LaunchShape) -> tuple[Aspect, ...]:
 
 def has_feature(name: str, s: LaunchShape) -> bool | None:
     """Whether a launch has the aspect's feature (the thing its usual fix adds): a
-    persistent grid, the larger tile, clusters, producer/consumer warpgroups, TMA stores;
-    None where the report does not say. TILE has no feature of its own (see larger_tile)."""
-    return {GRID: s.persistent, CLUSTER: s.cluster_size > 1, SPECIALISATION: s.specialised,
-            EPILOGUE: bool(s.tma_stores)}.get(name)
+    persistent grid, the larger tile, multicast in clusters, producer/consumer warpgroups, consumers
+    that own their tiles (ping-pong), TMA stores; None where the report does not say. TILE
+    has no feature of its own (see larger_tile)."""
+    # CLUSTER's feature is the multicast its fix adds: clusters that share nothing by TMA
+    # (a split-K reduction in distributed shared memory) do not have it.
+    return {GRID: s.persistent, CLUSTER: s.cluster_size > 1 and bool(s.multicast),
+            SPECIALISATION: s.specialised,
+            CONSUMERS: s.consumers_own_tiles, EPILOGUE: bool(s.tma_stores)}.get(name)
 
 
 def larger_tile(slow: LaunchShape, fast: LaunchShape) -> bool | None:

@@ -325,13 +325,82 @@ def test_reference_cluster_variant_is_not_told_to_add_clusters():
     fast = resolve(ref("hgemm_tma_wgmma_persistent", "bf16"))
     result = d.compare(slow, fast)
     (cluster,) = [r for r in result.verdict if r.kind == "cluster"]
-    assert not result.improved and "without clusters" in cluster.fix
+    assert not result.improved and "without multicast" in cluster.fix
     assert "Launch 2-CTA clusters" not in cluster.fix
     assert d.WITHOUT_FIX["cluster"].startswith("{fast}")
     ws = resolve(ref("hgemm_tma_wgmma_ws", "fp16"))
     (usual,) = [r for r in d.compare(ws, resolve(ref("cublas_hgemm", "fp16"))).verdict
                 if r.kind == "cluster"]
     assert usual.fix == d.STRUCTURE_FIX["cluster"]
+
+
+@needs_reference
+def test_a_ping_pong_kernel_is_told_what_its_own_tiles_cost():
+    """hgemm_fused_pingpong is hgemm_fused_bias_act with each consumer warpgroup owning its
+    64 x 256 tiles (1.06x the cycles on the H200): the reason is the consumers' tiles (one
+    reason, not a second one for the smaller tile), its advice says what owning them costs,
+    never to add the ping-pong it has, and PS124 (whose fix is ping-pong) is not cited; the
+    other way round the usual advice stands."""
+    fused = REFERENCE / "fused"
+    pp = resolve(str(fused / "hgemm_fused_pingpong-bf16-4096x4096x4096.ncu-rep.xz"))
+    coop = resolve(str(fused / "hgemm_fused_bias_act-bf16-4096x4096x4096.ncu-rep.xz"))
+    result = d.compare(pp, coop)
+    first = result.verdict[0]
+    assert not result.improved and first.kind == "consumer tiles"
+    assert "owns whole 64x256 tiles (ping-pong)" in first.sentence
+    assert "share each 128x256 tile (cooperative)" in first.sentence
+    assert first.fix.startswith("B's consumer warpgroups share each tile and it is faster")
+    assert "PS124" not in {r.code for r in result.verdict}
+    assert "tile" not in {r.kind for r in result.verdict}
+    assert first.estimated_gain == pytest.approx(result.gap, abs=1e-4)
+    back = d.compare(coop, pp)
+    assert back.improved and back.verdict[0].kind == "consumer tiles"
+    _claims_fit(result)
+
+
+@needs_reference
+@pytest.mark.parametrize(("shape", "lead"), [
+    ("BN=64,{}STAGES=12-bf16-64x8192x8192", ("grown", "PS170")),
+    ("AROWS=256,BM=256,{}STAGES=4-bf16-256x8192x8192", ("finding", "PS152")),
+])
+def test_a_kernel_that_multicasts_is_never_told_to_multicast(shape, lead):
+    """hgemm_small_m with A multicast across pairs of N tiles (MCAST=2) is slower than
+    without: at 64 x 8192^2 its DRAM stream is slower (PS170 grew) and the cluster reason
+    says why (the pair's lock step: drop or decouple the multicast); at 256 x 8192^2 a grid
+    of 64 CTAs leads (its split-K clusters of 4 did not all fit: PS152). Both sides launch
+    clusters at 256, so the feature the advice is about is the multicast, which only the
+    slower side has."""
+    fused = REFERENCE / "fused"
+    pair = resolve(str(fused / f"hgemm_small_m@{shape.format('MCAST=2,')}.ncu-rep.xz"))
+    alone = resolve(str(fused / f"hgemm_small_m@{shape.format('')}.ncu-rep.xz"))
+    result = d.compare(pair, alone)
+    assert not result.improved and (result.verdict[0].kind, result.verdict[0].code) == lead
+    (cluster,) = [r for r in result.verdict if r.kind == "cluster"]
+    assert "without multicast" in cluster.fix and "Launch 2-CTA clusters" not in cluster.fix
+    _claims_fit(result)
+
+
+def test_the_consumers_tiles_are_read_off_the_tile_and_the_mma_shape():
+    """A tile of one wgmma fragment cannot be shared by two consumer warpgroups (ping-pong);
+    one fragment per consumer is a shared (cooperative) tile; anything else, or a launch
+    without producer/consumer warpgroups, is not known."""
+    from perfscope.structure import LaunchShape, mma_fragment
+
+    assert mma_fragment("HGMMA.64x256x16.F32.BF16") == (64, 256)
+    assert mma_fragment("HMMA.16816.F32.BF16") is None
+    assert mma_fragment(None) is None
+
+    def shape(tile, mma="HGMMA.64x256x16.F32.BF16", warpgroups=3, setmaxreg=True):
+        return LaunchShape(ctas=132, waves=1.0, persistent=True, tile=tile, tile_source="run manifest",
+                           mma=mma, cluster=None, multicast=None, warpgroups=warpgroups,
+                           setmaxreg=setmaxreg, tma_stores=1.0, stg_stores=0.0, stsm=0.0)
+
+    assert shape((64, 256)).consumers_own_tiles is True
+    assert shape((128, 256)).consumers_own_tiles is False
+    assert shape((256, 128), "HGMMA.64x128x16.F32.BF16").consumers_own_tiles is None
+    assert shape((64, 256), warpgroups=2).consumers_own_tiles is None      # one consumer
+    assert shape((64, 256), setmaxreg=False).consumers_own_tiles is None   # not specialised
+    assert shape(None).consumers_own_tiles is None
 
 
 @needs_reference

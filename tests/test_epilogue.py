@@ -83,8 +83,17 @@ def test_fused_geometry_splits_k_over_clusters_and_caps_the_persistent_grid():
                        {"BN": 128})
     grid, cluster = fused_geometry(wide, Shape(64, 8192, 8192), 132)
     assert cluster == 2 and grid == (64 * 2, 1, 1)           # 64 N tiles x 2 splits
-    grid, cluster = fused_geometry(wide, Shape(64, 8192, 8192), 132, fits=lambda s: False)
+    grid, cluster = fused_geometry(wide, Shape(64, 8192, 8192), 132, fits=lambda c, n: False)
     assert cluster == 1 and grid == (64, 1, 1)
+    # MCAST=2: the same splits in clusters of pairs of N tiles (2 x 2 CTAs), the fit asked
+    # for 32 clusters of 4; at most 4 splits, so a pair's cluster stays portable (8).
+    asked = []
+    paired = wide.with_params(MCAST=2)
+    grid, cluster = fused_geometry(paired, Shape(64, 8192, 8192), 132,
+                                   fits=lambda c, n: asked.append((c, n)) or True)
+    assert (grid, cluster) == ((64 * 2, 1, 1), 4) and asked == [(4, 32)]
+    narrow2 = small_m_for(get_spec("hgemm_small_m"), Shape(16, 4096, 4096)).with_params(MCAST=2)
+    assert fused_geometry(narrow2, Shape(16, 4096, 4096), 132) == ((128, 1, 1), 4)
     narrow = small_m_for(get_spec("hgemm_small_m"), Shape(16, 4096, 4096))
     assert fused_geometry(narrow, Shape(16, 4096, 4096), 132) == ((128, 1, 1), 2)
     # 14336 columns are 224 tiles of 64, two waves: 112 tiles of 128 instead.
@@ -159,6 +168,8 @@ def test_a_fused_launch_without_its_operands_is_refused():
     (["profile", "hgemm_small_m", "--dtype", "fp16", "--shape", "4096x4096x4096"],
      "covers M of 1 to 256"),
     (["bench", "hgemm_fused_bias_act", "--dtype", "fp32"], "does not support dtype fp32"),
+    (["bench", "hgemm_small_m", "--dtype", "bf16", "--shape", "64x4160x4096", "--param", "MCAST=2"],
+     "65 tiles of 64 columns, an odd count"),
 ])
 def test_bad_epilogue_input_is_one_sentence_and_exit_2(args, says):
     result = runner.invoke(app, args)

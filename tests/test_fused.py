@@ -30,6 +30,7 @@ from perfscope.kernels.fused_specs import (
     BY_NAME,
     FUSED,
     H200_MULTIPROCESSORS,
+    small_m_for,
     small_m_grid_for,
     small_m_params,
     small_m_tile_rows,
@@ -89,7 +90,7 @@ def test_name_expressions_put_the_epilogue_last():
     spec = BY_NAME["hgemm_fused_bias_act"].with_params(ACT=ACTIVATIONS["silu"], RESIDUAL=1)
     assert spec.name_expression("bf16") == "hgemm_fused_bias_act<__nv_bfloat16, 128, 256, 64, 3, 8, 2, 1>"
     assert BY_NAME["hgemm_small_m"].name_expression("fp16") == \
-        "hgemm_small_m<__half, 64, 128, 64, 8, 1, 0, 64>"
+        "hgemm_small_m<__half, 64, 128, 64, 8, 1, 0, 64, 1>"
     assert BY_NAME["hgemm_fused_quant"].name_expression("fp16") == \
         "hgemm_fused_quant<__half, 128, 256, 64, 4, 8, 1, 0, 1>"
 
@@ -208,6 +209,24 @@ def test_stage_compiles_without_spills_and_runs_on_tma_and_wgmma(name, act, resi
     else:
         assert bases["USETMAXREG"] >= 2
         assert (bases["UBLKPF"] > 0) == bool(residual)   # the residual's L2 prefetch
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("m, n, k", [(64, 8192, 8192), (256, 8192, 8192)])
+def test_small_m_pairs_multicast_a_and_free_slots_in_both_ctas(m, n, k):
+    """MCAST=2: each CTA of a pair of N tiles loads every other A tile for both
+    (UTMALDG .MULTICAST) and frees each slot in its own and its partner's empty barrier
+    (remote arrives); MCAST=1 multicasts nothing."""
+    tool = disassembler_or_skip()
+    base = small_m_for(BY_NAME["hgemm_small_m"], Shape(m, n, k))
+    for mcast in (1, 2):
+        spec = base.with_params(MCAST=mcast)
+        mod = compile_stage(spec, "bf16", ARCH)
+        assert not mod.usage(spec.name_expression("bf16")).spills, mod.log
+        sass = disassemble(mod.cubin_path, tool).kernel(mod.mangled(spec.name_expression("bf16")))
+        multicast = sum(v for op, v in sass.opcodes.items()
+                        if op.startswith("UTMALDG") and "MULTICAST" in op)
+        assert (multicast > 0) == (mcast == 2), sorted(sass.opcodes)
 
 
 @pytest.mark.slow

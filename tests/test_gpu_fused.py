@@ -74,6 +74,23 @@ def test_epilogue_is_correct(stage, epi, shape, dtype):
         assert v.verdict == OK, f"{stage} {epi.label} {dtype} {shape}: {v.detail}"
 
 
+# MCAST=2 pairs adjacent N tiles (an even count): BN 64 with A boxes of 32 rows and with
+# split-K, BN 128 without a split, BM 128 in two tile rows, BM 256 with split-K; ragged M, K.
+MCAST_SHAPES = (Shape(20, 4096, 4104), Shape(16, 14336, 1032), Shape(100, 4096, 1032),
+                Shape(256, 4096, 4096), Shape(256, 8192, 1024))
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("epi", [Epilogue("gelu"), Epilogue("silu", True)], ids=lambda e: e.label)
+@pytest.mark.parametrize("shape", MCAST_SHAPES, ids=str)
+def test_small_m_pairs_sharing_a_are_correct(shape, epi, dtype):
+    (job,) = bench.plan(["hgemm_small_m"], [dtype], shape, {"MCAST": 2, **epi.params})
+    prep = prepare(job.spec, dtype, shape)
+    for seed in (1, 2):
+        v = verify.verify(prep, seed)
+        assert v.verdict == OK, f"MCAST=2 {epi.label} {dtype} {shape}: {v.detail}"
+
+
 @pytest.mark.parametrize("stage", ["hgemm_fused_bias_act", "hgemm_small_m", "hgemm_fused_pingpong"])
 def test_the_residual_may_alias_c(stage):
     cp = require_gpu()

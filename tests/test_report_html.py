@@ -307,6 +307,11 @@ def test_reference_review_flags_the_variant_that_beats_its_default():
     fp16 = next(ld for ld in rep.ladders if ld.dtype == "fp16")
     assert [p.label for p in fp16.points if p.beats] == ["hgemm_tma_wgmma (STAGES=3)"]
     assert win.sentence() in render(rep, "markdown").replace("&lt;", "<").replace("&gt;", ">")
+    # The stage says why its default stays (the ladder step PS132 asks the next stage for),
+    # so the page answers the question instead of asking it; a row without a reason asks.
+    assert win.sentence().endswith("second CTA per SM instead.") and "PS132" in win.sentence()
+    assert "say why not" not in win.sentence()
+    assert dataclasses.replace(win, kept="").sentence().endswith("make it the default, or say why not.")
 
 
 @needs_reference

@@ -137,6 +137,7 @@ def fused(name: str, index: int = 0):
 
 
 SMALL_M_DECODE = "hgemm_small_m@BN=64,STAGES=12-bf16-64x8192x8192"
+SMALL_M_256 = "hgemm_small_m@AROWS=256,BM=256,STAGES=4-bf16-256x8192x8192"
 
 
 def _balanced(kp: KernelProfile, kw: dict):
@@ -261,6 +262,12 @@ CASES: tuple[Case, ...] = (
          lambda: external("torch_gelu_after_mm")),
     Case("PS124", False, "real", "hgemm_tma_wgmma_ws runs 3.88 waves: its epilogues are PS123's",
          lambda: reference("hgemm_tma_wgmma_ws", "bf16")),
+    Case("PS124", False, "real", "hgemm_fused_pingpong: the same epilogue (2.3% FP math), tensor "
+         "pipe 84.9%, but each consumer owns its 64 x 256 tiles: the epilogue runs under the "
+         "other's wgmmas", lambda: fused("hgemm_fused_pingpong-bf16-4096x4096x4096")),
+    Case("PS124", False, "real", "hgemm_small_m at 256x8192x8192: 64 tiles x split-K 2 on 128 "
+         "CTAs, one tile each: no next tile waits on its epilogue (tensor pipe 79.4%)",
+         lambda: fused(SMALL_M_256)),
     Case("PS130", True, "real", "the kernel built with --maxrregcount=32 spills",
          lambda: (one("spill", 1), {})),
     Case("PS130", False, "real", "the same code uncapped (80 registers) does not",

@@ -54,10 +54,11 @@
 //
 // hgemm_small_m
 //   template <typename T, int BM = 64, int BN = 128, int BK = 64, int STAGES = 8,
-//             int ACT = 1, int RESIDUAL = 0, int AROWS = BM>
+//             int ACT = 1, int RESIDUAL = 0, int AROWS = BM, int MCAST = 1>
 //   threads  128 * (1 + CONS), CONS = 1 consumer warpgroup for BM = 64, else 2; each
 //            consumer owns BM / CONS rows (MI = BM / 64 / CONS m64 fragments)
-//   cluster  (S, 1, 1), a launch attribute; S = split count, read as %cluster_nctarank
+//   cluster  (MCAST * S, 1, 1), a launch attribute; S = split count, read as
+//            %cluster_nctarank / MCAST
 //   grid     dim3(ceil(N / BN) * S, ceil(M / BM)): CTA x = n * S + s computes k tiles
 //            [s*KT/S, (s+1)*KT/S) of output tile (m = y, n); with M <= BM there is one tile
 //            row, so B is read from DRAM exactly once
@@ -83,6 +84,19 @@
 //            the slowest width at every timed shape. AROWS < BM (16 or 32, for M <= AROWS
 //            at BM = 64): A's TMA box holds only AROWS rows, and the tile's other rows are
 //            zeroed once at the start, so no k tile spends TMA time zero-filling rows past M.
+//            MCAST = 2 (default 1): clusters of 2 x S CTAs, the S splits of two adjacent N
+//            tiles (cluster rank = pair * S + split; N tiles an even count). The two CTAs of
+//            one split share every A tile: each loads every other one for both (TMA
+//            .multicast::cluster), so A crosses L2 once per pair, and each consumer warp
+//            frees a slot in both CTAs' empty barriers (lane 0, remote mbarrier arrives); a
+//            cluster barrier after the barriers' init and the two at the end keep the pair
+//            alive while the other still writes to it. Measured slower on the H200
+//            (2026-12-01, fused/small-m-multicast.json): 0.95-0.99 of MCAST = 1's speed
+//            where the grid is the same (no split), 0.67-0.95 with split-K, whose 2S-CTA
+//            clusters are fewer co-resident (at 256 x 8192^2 S falls from 2 to 1: 64 CTAs).
+//            The pair runs in lock step (a slot is refilled only when both have read it),
+//            which costs more than A's L2 traffic saves (`perfscope diff` of the two reports:
+//            barrier stalls 38% of the pair's stall time against 1%).
 //   seed     000 §7.1 (fused epilogue, small-shape inference)
 //
 // hgemm_fused_quant
@@ -132,7 +146,18 @@
 //            64 x 64 per consumer and TMA stores. Cost: a 64-row tile moves 1.67x the A + B
 //            bytes per FLOP of a 128 x 256 one from L2 (40 against 48 KB per k tile for half
 //            the FLOPs); wgmma's shared-memory reads per FLOP are the same (one m64n256k16
-//            per k16 step either way). Not yet run on a GPU.
+//            per k16 step either way).
+//   measured H200, 2026-12-01 (fused/fused_check.json.xz, bench-fused.json): slower than
+//            the parent at every M = 4096 shape, 0.91-1.00 of cublas+gelu against the
+//            parent's 1.00-1.05 (bf16 4096^3: 0.205 against 0.190 ms); as a plain GEMM
+//            (ACT 0, no bias) 0.88-0.98 of cuBLAS where the cooperative kernel is 0.99-1.05.
+//            PS124 predicted a saving of 0.061; measured -0.09. ncu (fused/
+//            hgemm_fused_pingpong-*): the epilogue hides, but the consumers wait at the full
+//            barrier (the hottest samples, at the k loop's mbarrier wait), L2 throughput
+//            56% against 42%, tensor pipe 84.9% of the active cycles against 90.1%: a 64-row
+//            tile's operands (1.67x the bytes per FLOP) do not arrive fast enough for one
+//            warpgroup's wgmmas alone. Kept as a declared variant; `perfscope diff` of the
+//            two names the consumers' tiles.
 //   seed     000 §7.1 (fused epilogue), §4 (warp specialisation)
 //
 // hgemm_small_m: why these numbers (H200: ~4.8 TB/s HBM3e, 132 SMs, ~600 ns idle DRAM
@@ -443,7 +468,8 @@ hgemm_fused_bias_act(const __grid_constant__ TensorMap2D tmap_a,
 }
 
 // ====================================================================== fused stage 2
-template <typename T, int BM, int BN, int BK, int STAGES, int ACT, int RESIDUAL, int AROWS>
+template <typename T, int BM, int BN, int BK, int STAGES, int ACT, int RESIDUAL, int AROWS,
+          int MCAST>
 __global__ void __launch_bounds__(BM == 64 ? 256 : 384, 1)
 hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant__ TensorMap2D tmap_b,
               const __grid_constant__ TensorMap2D tmap_c, T* C, int M, int N, int K,
@@ -461,6 +487,10 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
                   "after the k loop the ring holds the fp32 partial tile");
     static_assert(AROWS == BM || (BM == 64 && (AROWS == 16 || AROWS == 32)),
                   "A's TMA box covers the tile row, or 16 / 32 of a 64-row one");
+    static_assert(MCAST == 1 || MCAST == 2, "A from L2 once per CTA, or once per pair of N tiles");
+    // With MCAST == 2 a slot is refilled by both CTAs of a pair (A by one of them, for both),
+    // so its "empty" barrier waits for lane 0 of every consumer warp of both.
+    constexpr unsigned EMPTY_COUNT = MCAST == 1 ? CONSUMER_THREADS : 2 * CONSUMER_THREADS / 32;
     // A arrives in boxes of AROWS rows; the tile's other BM - AROWS rows stay zero.
     constexpr unsigned A_LOADED = AROWS * BK * 2;
 
@@ -469,8 +499,12 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
     const unsigned ring = align1024(smem_u32(dyn_smem));
     const unsigned full0 = smem_u32(&bars[0]), empty0 = smem_u32(&bars[STAGES]);
     const int tid = threadIdx.x, wg = tid / 128;
-    const unsigned rank = tma::cluster_rank(), splits = fused::cluster_size();
-    // A cluster is the S consecutive CTAs of one output tile along x (x = tile * S + rank).
+    // A cluster is MCAST x S consecutive CTAs along x (x = n tile * S + split): the S splits
+    // of MCAST adjacent output tiles. Cluster rank = pair * S + split.
+    const unsigned ctas = fused::cluster_size(), splits = ctas / MCAST;
+    const unsigned cluster_rank = tma::cluster_rank();
+    const unsigned rank = cluster_rank % splits, pair = cluster_rank / splits;
+    const unsigned partner = (MCAST - 1 - pair) * splits + rank;   // same split, other tile
     const int n0 = (blockIdx.x / splits) * BN, m0 = blockIdx.y * BM;
     const int KT = (K + BK - 1) / BK;
     // k tiles [KT*rank/S, KT*(rank+1)/S): every split gets floor or ceil of KT/S (KT*S < 2^31).
@@ -480,7 +514,7 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
     if (tid == 0) {
         for (int s = 0; s < STAGES; ++s) {
             tma::mbar_init(full0 + 8 * s, 1);
-            tma::mbar_init(empty0 + 8 * s, CONSUMER_THREADS);
+            tma::mbar_init(empty0 + 8 * s, EMPTY_COUNT);
         }
         tma::mbar_init_fence();
         tma::prefetch_tmap(&tmap_a);
@@ -497,6 +531,9 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
         tma::fence_proxy_async();   // the zeros before the async proxy (wgmma) reads them
     }
     __syncthreads();
+    // The partner's multicasts land in this CTA's ring and complete on its barriers: both
+    // CTAs' barriers are initialised before either issues one.
+    if constexpr (MCAST == 2) fused::cluster_barrier();
 
     if (wg == 0) {
         if constexpr (CONS == 2) setmaxnreg_dec<40>();
@@ -507,7 +544,12 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
                 if (i >= STAGES) tma::mbar_wait(empty0 + 8 * s, ((i / STAGES) + 1) & 1);
                 const unsigned slot = ring + s * S::BYTES, full = full0 + 8 * s;
                 tma::mbar_expect_tx(full, A_LOADED + BK * BN * 2);
-                tma::load_2d(slot, &tmap_a, full, (kt0 + i) * BK, m0);
+                if constexpr (MCAST == 1)
+                    tma::load_2d(slot, &tmap_a, full, (kt0 + i) * BK, m0);
+                else if ((i & 1) == static_cast<int>(pair))   // the pair's CTAs take turns
+                    tma::load_2d_multicast(slot, &tmap_a, full, (kt0 + i) * BK, m0,
+                                           static_cast<unsigned short>((1u << rank) |
+                                                                       (1u << (splits + rank))));
 #pragma unroll
                 for (int j = 0; j < BN / 64; ++j)
                     tma::load_2d(slot + S::A_BYTES + j * S::B_ATOM_BYTES, &tmap_b, full,
@@ -521,9 +563,9 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
             if constexpr (RESIDUAL)
                 fused::prefetch_rows_l2(residual, m0, min(m0 + BM, M), n0, col_end, N, tid % 32);
         }
-        if (splits > 1) {
+        if (ctas > 1) {
             fused::cluster_barrier();   // the peers' partials are written
-            fused::cluster_barrier();   // the leader has read them
+            fused::cluster_barrier();   // the leader has read them (and no multicast is due)
         }
     } else {
         if constexpr (CONS == 2) setmaxnreg_inc<232>();
@@ -545,7 +587,18 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
                     Wgmma<T, BN>::mma(acc[mi], S::a_desc(slot, c * MI + mi, k), S::b_desc(slot, k), 1);
             wgmma_commit();
             wgmma_wait<1>();   // the group before this one has read its slot: free it
-            if (i > 0) tma::mbar_arrive(empty0 + 8 * ((i - 1) % STAGES));
+            if (i > 0) {
+                const unsigned empty = empty0 + 8 * ((i - 1) % STAGES);
+                if constexpr (MCAST == 1) {
+                    tma::mbar_arrive(empty);
+                } else {
+                    __syncwarp();   // every lane's wgmma wait is done
+                    if (ct % 32 == 0) {
+                        tma::mbar_arrive_cluster(empty, cluster_rank);
+                        tma::mbar_arrive_cluster(empty, partner);
+                    }
+                }
+            }
         }
         wgmma_wait<0>();
         // Every consumer's wgmmas are done with the ring (and every TMA load was waited
@@ -558,8 +611,8 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
         // Fragment-native partial layout: 16-byte chunk (mi, j) of consumer thread ct at
         // (chunk * CONSUMER_THREADS + ct) * 16, so a warp's accesses are 512 contiguous
         // bytes and the leader's thread ct reads exactly what the peer's thread ct wrote.
-        if (splits > 1) {
-            if (rank != 0) {
+        if (ctas > 1) {
+            if (splits > 1 && rank != 0) {
 #pragma unroll
                 for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
@@ -569,14 +622,15 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
                                             acc[mi][4 * j + 3]);
             }
             fused::cluster_barrier();
-            if (rank == 0) {
+            if (splits > 1 && rank == 0) {
                 for (unsigned peer = 1; peer < splits; ++peer)
 #pragma unroll
                     for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
                         for (int j = 0; j < BN / 8; ++j) {
                             const float4 v = fused::ld_peer_v4(
-                                ring + ((mi * (BN / 8) + j) * CONSUMER_THREADS + ct) * 16, peer);
+                                ring + ((mi * (BN / 8) + j) * CONSUMER_THREADS + ct) * 16,
+                                pair * splits + peer);
                             acc[mi][4 * j] += v.x;
                             acc[mi][4 * j + 1] += v.y;
                             acc[mi][4 * j + 2] += v.z;

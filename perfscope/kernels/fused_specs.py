@@ -215,6 +215,15 @@ def check_small_m(spec: KernelSpec, shape: Shape) -> None:
                              "hgemm_fused_bias_act for that shape")
 
 
+def check_small_m_pairs(spec: KernelSpec, shape: Shape) -> None:
+    """Refuse, in one sentence, MCAST=2 where the N tiles do not pair up (an odd count)."""
+    p = spec.param_dict
+    tiles_n = _ceil(shape.n, p["BN"])
+    if p.get("MCAST", 1) == 2 and tiles_n % 2:
+        raise PerfscopeError(f"{SMALL_M} with MCAST=2 pairs adjacent N tiles, but N={shape.n} makes "
+                             f"{tiles_n} tiles of {p['BN']} columns, an odd count; take MCAST=1")
+
+
 def small_m_for(spec: KernelSpec, shape: Shape, pinned: Mapping[str, int] | None = None) -> KernelSpec:
     """hgemm_small_m with BN chosen for the shape (small_m_width) and BM, STAGES and AROWS
     for M (small_m_params), each unless pinned; any other stage unchanged."""
@@ -228,32 +237,40 @@ def small_m_for(spec: KernelSpec, shape: Shape, pinned: Mapping[str, int] | None
     chosen = {k: v for k, v in {"BN": bn, **small_m_params(shape.m, bn, spec.param_dict["BK"],
                                                            bm)}.items()
               if k not in pinned}
-    return spec.with_params(**chosen) if chosen else spec
+    out = spec.with_params(**chosen) if chosen else spec
+    check_small_m_pairs(out, shape)
+    return out
 
 
 def fused_geometry(spec: KernelSpec, shape: Shape, multiprocessors: int,
-                   fits: Callable[[int], bool] | None = None
+                   fits: Callable[[int, int], bool] | None = None
                    ) -> tuple[tuple[int, int, int], int]:
     """(grid, cluster size) of a fused stage's launch on a GPU with this many
-    multiprocessors: hgemm_small_m's split-K clusters (``fits(S)``: all clusters of S CTAs
-    co-resident), the persistent grid of hgemm_fused_bias_act."""
+    multiprocessors: hgemm_small_m's clusters of MCAST x S CTAs (``fits(ctas, clusters)``:
+    that many clusters of that many CTAs co-resident), the persistent grid of
+    hgemm_fused_bias_act."""
     if spec.name == SMALL_M:
         check_small_m(spec, shape)
         p = spec.param_dict
         tiles_n, tiles_m, k_tiles = small_m_tiles(p, shape)
-        splits = split_count(tiles_n * tiles_m, k_tiles, multiprocessors, fits)
-        return small_m_grid_for(p, shape, splits), splits
+        pair = p.get("MCAST", 1)
+        check_small_m_pairs(spec, shape)
+        tiles = tiles_n * tiles_m
+        splits = split_count(tiles, k_tiles, multiprocessors,
+                             None if fits is None else lambda s: fits(s * pair, tiles // pair),
+                             MAX_SPLITS // pair)
+        return small_m_grid_for(p, shape, splits), splits * pair
     tiles = spec.grid_dims(shape)[0]
     return (max(1, min(tiles, multiprocessors)), 1, 1), 1
 
 
 def split_count(tiles: int, k_tiles: int, multiprocessors: int,
-                fits: Callable[[int], bool] | None = None) -> int:
-    """Split-K factor S of hgemm_small_m: the largest S <= MAX_SPLITS with at least
+                fits: Callable[[int], bool] | None = None, max_splits: int = MAX_SPLITS) -> int:
+    """Split-K factor S of hgemm_small_m: the largest S <= max_splits with at least
     MIN_K_TILES_PER_SPLIT k tiles per split and tiles * S <= multiprocessors, for which
     ``fits(S)`` holds (all ``tiles`` clusters of S CTAs co-resident, asked of the driver);
     1 when none does. One wave, every CTA streaming an equal share of B."""
-    limit = min(MAX_SPLITS, k_tiles // MIN_K_TILES_PER_SPLIT, multiprocessors // max(tiles, 1))
+    limit = min(max_splits, k_tiles // MIN_K_TILES_PER_SPLIT, multiprocessors // max(tiles, 1))
     for s in range(limit, 1, -1):
         if fits is None or fits(s):
             return s
@@ -316,7 +333,8 @@ FUSED: tuple[KernelSpec, ...] = (
                      "through each tile's k loop.", **_COMMON),
     KernelSpec(name="hgemm_small_m", entry="hgemm_small_m",
                params=(("BM", 64), ("BN", 128), ("BK", 64), ("STAGES", 8),
-                       ("ACT", ACTIVATIONS["gelu"]), ("RESIDUAL", 0), ("AROWS", 64)),
+                       ("ACT", ACTIVATIONS["gelu"]), ("RESIDUAL", 0), ("AROWS", 64),
+                       ("MCAST", 1)),
                block=_small_m_block, grid=_small_m_grid, dynamic_smem=_small_m_smem,
                fingerprint=("tma", "gmma"),
                change="For M <= 256: one thin tile row (M zero-padded to BM), a 192 KB ring "
@@ -324,13 +342,17 @@ FUSED: tuple[KernelSpec, ...] = (
                       "cluster whose fp32 partials are reduced in distributed shared memory, so "
                       "about every SM streams its own slab of B once and the fused epilogue runs "
                       "once per output tile.",
-               notes="Launched with cluster dims (S, 1, 1), S from split_count (the kernel reads "
-                     "it as %cluster_nctarank); a launch without the cluster attribute gives "
-                     "S = 1 per CTA, so the grid's S CTAs per tile would each compute the whole "
-                     "tile. BM by M: 64 / 128 / 256 (small_m_params), STAGES to fill 192 KB, "
-                     "AROWS (A's box rows) 16 / 32 for M <= 16 / 32; BN 64 (with BM 64, or 128 "
-                     "above 64 rows) where those tiles fit one wave, else 128 (small_m_width). "
-                     "Same ABI and epilogue parameters as hgemm_fused_bias_act.", **_COMMON),
+               notes="Launched with cluster dims (MCAST * S, 1, 1), S from split_count (the "
+                     "kernel reads it from %cluster_nctarank); a launch without the cluster "
+                     "attribute gives S = 1 per CTA, so the grid's S CTAs per tile would each "
+                     "compute the whole tile. BM by M: 64 / 128 / 256 (small_m_params), "
+                     "STAGES to fill 192 KB, AROWS (A's box rows) 16 / 32 for M <= 16 / 32; "
+                     "BN 64 (with BM 64, or 128 above 64 rows) where those tiles fit one wave, "
+                     "else 128 (small_m_width). "
+                     "Same ABI and epilogue parameters as hgemm_fused_bias_act. MCAST=2 "
+                     "multicasts A across pairs of N tiles (clusters of 2 x S CTAs); measured "
+                     "slower on the H200 (0.67-0.99 of MCAST=1's speed), so 1 stays the "
+                     "default.", **_COMMON),
     KernelSpec(name="hgemm_fused_pingpong", entry="hgemm_fused_pingpong",
                params=(("BM", 64), ("BN", 256), ("BK", 64), ("STAGES", 4), ("GROUP", 16),
                        ("ACT", ACTIVATIONS["gelu"]), ("RESIDUAL", 0), ("BOXES", 2)),
@@ -340,10 +362,12 @@ FUSED: tuple[KernelSpec, ...] = (
                       "each owns whole 64 x 256 tiles, and one's k loop starts when the other "
                       "has issued its last wgmma, so each tile's bias + activation + store runs "
                       "under the other warpgroup's wgmmas instead of idling the tensor pipe.",
-               notes="Not yet run on a GPU (written 2026-12-01 without one). Same ABI and "
-                     "epilogue parameters as hgemm_fused_bias_act; BOXES staging boxes of "
-                     "64 x 64 per consumer. Costs 1.67x the L2 bytes per FLOP of the "
-                     "cooperative 128 x 256 tile.",
+               notes="Measured slower on the H200 (0.91-1.00 of cublas+gelu at M = 4096 "
+                     "against the parent's 1.00-1.05): the epilogue hides, but a 64-row "
+                     "tile's operands (1.67x the L2 bytes per FLOP of the cooperative "
+                     "128 x 256 tile) keep one warpgroup's wgmmas waiting at the full "
+                     "barrier. Same ABI and epilogue parameters as hgemm_fused_bias_act; "
+                     "BOXES staging boxes of 64 x 64 per consumer.",
                addresses=("PS124",), variant=True,
                **{**_COMMON, "parent": "hgemm_fused_bias_act", "static_smem": _pingpong_static}),
     KernelSpec(name=QUANT_STAGE, entry=QUANT_STAGE,

@@ -31,7 +31,7 @@ from perfscope.kernels.epilogue import (
     elementwise_grid,
     epilogue_of,
 )
-from perfscope.kernels.fused_specs import SMALL_M, fused_geometry, output_dtype, small_m_tiles
+from perfscope.kernels.fused_specs import fused_geometry, output_dtype
 from perfscope.kernels.registry import LT_REFERENCES
 from perfscope.kernels.spec import KERNEL_DIR, KernelSpec, Shape
 from perfscope.kernels.tensormap import Driver, TensorMapLauncher, persistent_grid, plan_maps
@@ -334,16 +334,13 @@ def _fused_geometry(cupy: Any, spec: KernelSpec, shape: Shape, driver: Driver, f
     sms = int(cupy.cuda.Device().attributes["MultiProcessorCount"])
     block = spec.block_dims()
 
-    tiles_n, tiles_m, _ = small_m_tiles(spec.param_dict, shape) if spec.name == SMALL_M \
-        else (1, 1, 0)
 
-    def fits(splits: int) -> bool:
-        # Every one of the tiles' clusters of `splits` CTAs co-resident; a failing query
-        # counts as no.
+    def fits(ctas: int, clusters: int) -> bool:
+        # All `clusters` clusters of `ctas` CTAs co-resident; a failing query counts as no.
         try:
-            return driver.max_active_clusters(function, block, smem, splits) >= tiles_n * tiles_m
+            return driver.max_active_clusters(function, block, smem, ctas) >= clusters
         except Exception as exc:
-            log.warning("cuOccupancyMaxActiveClusters for %d CTAs: %s", splits, exc)
+            log.warning("cuOccupancyMaxActiveClusters for %d CTAs: %s", ctas, exc)
             return False
 
     return fused_geometry(spec, shape, sms, fits)

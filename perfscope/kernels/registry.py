@@ -342,6 +342,11 @@ REGISTRY: tuple[KernelSpec, ...] = (
                change="TMA brings 128B-swizzled A and B tiles into a 4-deep mbarrier ring and "
                       "one warpgroup issues wgmma m64n128k16 straight from shared memory, "
                       "waiting for each k tile's wgmmas before its slot is refilled.",
+               kept_default="it is the ladder's single-warpgroup step: its 4-stage ring "
+                            "(132 KB) holds one CTA per SM, whose exposed latency PS132 finds "
+                            "and the next stage, hgemm_tma_wgmma_ws, removes by warp "
+                            "specialisation; STAGES=3 (99 KB) hides the same latency with a "
+                            "second CTA per SM instead",
                seed="000 §4; 004 §5", **_HOPPER, space=_SPACE_TMA_WGMMA),
     KernelSpec(name="hgemm_tma_wgmma_ws", entry="hgemm_tma_wgmma_ws", parent="hgemm_tma_wgmma",
                params=(("BM", 128), ("BN", 256), ("BK", 64), ("STAGES", 4)),
@@ -519,7 +524,8 @@ def stage_info(spec: KernelSpec) -> StageInfo:
                      seed=spec.seed, parent=spec.parent, references=refs,
                      fingerprint=spec.fingerprint, absent=spec.absent, defaults=spec.param_dict,
                      variant=spec.variant, archs=spec.archs, order=order.get(spec.name, len(order)),
-                     addresses=_addresses(spec), notes=spec.notes)
+                     addresses=_addresses(spec), notes=spec.notes,
+                     kept_default=spec.kept_default)
 
 
 def reference_name(spec: KernelSpec, dtype: str) -> str:

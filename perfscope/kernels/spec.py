@@ -245,6 +245,10 @@ class KernelSpec:
     # the calibration table (predicted by the parent's estimates, measured by bench).
     addresses: tuple[str, ...] = ()
     notes: str = field(default="", compare=False)
+    # Why the stage keeps its defaults where a configuration in its space is faster (a
+    # ladder step that shows the problem its child fixes): the review page says this
+    # instead of asking to change the default.
+    kept_default: str = field(default="", compare=False)
 
     @property
     def is_reference(self) -> bool:

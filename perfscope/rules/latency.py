@@ -36,6 +36,7 @@ from perfscope.rules.facts import (
     total_instructions,
 )
 from perfscope.rules.model import Evidence, Hit, Inputs, Rule, need
+from perfscope.structure import launch_shape
 
 # -- thresholds --
 # Long-scoreboard waits above this share of stall time: loads are not overlapped.
@@ -320,6 +321,12 @@ def _check_epilogue_math_exposed(inputs: Inputs) -> Hit | None:
     With tcgen05: double-buffer the accumulator in tensor memory and give the epilogue its
     own warps. Or trim the epilogue's instructions per element (bias pairs loaded once,
     packed f16x2/bf16x2 math where the precision allows).
+    Not this rule's: a one-wave grid of one tile per CTA (the run manifest's tiles against
+    the CTAs: hgemm_small_m's split-K at M = 256, whose idle is its stream's start and its
+    one reduction), and a kernel whose consumer warpgroups already own whole tiles (its tile
+    is one wgmma fragment, 64 x 256, with two consumers: perfscope.structure), whose idle
+    tensor pipe lies elsewhere (hgemm_fused_pingpong on the H200: its consumers wait at
+    the full barrier for operands, 1.67x the L2 bytes per FLOP; perfscope diff shows it).
     Estimate: 1 - (tensor pipe busy per active SM cycle) / 0.96, the share cuBLAS's nvjet
     sustains at 4096^3 on the H200 (96.0-96.4%); active cycles leave the last round's idle
     SMs to PS153, so the two never count the same cycles.
@@ -352,6 +359,11 @@ def _check_epilogue_math_exposed(inputs: Inputs) -> Hit | None:
     idle = 1 - busy_active / TENSOR_PIPE_ACTIVE_PRACTICAL
     if idle <= 0:
         return None
+    shape = launch_shape(p, inputs.manifest)
+    if shape.persistent is False:
+        return None     # one tile per CTA: no next tile whose MMAs could wait on this epilogue
+    if shape.consumers_own_tiles:
+        return None     # ping-pong already: one consumer's epilogue runs under the other's MMAs
     ev = [
         Evidence("FP math (FFMA, FMUL, FADD, MUFU, ...) issue cycles per scheduler / active SM "
                  "cycles", round(math_share, 4), f">= {EPILOGUE_MATH_MIN}"),

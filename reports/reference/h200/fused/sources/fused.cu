@@ -54,10 +54,11 @@
 //
 // hgemm_small_m
 //   template <typename T, int BM = 64, int BN = 128, int BK = 64, int STAGES = 8,
-//             int ACT = 1, int RESIDUAL = 0, int AROWS = BM>
+//             int ACT = 1, int RESIDUAL = 0, int AROWS = BM, int MCAST = 1>
 //   threads  128 * (1 + CONS), CONS = 1 consumer warpgroup for BM = 64, else 2; each
 //            consumer owns BM / CONS rows (MI = BM / 64 / CONS m64 fragments)
-//   cluster  (S, 1, 1), a launch attribute; S = split count, read as %cluster_nctarank
+//   cluster  (MCAST * S, 1, 1), a launch attribute; S = split count, read as
+//            %cluster_nctarank / MCAST
 //   grid     dim3(ceil(N / BN) * S, ceil(M / BM)): CTA x = n * S + s computes k tiles
 //            [s*KT/S, (s+1)*KT/S) of output tile (m = y, n); with M <= BM there is one tile
 //            row, so B is read from DRAM exactly once
@@ -83,6 +84,18 @@
 //            the slowest width at every timed shape. AROWS < BM (16 or 32, for M <= AROWS
 //            at BM = 64): A's TMA box holds only AROWS rows, and the tile's other rows are
 //            zeroed once at the start, so no k tile spends TMA time zero-filling rows past M.
+//            MCAST = 2 (default 1): clusters of 2 x S CTAs, the S splits of two adjacent N
+//            tiles (cluster rank = pair * S + split; N tiles an even count). The two CTAs of
+//            one split share every A tile: each loads every other one for both (TMA
+//            .multicast::cluster), so A crosses L2 once per pair, and each consumer warp
+//            frees a slot in both CTAs' empty barriers (lane 0, remote mbarrier arrives); a
+//            cluster barrier after the barriers' init and the two at the end keep the pair
+//            alive while the other still writes to it. Measured slower on the H200
+//            (2026-12-01, fused/small-m-multicast.json): 0.95-0.98 of MCAST = 1's speed
+//            where the grid is the same (no split: N x K = 8192^2, 14336 x 4096), 0.68-0.94
+//            with split-K, whose 2S-CTA clusters are not all co-resident. The pair runs in
+//            lock step (a slot is refilled only when both have read it), which costs more
+//            than A's L2 traffic saves.
 //   seed     000 §7.1 (fused epilogue, small-shape inference)
 //
 // hgemm_fused_quant
@@ -108,6 +121,43 @@
 //            each quad give each lane eight consecutive columns, a warp one 32-byte sector
 //            of each of its 8 rows per store.
 //   seed     000 §7.1 (fused epilogue: quantisation with a scale)
+//
+// hgemm_fused_pingpong
+//   template <typename T, int BM = 64, int BN = 256, int BK = 64, int STAGES = 4,
+//             int GROUP = 16, int ACT = 1, int RESIDUAL = 0, int BOXES = 2>
+//   threads  384, 1-D: warpgroup 0 produces (one thread issues TMA), 1 and 2 consume, each
+//            owning whole 64 x BN tiles: the CTA's tiles blockIdx.x + j * gridDim.x (grouped
+//            order) go to consumer j % 2
+//   grid     dim3(min(tiles, multiprocessors)), persistent, tiles of 64 x BN
+//   smem     dynamic STAGES * (64*BK + BK*BN) * 2 + 2 * BOXES * 64 * 64 * 2 + 1024 bytes;
+//            static 2 * STAGES mbarriers and one order mbarrier per consumer
+//   parent   hgemm_fused_bias_act
+//   how      In the cooperative parent both consumers work on one tile, so the tensor pipe
+//            waits for every tile's bias + activation + store (PS124: 0.061 of its time on
+//            the H200 at 4096^3). Here consumer c starts tile j's k loop once the other has
+//            issued its last wgmma of tile j - 1 (its order mbarrier, one phase per tile),
+//            so the k loops run one after the other and each consumer's epilogue runs
+//            under the other's wgmmas. The ring is filled in the CTA's tile order and each
+//            slot is read by one consumer (its "empty" mbarrier counts that consumer's 128
+//            threads); the order keeps every consumer within one fill of the slot it waits
+//            on, so the parity waits stay unambiguous. The epilogue is the parent's
+//            (fused::apply_epilogue), then hopper.cuh's swizzled staging in BOXES boxes of
+//            64 x 64 per consumer and TMA stores. Cost: a 64-row tile moves 1.67x the A + B
+//            bytes per FLOP of a 128 x 256 one from L2 (40 against 48 KB per k tile for half
+//            the FLOPs); wgmma's shared-memory reads per FLOP are the same (one m64n256k16
+//            per k16 step either way).
+//   measured H200, 2026-12-01 (fused/fused_check.json.xz, bench-fused.json): slower than
+//            the parent at every M = 4096 shape, 0.91-1.00 of cublas+gelu against the
+//            parent's 1.00-1.05 (bf16 4096^3: 0.205 against 0.190 ms); as a plain GEMM
+//            (ACT 0, no bias) 0.88-0.98 of cuBLAS where the cooperative kernel is 0.99-1.05.
+//            PS124 predicted a saving of 0.061; measured -0.09. ncu (fused/
+//            hgemm_fused_pingpong-*): the epilogue hides, but the consumers wait at the full
+//            barrier (the hottest samples, at the k loop's mbarrier wait), L2 throughput
+//            56% against 42%, tensor pipe 84.9% of the active cycles against 90.1%: a 64-row
+//            tile's operands (1.67x the bytes per FLOP) do not arrive fast enough for one
+//            warpgroup's wgmmas alone. Kept as a declared variant; `perfscope diff` of the
+//            two names the consumers' tiles.
+//   seed     000 §7.1 (fused epilogue), §4 (warp specialisation)
 //
 // hgemm_small_m: why these numbers (H200: ~4.8 TB/s HBM3e, 132 SMs, ~600 ns idle DRAM
 // latency, nearer 1 us under full load).
@@ -417,7 +467,8 @@ hgemm_fused_bias_act(const __grid_constant__ TensorMap2D tmap_a,
 }
 
 // ====================================================================== fused stage 2
-template <typename T, int BM, int BN, int BK, int STAGES, int ACT, int RESIDUAL, int AROWS>
+template <typename T, int BM, int BN, int BK, int STAGES, int ACT, int RESIDUAL, int AROWS,
+          int MCAST>
 __global__ void __launch_bounds__(BM == 64 ? 256 : 384, 1)
 hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant__ TensorMap2D tmap_b,
               const __grid_constant__ TensorMap2D tmap_c, T* C, int M, int N, int K,
@@ -435,6 +486,10 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
                   "after the k loop the ring holds the fp32 partial tile");
     static_assert(AROWS == BM || (BM == 64 && (AROWS == 16 || AROWS == 32)),
                   "A's TMA box covers the tile row, or 16 / 32 of a 64-row one");
+    static_assert(MCAST == 1 || MCAST == 2, "A from L2 once per CTA, or once per pair of N tiles");
+    // With MCAST == 2 a slot is refilled by both CTAs of a pair (A by one of them, for both),
+    // so its "empty" barrier waits for lane 0 of every consumer warp of both.
+    constexpr unsigned EMPTY_COUNT = MCAST == 1 ? CONSUMER_THREADS : 2 * CONSUMER_THREADS / 32;
     // A arrives in boxes of AROWS rows; the tile's other BM - AROWS rows stay zero.
     constexpr unsigned A_LOADED = AROWS * BK * 2;
 
@@ -443,8 +498,12 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
     const unsigned ring = align1024(smem_u32(dyn_smem));
     const unsigned full0 = smem_u32(&bars[0]), empty0 = smem_u32(&bars[STAGES]);
     const int tid = threadIdx.x, wg = tid / 128;
-    const unsigned rank = tma::cluster_rank(), splits = fused::cluster_size();
-    // A cluster is the S consecutive CTAs of one output tile along x (x = tile * S + rank).
+    // A cluster is MCAST x S consecutive CTAs along x (x = n tile * S + split): the S splits
+    // of MCAST adjacent output tiles. Cluster rank = pair * S + split.
+    const unsigned ctas = fused::cluster_size(), splits = ctas / MCAST;
+    const unsigned cluster_rank = tma::cluster_rank();
+    const unsigned rank = cluster_rank % splits, pair = cluster_rank / splits;
+    const unsigned partner = (MCAST - 1 - pair) * splits + rank;   // same split, other tile
     const int n0 = (blockIdx.x / splits) * BN, m0 = blockIdx.y * BM;
     const int KT = (K + BK - 1) / BK;
     // k tiles [KT*rank/S, KT*(rank+1)/S): every split gets floor or ceil of KT/S (KT*S < 2^31).
@@ -454,7 +513,7 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
     if (tid == 0) {
         for (int s = 0; s < STAGES; ++s) {
             tma::mbar_init(full0 + 8 * s, 1);
-            tma::mbar_init(empty0 + 8 * s, CONSUMER_THREADS);
+            tma::mbar_init(empty0 + 8 * s, EMPTY_COUNT);
         }
         tma::mbar_init_fence();
         tma::prefetch_tmap(&tmap_a);
@@ -471,6 +530,9 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
         tma::fence_proxy_async();   // the zeros before the async proxy (wgmma) reads them
     }
     __syncthreads();
+    // The partner's multicasts land in this CTA's ring and complete on its barriers: both
+    // CTAs' barriers are initialised before either issues one.
+    if constexpr (MCAST == 2) fused::cluster_barrier();
 
     if (wg == 0) {
         if constexpr (CONS == 2) setmaxnreg_dec<40>();
@@ -481,7 +543,12 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
                 if (i >= STAGES) tma::mbar_wait(empty0 + 8 * s, ((i / STAGES) + 1) & 1);
                 const unsigned slot = ring + s * S::BYTES, full = full0 + 8 * s;
                 tma::mbar_expect_tx(full, A_LOADED + BK * BN * 2);
-                tma::load_2d(slot, &tmap_a, full, (kt0 + i) * BK, m0);
+                if constexpr (MCAST == 1)
+                    tma::load_2d(slot, &tmap_a, full, (kt0 + i) * BK, m0);
+                else if ((i & 1) == static_cast<int>(pair))   // the pair's CTAs take turns
+                    tma::load_2d_multicast(slot, &tmap_a, full, (kt0 + i) * BK, m0,
+                                           static_cast<unsigned short>((1u << rank) |
+                                                                       (1u << (splits + rank))));
 #pragma unroll
                 for (int j = 0; j < BN / 64; ++j)
                     tma::load_2d(slot + S::A_BYTES + j * S::B_ATOM_BYTES, &tmap_b, full,
@@ -495,9 +562,9 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
             if constexpr (RESIDUAL)
                 fused::prefetch_rows_l2(residual, m0, min(m0 + BM, M), n0, col_end, N, tid % 32);
         }
-        if (splits > 1) {
+        if (ctas > 1) {
             fused::cluster_barrier();   // the peers' partials are written
-            fused::cluster_barrier();   // the leader has read them
+            fused::cluster_barrier();   // the leader has read them (and no multicast is due)
         }
     } else {
         if constexpr (CONS == 2) setmaxnreg_inc<232>();
@@ -519,7 +586,18 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
                     Wgmma<T, BN>::mma(acc[mi], S::a_desc(slot, c * MI + mi, k), S::b_desc(slot, k), 1);
             wgmma_commit();
             wgmma_wait<1>();   // the group before this one has read its slot: free it
-            if (i > 0) tma::mbar_arrive(empty0 + 8 * ((i - 1) % STAGES));
+            if (i > 0) {
+                const unsigned empty = empty0 + 8 * ((i - 1) % STAGES);
+                if constexpr (MCAST == 1) {
+                    tma::mbar_arrive(empty);
+                } else {
+                    __syncwarp();   // every lane's wgmma wait is done
+                    if (ct % 32 == 0) {
+                        tma::mbar_arrive_cluster(empty, cluster_rank);
+                        tma::mbar_arrive_cluster(empty, partner);
+                    }
+                }
+            }
         }
         wgmma_wait<0>();
         // Every consumer's wgmmas are done with the ring (and every TMA load was waited
@@ -532,8 +610,8 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
         // Fragment-native partial layout: 16-byte chunk (mi, j) of consumer thread ct at
         // (chunk * CONSUMER_THREADS + ct) * 16, so a warp's accesses are 512 contiguous
         // bytes and the leader's thread ct reads exactly what the peer's thread ct wrote.
-        if (splits > 1) {
-            if (rank != 0) {
+        if (ctas > 1) {
+            if (splits > 1 && rank != 0) {
 #pragma unroll
                 for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
@@ -543,14 +621,15 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
                                             acc[mi][4 * j + 3]);
             }
             fused::cluster_barrier();
-            if (rank == 0) {
+            if (splits > 1 && rank == 0) {
                 for (unsigned peer = 1; peer < splits; ++peer)
 #pragma unroll
                     for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
                         for (int j = 0; j < BN / 8; ++j) {
                             const float4 v = fused::ld_peer_v4(
-                                ring + ((mi * (BN / 8) + j) * CONSUMER_THREADS + ct) * 16, peer);
+                                ring + ((mi * (BN / 8) + j) * CONSUMER_THREADS + ct) * 16,
+                                pair * splits + peer);
                             acc[mi][4 * j] += v.x;
                             acc[mi][4 * j + 1] += v.y;
                             acc[mi][4 * j + 2] += v.z;
@@ -585,4 +664,110 @@ hgemm_fused_quant(const __grid_constant__ TensorMap2D tmap_a,
     using Epilogue = fused::QuantEpilogue<T, BN, ACT, RESIDUAL, QUANT>;
     hop::persistent_gemm<T, BM, BN, BK, STAGES, GROUP, Epilogue>(
         &tmap_a, &tmap_b, &tmap_c, M, N, K, {bias, residual, C, scale, amax});
+}
+
+// ====================================================================== fused stage 4
+// hgemm_fused_pingpong (the header above says how and why): hgemm_fused_bias_act's
+// epilogue with the two consumer warpgroups taking turns on 64-row tiles.
+template <typename T, int BM, int BN, int BK, int STAGES, int GROUP, int ACT, int RESIDUAL,
+          int BOXES>
+__global__ void __launch_bounds__(384, 1)
+hgemm_fused_pingpong(const __grid_constant__ TensorMap2D tmap_a,
+                     const __grid_constant__ TensorMap2D tmap_b,
+                     const __grid_constant__ TensorMap2D tmap_c, T* C, int M, int N, int K,
+                     const T* bias, const T* residual) {
+    using namespace hop;
+    using S = Slot<BM, BN, BK>;
+    static_assert(BM == 64, "each consumer warpgroup owns whole 64-row tiles (one m64 fragment)");
+    static_assert(BN == 128 || BN == 256, "wgmma m64nBNk16 with BN 128 or 256");
+    static_assert(STAGES >= 2, "one slot would serialise every copy with every wgmma");
+    static_assert(BOXES >= 1 && BOXES <= BN / 64, "between one staging box and the whole tile");
+    constexpr unsigned STAGING_BYTES = BOXES * 64 * 64 * 2;
+
+    __shared__ alignas(8) unsigned long long bars[2 * STAGES];
+    __shared__ alignas(8) unsigned long long order[2];   // consumer c's k loops issued
+    extern __shared__ unsigned char dyn_smem[];
+    const unsigned ring = align1024(smem_u32(dyn_smem));
+    const unsigned full0 = smem_u32(&bars[0]), empty0 = smem_u32(&bars[STAGES]);
+    const unsigned staging0 = ring + STAGES * S::BYTES;
+    const int tid = threadIdx.x, wg = tid / 128;
+    const int KT = (K + BK - 1) / BK;
+    const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
+    const int tiles = tiles_m * tiles_n;
+
+    if (tid == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            tma::mbar_init(full0 + 8 * s, 1);
+            tma::mbar_init(empty0 + 8 * s, 128);   // the one consumer warpgroup that reads it
+        }
+        tma::mbar_init(smem_u32(&order[0]), 1);
+        tma::mbar_init(smem_u32(&order[1]), 1);
+        tma::mbar_init_fence();
+        tma::prefetch_tmap(&tmap_a);
+        tma::prefetch_tmap(&tmap_b);
+        tma::prefetch_tmap(&tmap_c);
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        setmaxnreg_dec<40>();
+        if (tid == 0) {
+            int it = 0;   // k tiles loaded, across the CTA's tiles
+            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+                int tm, tn;
+                grouped_tile(tile, tiles_m, tiles_n, GROUP, tm, tn);
+                for (int kt = 0; kt < KT; ++kt, ++it) {
+                    const int s = it % STAGES;
+                    if (it >= STAGES) tma::mbar_wait(empty0 + 8 * s, ((it / STAGES) + 1) & 1);
+                    S::load(ring + s * S::BYTES, full0 + 8 * s, &tmap_a, &tmap_b, tm * BM, tn * BN, kt);
+                }
+            }
+        }
+    } else {
+        setmaxnreg_inc<232>();
+        const int c = wg - 1, t = tid - 128 * wg;
+        const unsigned staging = staging0 + c * STAGING_BYTES;
+        const unsigned mine = smem_u32(&order[c]), theirs = smem_u32(&order[1 - c]);
+        const bool prefetcher = t / 32 == 0;
+        for (int j = c; blockIdx.x + j * gridDim.x < tiles; j += 2) {
+            const int tile = blockIdx.x + j * gridDim.x;
+            int tm, tn;
+            grouped_tile(tile, tiles_m, tiles_n, GROUP, tm, tn);
+            const int row0 = tm * BM, n0 = tn * BN;
+            // Tile j - 1 is the other consumer's ((j - 1) / 2)-th: wait until its k loop is
+            // issued (its phase of the other's order barrier completes).
+            if (j > 0) tma::mbar_wait(theirs, ((j - 1) / 2) & 1);
+            float acc[BN / 2];
+#pragma unroll
+            for (int q = 0; q < BN / 2; ++q) acc[q] = 0.f;
+            const int it0 = j * KT;
+            for (int kt = 0; kt < KT; ++kt) {
+                const int it = it0 + kt, s = it % STAGES;
+                const unsigned slot = ring + s * S::BYTES;
+                tma::mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
+                wgmma_fence();
+#pragma unroll
+                for (int k = 0; k < BK / 16; ++k)
+                    Wgmma<T, BN>::mma(acc, S::a_desc(slot, 0, k), S::b_desc(slot, k), 1);
+                wgmma_commit();
+                if (kt == KT - 1 && t == 0) tma::mbar_arrive(mine);   // the other may start
+                wgmma_wait<1>();
+                if (kt > 0) tma::mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
+                if constexpr (RESIDUAL) {
+                    if (prefetcher && kt == KT / 2)
+                        fused::prefetch_rows_l2(residual, row0, min(row0 + BM, M), n0,
+                                                min(n0 + BN, N), N, t % 32);
+                    __syncwarp();
+                }
+            }
+            wgmma_wait<0>();
+            tma::mbar_arrive(empty0 + 8 * ((it0 + KT - 1) % STAGES));
+            fused::apply_epilogue<T, ACT, RESIDUAL, BN>(acc, bias, residual, row0, n0, M, N);
+            if constexpr (BOXES == BN / 64)
+                store_tile_tma<T, BN>(acc, staging, &tmap_c, row0, n0, 1 + c);
+            else
+                store_tile_tma_boxes<T, BN, BOXES>(acc, staging, &tmap_c, row0, n0, 1 + c);
+        }
+        if (t == 0) tma::store_wait_all();
+    }
 }
