@@ -67,7 +67,7 @@ from perfscope.kernels.fused_specs import (
     small_m_for,
     small_m_grid_for,
 )
-from perfscope.kernels.launch import compile_stage, elementwise_request
+from perfscope.kernels.launch import cluster_fit, compile_stage, elementwise_request
 from perfscope.kernels.spec import KERNEL_DIR, KernelSpec, Shape
 from perfscope.kernels.tensormap import TensorMap, persistent_grid, plan_maps
 
@@ -223,16 +223,8 @@ class FusedLaunch:
             if splits is not None:
                 return cls(spec, dtype, shape, function, driver, small_m_grid_for(p, shape, splits),
                            block, smem, splits * p.get("MCAST", 1))
-
-            def fits(ctas: int, clusters: int) -> bool:
-                # All `clusters` clusters of `ctas` CTAs at once; a failing query counts as no.
-                try:
-                    return driver.max_active_clusters(function, block, smem, ctas) >= clusters
-                except Exception as exc:
-                    log.warning("cuOccupancyMaxActiveClusters for %d CTAs: %s", ctas, exc)
-                    return False
-
-            grid, cluster = fused_geometry(spec, shape, multiprocessors, fits)
+            grid, cluster = fused_geometry(spec, shape, multiprocessors,
+                                           cluster_fit(driver, function, block, smem))
             return cls(spec, dtype, shape, function, driver, grid, block, smem, cluster)
         tiles = spec.grid_dims(shape)[0]
         return cls(spec, dtype, shape, function, driver,

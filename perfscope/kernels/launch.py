@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -329,21 +330,25 @@ def elementwise_request(dtype: str, epilogue: Epilogue, arch: str) -> CompileReq
                           include_dir=KERNEL_DIR)
 
 
-def _fused_geometry(cupy: Any, spec: KernelSpec, shape: Shape, driver: Driver, function: int,
-                    smem: int) -> tuple[tuple[int, int, int], int]:
-    sms = int(cupy.cuda.Device().attributes["MultiProcessorCount"])
-    block = spec.block_dims()
-
-
+def cluster_fit(driver: Any, function: int, block: tuple[int, int, int], smem: int
+                ) -> Callable[[int, int], bool]:
+    """fused_geometry's ``fits(ctas, clusters)`` for one compiled kernel: whether that many
+    clusters of that many CTAs are co-resident (the driver's cuOccupancyMaxActiveClusters);
+    a failing query counts as no."""
     def fits(ctas: int, clusters: int) -> bool:
-        # All `clusters` clusters of `ctas` CTAs co-resident; a failing query counts as no.
         try:
             return driver.max_active_clusters(function, block, smem, ctas) >= clusters
         except Exception as exc:
             log.warning("cuOccupancyMaxActiveClusters for %d CTAs: %s", ctas, exc)
             return False
 
-    return fused_geometry(spec, shape, sms, fits)
+    return fits
+
+
+def _fused_geometry(cupy: Any, spec: KernelSpec, shape: Shape, driver: Driver, function: int,
+                    smem: int) -> tuple[tuple[int, int, int], int]:
+    sms = int(cupy.cuda.Device().attributes["MultiProcessorCount"])
+    return fused_geometry(spec, shape, sms, cluster_fit(driver, function, spec.block_dims(), smem))
 
 
 def _capacity(cupy: Any, spec: KernelSpec, driver: Driver, function: int, smem: int) -> int:
