@@ -150,7 +150,8 @@ KEPT: dict[str, str] = {
     "gpu-tests": "`gpu-tests/gpu_tests.txt`: the gpu-marked tests on the tree of this run "
                  "(`python3 -m pytest -q -m gpu tests/FILE.py`, one file per process).",
     "calibration.json": "`calibration.json`: `python3 benchmarks/calibrate.py` (no GPU): every "
-                        "ladder step's predicted saving against the one bench.json measured.",
+                        "ladder step's predicted saving against the one bench.json measured, "
+                        "and the fused stages' against fused/bench-fused.json.",
     "sustained_clock.json": "`sustained_clock.json`: `PYTHONPATH=. python3 "
                             "benchmarks/sustained_clock.py`: GEMMs run back to back for 2 s while "
                             "NVML is sampled (the card at its power cap).",

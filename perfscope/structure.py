@@ -290,9 +290,9 @@ def compare_structure(a: LaunchShape, b: LaunchShape) -> tuple[Aspect, ...]:
 
 def has_feature(name: str, s: LaunchShape) -> bool | None:
     """Whether a launch has the aspect's feature (the thing its usual fix adds): a
-    persistent grid, the larger tile, multicast in clusters, producer/consumer warpgroups, consumers
-    that own their tiles (ping-pong), TMA stores; None where the report does not say. TILE
-    has no feature of its own (see larger_tile)."""
+    persistent grid, the larger tile, multicast in clusters, producer/consumer warpgroups,
+    consumers that own their tiles (ping-pong), TMA stores; None where the report does not
+    say. TILE has no feature of its own (see larger_tile)."""
     # CLUSTER's feature is the multicast its fix adds: clusters that share nothing by TMA
     # (a split-K reduction in distributed shared memory) do not have it.
     return {GRID: s.persistent, CLUSTER: s.cluster_size > 1 and bool(s.multicast),
