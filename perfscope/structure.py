@@ -33,6 +33,9 @@ from perfscope.profile import KernelProfile
 # so a CTA that owns more outputs than this walks several tiles (it is persistent).
 REGISTER_FILE_WORDS = 65536
 WARPGROUP = 128
+# 32-bit registers a thread can hold (sm_70 onwards): a warpgroup whose tile needs more
+# fp32 accumulators per thread than this cannot own that tile alone.
+ACCUMULATOR_REGISTERS_MAX = 255
 # A grid counts as one wave up to this many waves (ncu rounds waves per SM).
 ONE_WAVE = 1.0 + 1e-6
 
@@ -96,7 +99,11 @@ class LaunchShape:
             return None
         if self.tile == frag:
             return True
-        if self.tile == (frag[0] * self.consumers, frag[1]):
+        # One fragment per consumer is a shared tile only when one warpgroup could not hold
+        # the whole tile's accumulators (128 x 256 fp32: 256 registers a thread); a 128 x 128
+        # tile may be either.
+        if (self.tile == (frag[0] * self.consumers, frag[1])
+                and math.prod(self.tile) // WARPGROUP > ACCUMULATOR_REGISTERS_MAX):
             return False
         return None
 

@@ -398,6 +398,8 @@ def test_the_consumers_tiles_are_read_off_the_tile_and_the_mma_shape():
     assert shape((64, 256)).consumers_own_tiles is True
     assert shape((128, 256)).consumers_own_tiles is False
     assert shape((256, 128), "HGMMA.64x128x16.F32.BF16").consumers_own_tiles is None
+    # 128 x 128 with HGMMA.64x128: each consumer 64 rows, or each owning 128 (128 registers).
+    assert shape((128, 128), "HGMMA.64x128x16.F32.BF16").consumers_own_tiles is None
     assert shape((64, 256), warpgroups=2).consumers_own_tiles is None      # one consumer
     assert shape((64, 256), setmaxreg=False).consumers_own_tiles is None   # not specialised
     assert shape(None).consumers_own_tiles is None

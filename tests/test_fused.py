@@ -230,6 +230,19 @@ def test_small_m_pairs_multicast_a_and_free_slots_in_both_ctas(m, n, k):
 
 
 @pytest.mark.slow
+def test_pingpong_takes_two_fragments_per_consumer():
+    """hgemm_fused_pingpong at BM=128, BN=128: each consumer owns a 128 x 128 tile, two
+    m64n128 wgmmas per k16 step, without spills."""
+    tool = disassembler_or_skip()
+    spec = BY_NAME["hgemm_fused_pingpong"].with_params(BM=128, BN=128, STAGES=5)
+    mod = compile_stage(spec, "bf16", ARCH)
+    assert not mod.usage(spec.name_expression("bf16")).spills, mod.log
+    sass = disassemble(mod.cubin_path, tool).kernel(mod.mangled(spec.name_expression("bf16")))
+    assert any(op.startswith("HGMMA.64x128x16.F32") for op in sass.opcodes), sorted(sass.opcodes)
+    assert not any(op.startswith("HGMMA.64x256") for op in sass.opcodes)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_the_baselines_elementwise_kernel_compiles(dtype):
     mod = compile_cubin(elementwise_request(dtype, fc.BASELINE_EPILOGUE, ARCH))

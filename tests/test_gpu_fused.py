@@ -74,6 +74,20 @@ def test_epilogue_is_correct(stage, epi, shape, dtype):
         assert v.verdict == OK, f"{stage} {epi.label} {dtype} {shape}: {v.detail}"
 
 
+# hgemm_fused_pingpong with 128 x 128 tiles per consumer (two m64n128 fragments each).
+PINGPONG_128 = {"BM": 128, "BN": 128, "STAGES": 5}
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("epi", [Epilogue("gelu"), Epilogue("silu", True)], ids=lambda e: e.label)
+@pytest.mark.parametrize("shape", PINGPONG_SHAPES, ids=str)
+def test_pingpong_with_two_fragments_per_consumer_is_correct(shape, epi, dtype):
+    (job,) = bench.plan(["hgemm_fused_pingpong"], [dtype], shape, {**PINGPONG_128, **epi.params})
+    prep = prepare(job.spec, dtype, shape)
+    v = verify.verify(prep, 1)
+    assert v.verdict == OK, f"pingpong 128x128 {epi.label} {dtype} {shape}: {v.detail}"
+
+
 # MCAST=2 pairs adjacent N tiles (an even count): BN 64 with A boxes of 32 rows and with
 # split-K, BN 128 without a split, BM 128 in two tile rows, BM 256 with split-K; ragged M, K.
 MCAST_SHAPES = (Shape(20, 4096, 4104), Shape(16, 14336, 1032), Shape(100, 4096, 1032),

@@ -127,10 +127,10 @@
 //   template <typename T, int BM = 64, int BN = 256, int BK = 64, int STAGES = 4,
 //             int GROUP = 16, int ACT = 1, int RESIDUAL = 0, int BOXES = 2>
 //   threads  384, 1-D: warpgroup 0 produces (one thread issues TMA), 1 and 2 consume, each
-//            owning whole 64 x BN tiles: the CTA's tiles blockIdx.x + j * gridDim.x (grouped
-//            order) go to consumer j % 2
-//   grid     dim3(min(tiles, multiprocessors)), persistent, tiles of 64 x BN
-//   smem     dynamic STAGES * (64*BK + BK*BN) * 2 + 2 * BOXES * 64 * 64 * 2 + 1024 bytes;
+//            owning whole BM x BN tiles (BM 64 or 128: one or two m64 fragments): the CTA's
+//            tiles blockIdx.x + j * gridDim.x (grouped order) go to consumer j % 2
+//   grid     dim3(min(tiles, multiprocessors)), persistent, tiles of BM x BN
+//   smem     dynamic STAGES * (BM*BK + BK*BN) * 2 + 2 * BOXES * 64 * 64 * 2 + 1024 bytes;
 //            static 2 * STAGES mbarriers and one order mbarrier per consumer
 //   parent   hgemm_fused_bias_act
 //   how      In the cooperative parent both consumers work on one tile, so the tensor pipe
@@ -156,8 +156,14 @@
 //            barrier (the hottest samples, at the k loop's mbarrier wait), L2 throughput
 //            56% against 42%, tensor pipe 84.9% of the active cycles against 90.1%: a 64-row
 //            tile's operands (1.67x the bytes per FLOP) do not arrive fast enough for one
-//            warpgroup's wgmmas alone. Kept as a declared variant; `perfscope diff` of the
-//            two names the consumers' tiles.
+//            warpgroup's wgmmas alone. The bytes are not the whole story: BM = BN = 128
+//            (two m64n128 fragments per consumer, 1.33x the bytes per FLOP, STAGES 5) is
+//            no faster (fused/bench-pingpong.json, bf16 against cublas+gelu: 0.976 and 0.931
+//            at 4096^3 and 4096 x 8192^2, against 0.950 / 0.918 for 64 x 256 and 1.037 / 1.021
+//            for the parent). Only one warpgroup issues wgmmas at a time, so every wait it
+//            makes (a full barrier at the switch of tiles, wgmma_wait) idles the tensor
+//            pipe, where the cooperative kernel's second warpgroup fills it. Kept as a
+//            declared variant; `perfscope diff` of the two names the consumers' tiles.
 //   seed     000 §7.1 (fused epilogue), §4 (warp specialisation)
 //
 // hgemm_small_m: why these numbers (H200: ~4.8 TB/s HBM3e, 132 SMs, ~600 ns idle DRAM
@@ -679,7 +685,9 @@ hgemm_fused_pingpong(const __grid_constant__ TensorMap2D tmap_a,
                      const T* bias, const T* residual) {
     using namespace hop;
     using S = Slot<BM, BN, BK>;
-    static_assert(BM == 64, "each consumer warpgroup owns whole 64-row tiles (one m64 fragment)");
+    static_assert(BM == 64 || BM == 128, "each consumer warpgroup owns whole tiles of one or two "
+                                         "m64 fragments");
+    constexpr int MI = BM / 64;   // m64 fragments per tile, all the consumer's
     static_assert(BN == 128 || BN == 256, "wgmma m64nBNk16 with BN 128 or 256");
     static_assert(STAGES >= 2, "one slot would serialise every copy with every wgmma");
     static_assert(BOXES >= 1 && BOXES <= BN / 64, "between one staging box and the whole tile");
@@ -738,9 +746,11 @@ hgemm_fused_pingpong(const __grid_constant__ TensorMap2D tmap_a,
             // Tile j - 1 is the other consumer's ((j - 1) / 2)-th: wait until its k loop is
             // issued (its phase of the other's order barrier completes).
             if (j > 0) tma::mbar_wait(theirs, ((j - 1) / 2) & 1);
-            float acc[BN / 2];
+            float acc[MI][BN / 2];
 #pragma unroll
-            for (int q = 0; q < BN / 2; ++q) acc[q] = 0.f;
+            for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+                for (int q = 0; q < BN / 2; ++q) acc[mi][q] = 0.f;
             const int it0 = j * KT;
             for (int kt = 0; kt < KT; ++kt) {
                 const int it = it0 + kt, s = it % STAGES;
@@ -749,7 +759,9 @@ hgemm_fused_pingpong(const __grid_constant__ TensorMap2D tmap_a,
                 wgmma_fence();
 #pragma unroll
                 for (int k = 0; k < BK / 16; ++k)
-                    Wgmma<T, BN>::mma(acc, S::a_desc(slot, 0, k), S::b_desc(slot, k), 1);
+#pragma unroll
+                    for (int mi = 0; mi < MI; ++mi)
+                        Wgmma<T, BN>::mma(acc[mi], S::a_desc(slot, mi, k), S::b_desc(slot, k), 1);
                 wgmma_commit();
                 if (kt == KT - 1 && t == 0) tma::mbar_arrive(mine);   // the other may start
                 wgmma_wait<1>();
@@ -763,11 +775,18 @@ hgemm_fused_pingpong(const __grid_constant__ TensorMap2D tmap_a,
             }
             wgmma_wait<0>();
             tma::mbar_arrive(empty0 + 8 * ((it0 + KT - 1) % STAGES));
-            fused::apply_epilogue<T, ACT, RESIDUAL, BN>(acc, bias, residual, row0, n0, M, N);
-            if constexpr (BOXES == BN / 64)
-                store_tile_tma<T, BN>(acc, staging, &tmap_c, row0, n0, 1 + c);
-            else
-                store_tile_tma_boxes<T, BN, BOXES>(acc, staging, &tmap_c, row0, n0, 1 + c);
+#pragma unroll
+            for (int mi = 0; mi < MI; ++mi) {
+                // One fragment at a time through the consumer's staging boxes (each store
+                // waits until the previous one has read them).
+                fused::apply_epilogue<T, ACT, RESIDUAL, BN>(acc[mi], bias, residual, row0 + 64 * mi,
+                                                            n0, M, N);
+                if constexpr (BOXES == BN / 64)
+                    store_tile_tma<T, BN>(acc[mi], staging, &tmap_c, row0 + 64 * mi, n0, 1 + c);
+                else
+                    store_tile_tma_boxes<T, BN, BOXES>(acc[mi], staging, &tmap_c, row0 + 64 * mi,
+                                                       n0, 1 + c);
+            }
         }
         if (t == 0) tma::store_wait_all();
     }

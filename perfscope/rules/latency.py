@@ -325,8 +325,9 @@ def _check_epilogue_math_exposed(inputs: Inputs) -> Hit | None:
     the CTAs: hgemm_small_m's split-K at M = 256, whose idle is its stream's start and its
     one reduction), and a kernel whose consumer warpgroups already own whole tiles (its tile
     is one wgmma fragment, 64 x 256, with two consumers: perfscope.structure), whose idle
-    tensor pipe lies elsewhere (hgemm_fused_pingpong on the H200: its consumers wait at
-    the full barrier for operands, 1.67x the L2 bytes per FLOP; perfscope diff shows it).
+    tensor pipe lies elsewhere (hgemm_fused_pingpong on the H200: one warpgroup issues
+    wgmmas at a time, and its waits at the full barrier idle the pipe; perfscope diff
+    names the consumers' tiles).
     Estimate: 1 - (tensor pipe busy per active SM cycle) / 0.96, the share cuBLAS's nvjet
     sustains at 4096^3 on the H200 (96.0-96.4%); active cycles leave the last round's idle
     SMs to PS153, so the two never count the same cycles.
