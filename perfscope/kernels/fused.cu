@@ -583,15 +583,8 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
             for (int j = 0; j < BN / 2; ++j) acc[mi][j] = 0.f;
         for (int i = 0; i < nk; ++i) {
             const int s = i % STAGES;
-            const unsigned slot = ring + s * S::BYTES;
-            tma::mbar_wait(full0 + 8 * s, (i / STAGES) & 1);
-            wgmma_fence();
-#pragma unroll
-            for (int k = 0; k < BK / 16; ++k)
-#pragma unroll
-                for (int mi = 0; mi < MI; ++mi)
-                    Wgmma<T, BN>::mma(acc[mi], S::a_desc(slot, c * MI + mi, k), S::b_desc(slot, k), 1);
-            wgmma_commit();
+            mma_k_tile<T, BM, BN, BK, MI>(acc, ring + s * S::BYTES, full0 + 8 * s,
+                                          (i / STAGES) & 1, c * MI);
             wgmma_wait<1>();   // the group before this one has read its slot: free it
             if (i > 0) {
                 const unsigned empty = empty0 + 8 * ((i - 1) % STAGES);
@@ -754,15 +747,8 @@ hgemm_fused_pingpong(const __grid_constant__ TensorMap2D tmap_a,
             const int it0 = j * KT;
             for (int kt = 0; kt < KT; ++kt) {
                 const int it = it0 + kt, s = it % STAGES;
-                const unsigned slot = ring + s * S::BYTES;
-                tma::mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
-                wgmma_fence();
-#pragma unroll
-                for (int k = 0; k < BK / 16; ++k)
-#pragma unroll
-                    for (int mi = 0; mi < MI; ++mi)
-                        Wgmma<T, BN>::mma(acc[mi], S::a_desc(slot, mi, k), S::b_desc(slot, k), 1);
-                wgmma_commit();
+                mma_k_tile<T, BM, BN, BK, MI>(acc, ring + s * S::BYTES, full0 + 8 * s,
+                                              (it / STAGES) & 1, 0);
                 if (kt == KT - 1 && t == 0) tma::mbar_arrive(mine);   // the other may start
                 wgmma_wait<1>();
                 if (kt > 0) tma::mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));

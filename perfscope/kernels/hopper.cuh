@@ -232,6 +232,23 @@ struct Ring {
     }
 };
 
+// One k tile of a consumer warpgroup that owns MI m64 fragments (row blocks frag0..): wait
+// until the slot's bytes have landed, issue its wgmmas, commit them as one group. The
+// caller waits for the group (wgmma_wait) and frees the slot.
+template <typename T, int BM, int BN, int BK, int MI>
+__device__ __forceinline__ void mma_k_tile(float (&acc)[MI][BN / 2], unsigned slot, unsigned full,
+                                           unsigned parity, int frag0) {
+    using S = Slot<BM, BN, BK>;
+    tma::mbar_wait(full, parity);
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < BK / 16; ++k)
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+            Wgmma<T, BN>::mma(acc[mi], S::a_desc(slot, frag0 + mi, k), S::b_desc(slot, k), 1);
+    wgmma_commit();
+}
+
 // Writes one warpgroup's 64 x N accumulator fragment to C rows row0.., columns col0..
 // straight from registers (4-byte pairs; N % 8 == 0 keeps each pair inside a row).
 template <typename T, int N>
