@@ -767,11 +767,7 @@ hgemm_fused_pingpong(const __grid_constant__ TensorMap2D tmap_a,
                 // waits until the previous one has read them).
                 fused::apply_epilogue<T, ACT, RESIDUAL, BN>(acc[mi], bias, residual, row0 + 64 * mi,
                                                             n0, M, N);
-                if constexpr (BOXES == BN / 64)
-                    store_tile_tma<T, BN>(acc[mi], staging, &tmap_c, row0 + 64 * mi, n0, 1 + c);
-                else
-                    store_tile_tma_boxes<T, BN, BOXES>(acc[mi], staging, &tmap_c, row0 + 64 * mi,
-                                                       n0, 1 + c);
+                store_tile_staged<T, BN, BOXES>(acc[mi], staging, &tmap_c, row0 + 64 * mi, n0, 1 + c);
             }
         }
         if (t == 0) tma::store_wait_all();

@@ -371,6 +371,18 @@ __device__ __forceinline__ void store_tile_tma_boxes(const float (&acc)[BN / 2],
 // StoreEpilogue is hgemm_tma_wgmma_persistent's: nothing in the k loop, then the swizzled
 // staging (the whole 64 x BN tile when BOXES >= BN/64, else BOXES boxes in turn) + TMA store.
 // fused.cu's BiasActEpilogue applies bias / activation / residual to the accumulators first.
+// One warpgroup's 64 x BN fragment to C through BOXES staging boxes: the whole tile at once
+// when BOXES == BN/64 (store_tile_tma), else BOXES boxes in turn (store_tile_tma_boxes).
+template <typename T, int BN, int BOXES>
+__device__ __forceinline__ void store_tile_staged(const float (&acc)[BN / 2], unsigned staging,
+                                                  const TensorMap2D* tmap_c, int row0, int n0,
+                                                  unsigned bar_id) {
+    if constexpr (BOXES == BN / 64)
+        store_tile_tma<T, BN>(acc, staging, tmap_c, row0, n0, bar_id);
+    else
+        store_tile_tma_boxes<T, BN, BOXES>(acc, staging, tmap_c, row0, n0, bar_id);
+}
+
 template <typename T, int BN, int MAX_BOXES = BN / 64>
 struct StoreEpilogue {
     // BOXES >= BN/64 (BN 128 in a space that also holds BN 256) stages the whole tile.
@@ -382,10 +394,7 @@ struct StoreEpilogue {
     __device__ __forceinline__ void store(float (&acc)[BN / 2], unsigned staging,
                                           const TensorMap2D* tmap_c, int row0, int n0, int, int,
                                           unsigned bar_id) const {
-        if constexpr (BOXES == BN / 64)
-            store_tile_tma<T, BN>(acc, staging, tmap_c, row0, n0, bar_id);
-        else
-            store_tile_tma_boxes<T, BN, BOXES>(acc, staging, tmap_c, row0, n0, bar_id);
+        store_tile_staged<T, BN, BOXES>(acc, staging, tmap_c, row0, n0, bar_id);
     }
 };
 
