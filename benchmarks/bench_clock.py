@@ -6,8 +6,8 @@ The bench files' clock column is NVML's SM clock sampled while the queued launch
 reads the 1980 MHz boost clock, while ncu's cycles over duration say about 1.6 GHz for the
 same kernels and `sustained_clock.py` finds the card at its 700 W power cap near 1.5 GHz
 when a GEMM runs back to back. Which clock did the timed launches see? This script times
-each GEMM exactly as bench does (a 512 MiB L2 flush before each launch, CUDA events around
-it) and brackets every launch with a probe kernel: one warp per SM spins for PROBE_CYCLES
+each GEMM exactly as bench does (bench's 512 MiB L2 flush before each launch, CUDA events
+around it) and brackets every launch with a probe kernel: one warp per SM spins for PROBE_CYCLES
 of its own clock64() and reads %globaltimer (ns) at both ends, so cycles over nanoseconds
 is the SM clock of that moment, without NVML and without ncu. The probe before a launch
 runs after the flush; the probe after it starts as the GEMM's last CTAs finish, so it
@@ -38,6 +38,7 @@ from perfscope.environment import ClockReader, collect_environment
 from perfscope.hardware import PEAK_FLOP_PER_SM_CLOCK, math_kind, peak_flops
 from perfscope.kernels import get_spec, parse_shape
 from perfscope.kernels.launch import prepare, require_gpu
+from perfscope.timing import BenchOptions, L2Flush
 from perfscope.verify import make_inputs
 
 log = logging.getLogger("bench_clock")
@@ -111,7 +112,7 @@ def measure(cp, cc: str, stage: str, shape_text: str, runs: int, rounds: int) ->
     prep = prepare(get_spec(stage), "bf16", shape)
     a, b = make_inputs(cp, shape, "bf16", 0)
     c = cp.empty((shape.m, shape.n), dtype=a.dtype)
-    flush = cp.empty(FLUSH_BYTES // 4, dtype=cp.float32)
+    flush = L2Flush(cp, FLUSH_BYTES, BenchOptions.l2_flush)
     probe, nvml = Probe(cp), ClockReader()
     for _ in range(3):
         prep.launch(a, b, c, None)
@@ -122,7 +123,7 @@ def measure(cp, cc: str, stage: str, shape_text: str, runs: int, rounds: int) ->
         ends = [cp.cuda.Event() for _ in range(runs)]
         outs = []
         for start, end in zip(starts, ends, strict=True):
-            flush.fill(1.0)
+            flush()
             pre = probe.launch()
             start.record()
             prep.launch(a, b, c, None)
@@ -167,7 +168,7 @@ def concurrent(cp, prep, abc, flush, probe: Probe, ms: float, runs: int
     cycles = int(0.5 * ms * 1e-3 * 1.98e9)
     clocks, times = [], []
     for _ in range(runs):
-        flush.fill(1.0)
+        flush()
         m0 = probe.mark()
         go, start, end = cp.cuda.Event(), cp.cuda.Event(), cp.cuda.Event()
         go.record()
@@ -210,6 +211,7 @@ def main() -> int:
     doc = {"schema": "perfscope.bench_clock/1", "command": "PYTHONPATH=. python3 " + " ".join(sys.argv),
            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "probe_cycles": PROBE_CYCLES, "flush_bytes": FLUSH_BYTES,
+           "l2_flush": BenchOptions.l2_flush,
            "dense_flop_per_clock_per_sm": PEAK_FLOP_PER_SM_CLOCK.get(env.compute_capability,
                                                                      {}).get("tensor16"),
            "environment": asdict(env), "rows": rows}

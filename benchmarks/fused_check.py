@@ -15,11 +15,12 @@
    (14336, 4096), (4096, 14336)}, bias + GELU, fp16 and bf16: the fused stages against
    (a) cuBLAS (cupy.matmul) + one elementwise bias+GELU kernel, (a') torch matmul + add +
    gelu, and (b) cuBLASLt's GELU_BIAS epilogue through nvmath-python's stateful Matmul
-   (planned once). CUDA events, a 512 MiB fill before every launch (no run finds its
-   operands in the 60 MiB L2, and the fill keeps the GPU busy while Python enqueues the
-   timed launch), median of --runs per batch, --rounds rounds in rotating order, one ratio
-   per round. For M <= 256 the achieved bandwidth over the compulsory bytes (B once, A,
-   bias, C) is set against a device-to-device copy measured in the same run.
+   (planned once). CUDA events, bench's L2 flush before every launch (a read of 512 MiB:
+   no run finds its operands in the 60 MiB L2 nor pays to write back a flush's dirty lines,
+   and the read keeps the GPU busy while Python enqueues the timed launch), median of --runs
+   per batch, --rounds rounds in rotating order, one ratio per round. For M <= 256 the
+   achieved bandwidth over the compulsory bytes (B once, A, bias, C) is set against a
+   device-to-device copy measured in the same run.
 
 A stage that computes a wrong answer gets no time. A kernel that hangs stops the run
 after --hang-timeout seconds, with everything so far written to --json. The SM clock
@@ -70,6 +71,7 @@ from perfscope.kernels.fused_specs import (
 from perfscope.kernels.launch import cluster_fit, compile_stage, elementwise_request
 from perfscope.kernels.spec import KERNEL_DIR, KernelSpec, Shape
 from perfscope.kernels.tensormap import TensorMap, persistent_grid, plan_maps
+from perfscope.timing import L2_FLUSHES, BenchOptions, L2Flush
 
 log = logging.getLogger("fused_check")
 ARCH = "sm_90a"
@@ -452,7 +454,7 @@ def time_batch(gpu: Gpu, cand: Candidate, flush: Any, runs: int) -> list[float]:
     starts = [cp.cuda.Event() for _ in range(runs)]
     ends = [cp.cuda.Event() for _ in range(runs)]
     for s, e in zip(starts, ends, strict=True):
-        flush.fill(1.0)
+        flush()
         s.record()
         cand.run()
         e.record()
@@ -674,7 +676,7 @@ def candidates_for(gpu: Gpu, libs: dict[str, Any], ops: Operands, c: Any, m: int
 def run_timing(gpu: Gpu, libs: dict[str, Any], record: dict[str, Any], args: argparse.Namespace,
                write: Callable[[], None]) -> None:
     cp = gpu.cp
-    flush = cp.empty(args.flush_mib * 2**20 // 4, dtype=cp.float32)
+    flush = L2Flush(cp, args.flush_mib * 2**20, args.l2_flush)
     record["copy_bandwidth"] = copy_bandwidth(gpu, flush, args.runs)
     log.info("device-to-device copy: %.0f GB/s", record["copy_bandwidth"]["gbps"])
     for dtype in DTYPES:
@@ -907,7 +909,10 @@ def main() -> int:
     ap.add_argument("--json", type=Path, help="write every number here")
     ap.add_argument("--runs", type=int, default=20, help="launches per batch (median)")
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds, one ratio each")
-    ap.add_argument("--flush-mib", type=int, default=512, help="L2 flush fill before each launch")
+    ap.add_argument("--flush-mib", type=int, default=512, help="L2 flush size before each launch")
+    ap.add_argument("--l2-flush", choices=L2_FLUSHES, default=BenchOptions.l2_flush,
+                    help="read the flush buffer (bench's default) or write it (as before "
+                         "2026-12-01, 23:00 UTC)")
     ap.add_argument("--seed", type=int, default=19)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 4, help="parallel compiles")
     ap.add_argument("--hang-timeout", type=float, default=20.0, help="seconds before a kernel "

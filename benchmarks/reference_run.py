@@ -155,6 +155,9 @@ KEPT: dict[str, str] = {
     "sustained_clock.json": "`sustained_clock.json`: `PYTHONPATH=. python3 "
                             "benchmarks/sustained_clock.py`: GEMMs run back to back for 2 s while "
                             "NVML is sampled (the card at its power cap).",
+    "l2_flush.json": "`l2_flush.json`: `PYTHONPATH=. python3 benchmarks/l2_flush.py`: the same "
+                     "launches timed after a 512 MiB write, a read (bench's flush) and a spin "
+                     "kernel: what a write flush's dirty lines add to the timed kernel.",
     "bench_clock.json": "`bench_clock.json`: `PYTHONPATH=. python3 benchmarks/bench_clock.py`: "
                         "the SM clock while bench-style launches run, read by a probe warp on "
                         "every SM before, during and after each launch (NVML reads 1980 MHz; "

@@ -81,7 +81,7 @@ def plan(stages: Sequence[str], dtypes: Sequence[str], shape: Shape,
         specs = _apply_params(specs, params, strict=not everything)
     for spec in specs:
         epilogue_of(spec)  # an ACT or RESIDUAL the kernel has no code for: one sentence
-    # hgemm_small_m takes its tile rows (and the ring depth that fills 192 KB) from M.
+    # hgemm_small_m takes its tile (rows, columns, ring depth) from the shape.
     specs = [small_m_for(spec, shape, params) for spec in specs]
     jobs: list[Job] = []
     cc = launch.driver_compute_capability() if everything else None

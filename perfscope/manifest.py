@@ -18,6 +18,7 @@ import dataclasses
 import functools
 import json
 import logging
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,21 @@ class Timing:
     round_ratios: tuple[float, ...] = ()
     sm_clock_mhz: Spread | None = None
     reference_sm_clock_mhz: Spread | None = None
+    # How the L2 was emptied before each launch (perfscope.timing.L2_FLUSHES), or "none"
+    # where no flush ran (ncu's own durations, dry runs). Files written before the field
+    # existed all flushed by writing.
+    l2_flush: str = "write"
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Timing:
+        """A Timing from its asdict() form (the Spreads and round ratios rebuilt)."""
+        t = dict(data)
+        for key in ("time_ms", "tflops", "reference_time_ms", "reference_tflops",
+                    "ratio_to_reference", "sm_clock_mhz", "reference_sm_clock_mhz"):
+            if t.get(key) is not None:
+                t[key] = Spread(**t[key])
+        t["round_ratios"] = tuple(t.get("round_ratios", ()))
+        return cls(**t)
 
 
 @dataclass(frozen=True)
@@ -211,13 +227,7 @@ class RunManifest:
         d = dict(data)
         d["verification"] = Verification(**d["verification"])
         if d.get("timing") is not None:
-            t = dict(d["timing"])
-            for key in ("time_ms", "tflops", "reference_time_ms", "reference_tflops",
-                        "ratio_to_reference", "sm_clock_mhz", "reference_sm_clock_mhz"):
-                if t.get(key) is not None:
-                    t[key] = Spread(**t[key])
-            t["round_ratios"] = tuple(t.get("round_ratios", ()))
-            d["timing"] = Timing(**t)
+            d["timing"] = Timing.from_dict(d["timing"])
         if d.get("compile") is not None:
             c = dict(d["compile"])
             for key in ("options", "block", "grid"):

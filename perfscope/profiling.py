@@ -580,7 +580,7 @@ def _time_against_reference(capture: ProgramCapture, manifest: RunManifest,
         mhz = [r.profile.identity.sm_clock_hz / 1e6 for r in rs if r.profile.identity.sm_clock_hz]
         return Spread.of(mhz) if mhz else None
 
-    timing = Timing(runs_per_round=len(a_ms), rounds=1, warmup=0, l2_flush_bytes=0,
+    timing = Timing(runs_per_round=len(a_ms), rounds=1, warmup=0, l2_flush_bytes=0, l2_flush="none",
                     time_ms=Spread.of(a_ms), tflops=tflops(a_ms),
                     reference=side_b.stage.name if side_b.stage else None,
                     reference_time_ms=Spread.of([b_ms]), reference_tflops=tflops([b_ms]),

@@ -1,11 +1,17 @@
 """CUDA-event timing of a stage against its reference, in alternating rounds.
 
 Each launch is timed with CUDA events (a group reference's two launches between one
-pair of events); a 512 MiB buffer is rewritten before every launch so
-that no run finds A or B in the 60 MiB L2 (that write also keeps the GPU busy while Python
-enqueues the launch, so host overhead stays outside the events). Stage and reference are
-timed in alternating rounds in one process; each round gives one ratio of the two medians,
-and the SM clock is sampled while the queued launches run.
+pair of events). Before every launch a 512 MiB buffer is read, so that no run finds A or B
+in the 60 MiB L2 and the L2 it starts from holds clean lines only (that read also keeps the
+GPU busy while Python enqueues the launch, so host overhead stays outside the events).
+Stage and reference are timed in alternating rounds in one process; each round gives one
+ratio of the two medians, and the SM clock is sampled while the queued launches run.
+
+Why a read and not a write (what Triton's do_bench and nvbench do): a written buffer leaves
+the L2 full of dirty lines, and the timed kernel pays for writing them back. On the H200
+(benchmarks/l2_flush.py, reports/reference/h200/l2_flush.json) that adds 4-9 us to a
+kernel that streams 32-128 MiB, 15-20% of its time, and about 2% at 4096^3; the
+read leaves A and B just as surely out of the L2.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from perfscope.environment import ClockReader
 from perfscope.errors import PerfscopeError
 from perfscope.kernels.epilogue import DEFAULT_QUANT_SCALE, check_quant_scale
@@ -22,10 +30,63 @@ from perfscope.kernels.launch import Prepared, output_array, require_gpu
 from perfscope.manifest import Spread, Timing
 from perfscope.verify import make_epilogue_operands, make_inputs
 
+# How the L2 is emptied before each timed launch: "read" (the default: a read-only pass,
+# which leaves clean lines) or "write" (a fill, as every timing until 2026-12-01, 23:00 UTC
+# was made, and as do_bench and nvbench do), kept to reproduce those figures.
+L2_FLUSHES = ("read", "write")
+
+# A read of the whole buffer that no compiler can drop: each thread XORs what it loads and
+# stores it only on a value no fill produces. Plain loads, so the lines are kept in L2 and
+# displace what was there.
+_READ_SOURCE = r"""
+extern "C" __global__ void perfscope_l2_flush(const uint4* __restrict__ p, long long n,
+                                              unsigned* sink) {
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    unsigned acc = 0;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += stride) {
+        const uint4 v = p[i];
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x9E3779B9u) sink[0] = acc;
+}
+"""
+_READ_BLOCK = 512
+_READ_BLOCKS_PER_SM = 4
+
+
+def check_l2_flush(mode: str) -> None:
+    """One sentence for an L2 flush mode perfscope does not know."""
+    if mode not in L2_FLUSHES:
+        raise PerfscopeError(f"the L2 flush is one of {', '.join(L2_FLUSHES)}, not {mode!r}")
+
+
+class L2Flush:
+    """The pass enqueued before each timed launch; ``mode`` is one of L2_FLUSHES."""
+
+    def __init__(self, cp: Any, nbytes: int, mode: str = "read") -> None:
+        check_l2_flush(mode)
+        self.cp, self.mode = cp, mode
+        # Filled once, so the read finds no value that makes it store.
+        self.buffer = cp.ones(max(nbytes, 16) // 16 * 4, dtype=cp.uint32)
+        if mode == "read":
+            self._kernel = cp.RawKernel(_READ_SOURCE, "perfscope_l2_flush")
+            self._sink = cp.zeros(1, dtype=cp.uint32)
+            sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+            self._grid = (sms * _READ_BLOCKS_PER_SM,)
+
+    def __call__(self) -> None:
+        """Enqueue the pass on the current stream (it keeps the GPU busy as well)."""
+        if self.mode == "write":
+            self.buffer.fill(1)
+            return
+        self._kernel(self._grid, (_READ_BLOCK,),
+                     (self.buffer, np.int64(self.buffer.nbytes // 16), self._sink))
+
 
 @dataclass(frozen=True)
 class BenchOptions:
-    """How bench runs: runs per round, rounds, warm-up launches, whether to time, seed, L2 flush size."""
+    """How bench runs: runs per round, rounds, warm-up launches, whether to time, seed, and
+    the L2 flush (its size and mode)."""
 
     runs: int = 20
     rounds: int = 3
@@ -33,6 +94,7 @@ class BenchOptions:
     time: bool = True
     seed: int | None = None
     l2_flush_bytes: int = 512 * 2**20
+    l2_flush: str = "read"
     # The scale a quantising stage multiplies its outputs by (fp8: per tensor; int8: the
     # base of the per-row scales), also for its verification.
     quant_scale: float = DEFAULT_QUANT_SCALE
@@ -41,6 +103,7 @@ class BenchOptions:
         if self.runs < 1 or self.rounds < 1 or self.warmup < 0:
             raise PerfscopeError("runs and rounds must be at least 1 and warmup at least 0")
         check_quant_scale(self.quant_scale)
+        check_l2_flush(self.l2_flush)
 
 
 @dataclass(frozen=True)
@@ -62,7 +125,7 @@ class _Timer:
         self.extra = (make_epilogue_operands(cp, shape, dtype, opts.seed, epilogue,
                                              opts.quant_scale)
                       if epilogue is not None else None)
-        self.flush = cp.empty(opts.l2_flush_bytes // 4, dtype=cp.float32)
+        self.flush = L2Flush(cp, opts.l2_flush_bytes, opts.l2_flush)
         self.clock = ClockReader()
 
     def warm(self, prep: Prepared) -> None:
@@ -75,7 +138,7 @@ class _Timer:
         starts = [cp.cuda.Event() for _ in range(self.opts.runs)]
         ends = [cp.cuda.Event() for _ in range(self.opts.runs)]
         for start, end in zip(starts, ends, strict=True):
-            self.flush.fill(1.0)
+            self.flush()
             start.record()
             prep.launch(self.a, self.b, self.c, self.extra)
             end.record()
@@ -129,7 +192,7 @@ def time_stage(prep: Prepared, ref: Prepared | None, opts: BenchOptions) -> Timi
 
     return Timing(
         runs_per_round=opts.runs, rounds=opts.rounds, warmup=opts.warmup,
-        l2_flush_bytes=opts.l2_flush_bytes, time_ms=Spread.of(stage_t),
+        l2_flush_bytes=opts.l2_flush_bytes, l2_flush=opts.l2_flush, time_ms=Spread.of(stage_t),
         tflops=tflops(stage_t),
         reference=ref.spec.name if ref is not None else None,
         reference_time_ms=Spread.of(ref_t) if ref_t else None,

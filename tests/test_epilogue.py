@@ -60,11 +60,11 @@ def test_a_fused_stage_is_held_against_the_group_of_its_epilogue():
     assert bench.reference_spec("bf16", job.spec).name == "cublas+gelu"
 
 
-# At N = 8192, 64-column tiles fill 128 SMs without a split (12 ring slots at BM 64, 8 at
-# BM 128 above 64 rows); at M = 256 two tile rows of them would be 256 tiles, so the tile
-# stays 128 wide and one 256-row tile row.
+# At N = 8192, 64-column tiles fill 128 SMs without a split (8 ring slots at BM 64, the
+# measured depth, and 8 at BM 128 above 64 rows, which fill 192 KB); at M = 256 two tile
+# rows of them would be 256 tiles, so the tile stays 128 wide and one 256-row tile row.
 @pytest.mark.parametrize(("m", "bm", "stages", "bn", "arows"),
-                         [(1, 64, 12, 64, 16), (20, 64, 12, 64, 32), (64, 64, 12, 64, 64),
+                         [(1, 64, 8, 64, 16), (20, 64, 8, 64, 32), (64, 64, 8, 64, 64),
                           (65, 128, 8, 64, 128), (256, 256, 4, 128, 256)])
 def test_small_m_takes_its_tile_rows_from_m_unless_pinned(m, bm, stages, bn, arows):
     job = bench.plan(["hgemm_small_m"], ["bf16"], Shape(m, 8192, 8192))[0]

@@ -6,12 +6,13 @@ by one of its declared constraints, never silently run.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from perfscope import bench, verify
 from perfscope.errors import PerfscopeError
 from perfscope.kernels import REGISTRY, Shape, get_spec
-from perfscope.kernels.launch import prepare
+from perfscope.kernels.launch import prepare, require_gpu
 from perfscope.manifest import OK
 
 pytestmark = pytest.mark.gpu
@@ -92,7 +93,38 @@ def test_timing_produces_a_ratio():
     assert m.verification.verdict == OK
     t = m.timing
     assert t is not None and t.reference == "cublas_hgemm"
+    assert t.l2_flush == "read" and t.l2_flush_bytes == 1 << 24
     assert len(t.round_ratios) == 3 and t.ratio_to_reference is not None
     assert t.tflops.min <= t.tflops.median <= t.tflops.max
     assert m.compile is not None and m.compile.resources["registers"] > 0
     assert m.environment is not None and m.environment.gpu
+
+
+@pytest.mark.parametrize("mode", ["read", "write"])
+def test_l2_flush_evicts_what_the_last_launch_read(mode):
+    """After either flush, a read of 32 MiB (which the 60 MiB L2 holds) takes longer than
+    it does straight after the same read: the flush left none of its lines in L2."""
+    from perfscope.timing import L2Flush
+    cp = require_gpu()
+    buf = cp.ones(8 * 2**20, dtype=cp.float32)
+    flush = L2Flush(cp, 512 * 2**20, mode)
+
+    def timed(before) -> float:
+        times = []
+        for _ in range(7):
+            before()
+            s, e = cp.cuda.Event(), cp.cuda.Event()
+            s.record()
+            buf.sum()
+            e.record()
+            e.synchronize()
+            times.append(cp.cuda.get_elapsed_time(s, e))
+        return sorted(times)[3]
+
+    # The same 32 MiB read just before, then ~100 us of a kernel that touches no memory,
+    # so that the GPU is busy while the host enqueues the timed read, as after a flush.
+    spin = cp.RawKernel(r"""extern "C" __global__ void spin(long long n) {
+        const long long t0 = clock64(); while (clock64() - t0 < n) {} }""", "spin")
+    warm = timed(lambda: (buf.sum(), spin((1,), (32,), (np.int64(200_000),))))
+    cold = timed(flush)
+    assert cold > 1.3 * warm

@@ -624,3 +624,20 @@ def test_epilogue_fix_follows_where_the_accumulators_live():
     blackwell = with_families(kp, fams, cc="10.0")
     (g,) = [g for g in evaluate(blackwell, **kw).findings if g.code == "PS124"]
     assert "tensor memory" in g.fix and "ping-pong" not in g.fix
+
+
+def test_dram_bound_advice_does_not_ask_for_depth_past_the_latency():
+    """hgemm_small_m's 12-stage ring streamed 4% slower than its 8-stage one (the committed
+    pair at 16x8192x8192): PS170 fires on both, gives the shared memory per SM each holds in
+    flight, and no longer tells the deeper one to go deeper."""
+    deep = "hgemm_small_m@AROWS=16,BN=64,STAGES=12-bf16-16x8192x8192"
+    shallow = "hgemm_small_m@AROWS=16,BN=64-bf16-16x8192x8192"
+    per_sm = {}
+    for name in (deep, shallow):
+        kp, kw = fused(name)
+        (f,) = [f for f in evaluate(kp, **kw).findings if f.code == "PS170"]
+        row = next(e for e in f.evidence if e.metric.startswith("shared memory per SM"))
+        per_sm[name] = row.value
+        assert "no deeper" in f.fix and "deeper TMA ring" not in f.fix
+        assert f.fix.startswith("Reach the DRAM rate:")
+    assert per_sm == {deep: 12 * 16384 + 1024, shallow: 8 * 16384 + 1024}

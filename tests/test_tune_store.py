@@ -132,3 +132,10 @@ def test_a_store_of_another_schema_is_refused(tmp_path):
     db.close()
     with pytest.raises(PerfscopeError, match="schema 7, and this perfscope reads schema 1"):
         Store.open(path)
+
+
+def test_a_trial_timed_after_another_l2_flush_has_another_key():
+    """--resume must not reuse trials timed after the old write flush."""
+    assert run_key(FAKE_ENV) == run_key(FAKE_ENV, "read")
+    assert run_key(FAKE_ENV, "write").toolchain != RUN.toolchain
+    assert RUN.toolchain.endswith("l2 flush read")

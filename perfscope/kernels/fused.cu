@@ -62,13 +62,14 @@
 //   grid     dim3(ceil(N / BN) * S, ceil(M / BM)): CTA x = n * S + s computes k tiles
 //            [s*KT/S, (s+1)*KT/S) of output tile (m = y, n); with M <= BM there is one tile
 //            row, so B is read from DRAM exactly once
-//   smem     dynamic STAGES * (BM*BK + BK*BN) * 2 + 1024 bytes (192 KB rings by default:
-//            BM 64 / STAGES 8, BM 128 / 6, BM 256 / 4); static 2 * STAGES mbarriers. After
+//   smem     dynamic STAGES * (BM*BK + BK*BN) * 2 + 1024 bytes (the host's rings: 192 KB
+//            at BM 128 / 256, and at BM 64 the measured 8 stages of BN 64 (128 KB) or 6 of
+//            BN 128 (144 KB), fused_specs.SMALL_M_THIN_STAGES); static 2 * STAGES mbarriers. After
 //            the k loop the ring holds the fp32 partial tile (peers) or the C staging
 //            tiles (the leader)
 //   parent   hgemm_tma_wgmma_persistent
 //   how      For decode shapes (M <= 256): thin tiles (M padded to BM by TMA zero fill;
-//            wgmma m64), a deep ring (12 x 8 KB of B per SM at BM = 64, BN = 64), and split-K
+//            wgmma m64), a deep ring (8 x 8 KB of B per SM at BM = 64, BN = 64), and split-K
 //            over the S CTAs of a thread-block cluster so that ceil(N/BN) * S CTAs (about
 //            all the SMs) each stream a disjoint slab of B. The fp32 partials are reduced
 //            through distributed shared memory: every CTA but rank 0 writes its partial to
@@ -77,7 +78,7 @@
 //            and rank 0 alone applies bias / activation / residual (which an idle warp of
 //            its producer warpgroup prefetched into L2 at the start) and stores C by TMA.
 //            Tile shape, chosen on the host (fused_specs.small_m_for): BN = 64 (wgmma n64;
-//            12 stages at BM = 64, 8 at BM = 128) wherever the 64-column tiles fit one wave,
+//            8 stages at BM = 64 and at BM = 128) wherever the 64-column tiles fit one wave,
 //            with BM = 64 up to M = 64 and BM = 128 above (two tile rows at M = 256, B read
 //            by both, the second time mostly from L2); else BN = 128 and the one tile row
 //            of BM = 64 / 128 / 256. BN = 256 (4 stages at BM = 64) still compiles; it was
@@ -170,10 +171,12 @@
 // latency, nearer 1 us under full load).
 //   Bytes in flight. Little's law: 4.8 TB/s x ~1 us = ~4.8 MB must be in flight across the
 //   chip, ~37 KB per SM when 128 SMs stream (N = 8192: 128 tiles of 64 columns). One k tile
-//   of B is BK x BN x 2 = 8 KB at BN = 64 (16 KB at 128), and a 192 KB ring at BM = 64 holds
-//   12 stages (8): up to 96 KB (128 KB) of B in flight per SM, 2.6x (3.5x) the need, so the
-//   stream keeps DRAM busy even where only 112 CTAs run (N = 14336, BN = 128, no split) or
-//   latency runs above 1 us. At BM = 256 (4 stages, 64 KB of
+//   of B is BK x BN x 2 = 8 KB at BN = 64 (16 KB at 128); at BM = 64 the host takes 8
+//   stages (6): 64 KB (96 KB) of B in flight per SM, 1.7x (2.6x) the need, so the stream
+//   keeps DRAM busy even where only 112 CTAs run (N = 14336, BN = 128, no split) or latency
+//   runs above 1 us. The 192 KB ring's 12 stages (8) measured 0.7-4.5% slower (up to 2% at
+//   BN = 128) on the H200: bytes queued beyond what DRAM drains only lengthen the queue.
+//   At BM = 256 (4 stages, 64 KB of
 //   B) the problem is compute-bound already (2 x 256 x 8192^2 FLOP ~ 35 us at the tensor
 //   peak against ~28 us to stream 128 MiB).
 //   Split count. S is chosen on the host as the largest S <= 8 (portable cluster size),

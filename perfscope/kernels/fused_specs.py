@@ -48,8 +48,15 @@ H200_MULTIPROCESSORS = 132
 MAX_SPLITS = 8
 # Fewer k tiles than this per split and the ring never fills before the split is done.
 MIN_K_TILES_PER_SPLIT = 4
-# hgemm_small_m's ring, whatever BM: 192 KB of the 227 KB a block may take.
+# hgemm_small_m's ring: 192 KB of the 227 KB a block may take, except at the 64-row tile.
 SMALL_M_RING_BYTES = 192 * 1024
+# The 64-row tile (M <= 64) streams B and barely computes; there a shallower ring measured
+# faster (H200, 2026-12-01, bf16 and fp16 against cublas+gelu, read flush): BN 64 with 8
+# stages (64 KB of B in flight per SM) against 12 (96 KB) 0.7-4.5% faster at all six
+# BN-64 shapes of M 16 and 64, most at M = 16 (37.5 against 38.8 us at 16 x 8192^2); BN
+# 128 with 6 stages against 8 up to 2% faster. More bytes queued than DRAM drains only
+# lengthen the queue. At BK 64; other widths keep the 192 KB ring.
+SMALL_M_THIN_STAGES = {64: 8, 128: 6}
 SMALL_M_MAX_M = 256
 
 _K8_TMA = ShapeConstraint("K", 8, "TMA needs A's row stride to be a multiple of 16 bytes")
@@ -180,10 +187,12 @@ def small_m_a_rows(m: int, bm: int) -> int:
 
 
 def small_m_params(m: int, bn: int = 128, bk: int = 64, bm: int | None = None) -> dict[str, int]:
-    """BM (given, else the one tile row for M), the deepest ring that fits
-    SMALL_M_RING_BYTES at that BM, and A's box rows."""
+    """BM (given, else the one tile row for M), the ring depth (SMALL_M_THIN_STAGES for the
+    64-row tile at BK 64, else the deepest ring that fits SMALL_M_RING_BYTES), and A's box
+    rows."""
     bm = bm or small_m_tile_rows(m)
-    return {"BM": bm, "STAGES": SMALL_M_RING_BYTES // ((bm * bk + bk * bn) * 2),
+    thin = SMALL_M_THIN_STAGES.get(bn) if bm == 64 and bk == 64 else None
+    return {"BM": bm, "STAGES": thin or SMALL_M_RING_BYTES // ((bm * bk + bk * bn) * 2),
             "AROWS": small_m_a_rows(m, bm)}
 
 
@@ -337,8 +346,9 @@ FUSED: tuple[KernelSpec, ...] = (
                        ("MCAST", 1)),
                block=_small_m_block, grid=_small_m_grid, dynamic_smem=_small_m_smem,
                fingerprint=("tma", "gmma"),
-               change="For M <= 256: one thin tile row (M zero-padded to BM), a 192 KB ring "
-                      "(8 x 16 KB of B in flight per SM at BM 64) and split-K over a thread-block "
+               change="For M <= 256: one thin tile row (M zero-padded to BM), a deep ring "
+                      "(6 x 16 KB of B in flight per SM at BM 64, BN 128; 8 x 8 KB at BN 64) "
+                      "and split-K over a thread-block "
                       "cluster whose fp32 partials are reduced in distributed shared memory, so "
                       "about every SM streams its own slab of B once and the fused epilogue runs "
                       "once per output tile.",
@@ -346,7 +356,9 @@ FUSED: tuple[KernelSpec, ...] = (
                      "kernel reads it from %cluster_nctarank); a launch without the cluster "
                      "attribute gives S = 1 per CTA, so the grid's S CTAs per tile would each "
                      "compute the whole tile. BM by M: 64 / 128 / 256 (small_m_params), "
-                     "STAGES to fill 192 KB, AROWS (A's box rows) 16 / 32 for M <= 16 / 32; "
+                     "STAGES to fill 192 KB above 64 rows and 8 / 6 at BN 64 / 128 for the "
+                     "64-row tile (measured: SMALL_M_THIN_STAGES), AROWS (A's box rows) 16 / 32 "
+                     "for M <= 16 / 32; "
                      "BN 64 (with BM 64, or 128 above 64 rows) where those tiles fit one wave, "
                      "else 128 (small_m_width). "
                      "Same ABI and epilogue parameters as hgemm_fused_bias_act. MCAST=2 "

@@ -588,7 +588,8 @@ def _conditions(report: Review) -> dict[str, Any]:
         if timed is not None:
             timing_rows.append(("timing method", f"CUDA events, {timed.runs_per_round} runs x "
                                 f"{timed.rounds} rounds after {timed.warmup} warm-up runs, L2 flushed "
-                                f"with {timed.l2_flush_bytes / 2**20:.0f} MiB between runs"))
+                                f"by {'reading' if timed.l2_flush == 'read' else 'writing'} "
+                                f"{timed.l2_flush_bytes / 2**20:.0f} MiB between runs"))
         timing_rows += [("bench command", bench.command or NOT_COLLECTED),
                         ("bench created", bench.created or NOT_COLLECTED)]
     return {"gpus": list(gpus.values()), "kernels": kernels, "environment": env_rows,

@@ -38,7 +38,8 @@ from typing import Any
 from perfscope.errors import PerfscopeError
 from perfscope.kernels.spec import Shape
 from perfscope.locations import LOCAL_ROOT
-from perfscope.manifest import OK, Environment, Spread, Timing
+from perfscope.manifest import OK, Environment, Timing
+from perfscope.timing import BenchOptions
 
 SCHEMA_VERSION = 1
 DEFAULT_STORE = LOCAL_ROOT / "tune" / "tune.sqlite"
@@ -96,10 +97,12 @@ class RunKey:
     toolchain: str
 
 
-def run_key(env: Environment) -> RunKey:
-    """The GPU, driver and toolchain (compiler, CUDA, CuPy, cuBLAS) results are keyed by."""
+def run_key(env: Environment, l2_flush: str = BenchOptions.l2_flush) -> RunKey:
+    """The GPU, driver and toolchain (compiler, CUDA, CuPy, cuBLAS) results are keyed by,
+    with the timing's L2 flush: a trial timed after another flush is not this one's."""
     parts = (f"nvrtc {env.nvrtc}", f"cuda {env.cuda_runtime}",
-             f"cuda-bindings {env.cuda_bindings}", f"cupy {env.cupy}", f"cublas {env.cublas}")
+             f"cuda-bindings {env.cuda_bindings}", f"cupy {env.cupy}", f"cublas {env.cublas}",
+             f"l2 flush {l2_flush}")
     return RunKey(gpu=env.gpu, driver=env.driver or env.cuda_driver, toolchain="; ".join(parts))
 
 
@@ -227,17 +230,6 @@ class TrialRow:
         """The median ratio to cuBLAS of its longest timing, or None."""
         t = self.timing
         return t.ratio_to_reference.median if t is not None and t.ratio_to_reference else None
-
-
-def timing_from_dict(data: Mapping[str, Any]) -> Timing:
-    """A Timing from its asdict() form (the Spreads and round ratios rebuilt)."""
-    t = dict(data)
-    for key in ("time_ms", "tflops", "reference_time_ms", "reference_tflops", "ratio_to_reference",
-                "sm_clock_mhz", "reference_sm_clock_mhz"):
-        if t.get(key) is not None:
-            t[key] = Spread(**t[key])
-    t["round_ratios"] = tuple(t.get("round_ratios", ()))
-    return Timing(**t)
 
 
 class Store:
@@ -417,7 +409,7 @@ class Store:
             marks = ",".join("?" * len(part))
             for trial, phase, text in self._db.execute(
                     f"SELECT trial, phase, timing FROM timings WHERE trial IN ({marks})", part):
-                timings.setdefault(trial, {})[phase] = timing_from_dict(json.loads(text))
+                timings.setdefault(trial, {})[phase] = Timing.from_dict(json.loads(text))
         out = []
         for r in rows:
             key = TrialKey(r[1], r[2], Shape(r[3], r[4], r[5]), r[6], RunKey(r[7], r[8], r[9]), r[10])

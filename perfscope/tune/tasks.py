@@ -13,7 +13,6 @@ from typing import Any
 from perfscope.kernels.spec import Shape
 from perfscope.manifest import Environment, Timing
 from perfscope.timing import BenchOptions
-from perfscope.tune.store import timing_from_dict
 
 SCREEN = "screen"    # every configuration: verified, then timed briefly
 CONFIRM = "confirm"  # the best few per shape (and the default): timed again, longer
@@ -82,7 +81,7 @@ class TrialOutcome:
         """Rebuilt from to_dict()'s form."""
         d = dict(data)
         if d.get("timing") is not None:
-            d["timing"] = timing_from_dict(d["timing"])
+            d["timing"] = Timing.from_dict(d["timing"])
         return cls(**d)
 
 

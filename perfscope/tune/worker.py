@@ -166,7 +166,8 @@ class DrySession:
             return Spread(v, v, v)
 
         timing = Timing(runs_per_round=task.runs, rounds=task.rounds, warmup=task.warmup,
-                        l2_flush_bytes=0, time_ms=flat(ms), tflops=flat(task.shape.flops / ms / 1e9),
+                        l2_flush_bytes=0, l2_flush="none", time_ms=flat(ms),
+                        tflops=flat(task.shape.flops / ms / 1e9),
                         reference=reference_spec(task.dtype).name, reference_time_ms=flat(ref_ms),
                         reference_tflops=flat(self.REFERENCE_TFLOPS),
                         ratio_to_reference=flat(ratio), round_ratios=(ratio,) * task.rounds)
