@@ -9,9 +9,9 @@ ratio of the two medians, and the SM clock is sampled while the queued launches 
 
 Why a read and not a write (what Triton's do_bench and nvbench do): a written buffer leaves
 the L2 full of dirty lines, and the timed kernel pays for writing them back. On the H200
-(benchmarks/l2_flush.py, reports/reference/h200/l2_flush.json) that adds 4-9 us to a
-kernel that streams 32-128 MiB, 15-20% of its time, and about 2% at 4096^3; the
-read leaves A and B just as surely out of the L2.
+(benchmarks/l2_flush.py, reports/reference/h200/l2_flush.json) that adds 2-8 us to a
+kernel that streams 32-128 MiB, 7-22% of its time, and 1.2-1.7% at 4096^3; the read
+leaves A and B just as surely out of the L2.
 """
 
 from __future__ import annotations

@@ -314,6 +314,9 @@ CASES: tuple[Case, ...] = (
          lambda: (one("cublas_hgemm_4096"), {"manifest": manifest(m=4100, n=4100)})),
     Case("PS151", False, "synthetic", "manifest: 4096x4096 on 128x128 tiles",
          lambda: (one("cublas_hgemm_4096"), {"manifest": manifest()})),
+    Case("PS151", False, "real", "hgemm_small_m pads M = 16 to 64 rows (75% of the tiles' work), "
+         "but 4x its math at the peak is shorter than its 128 MiB stream: the padding is hidden",
+         lambda: fused("hgemm_small_m@AROWS=16,BN=64-bf16-16x8192x8192")),
     Case("PS152", True, "real", "a 64-CTA transpose in the 24-launch capture leaves 68 of 132 SMs "
          "without a CTA", lambda: (one("many_launches", 18), {})),
     Case("PS152", False, "real", "the 256-CTA transpose fills a quarter of the slots but every SM",
@@ -641,3 +644,7 @@ def test_dram_bound_advice_does_not_ask_for_depth_past_the_latency():
         assert "no deeper" in f.fix and "deeper TMA ring" not in f.fix
         assert f.fix.startswith("Reach the DRAM rate:")
     assert per_sm == {deep: 12 * 16384 + 1024, shallow: 8 * 16384 + 1024}
+    # An elementwise kernel that loads with plain LDGs has no ring to size: no such row.
+    kp, kw = external("torch_gelu_after_mm", 1)
+    (f,) = [f for f in evaluate(kp, **kw).findings if f.code == "PS170"]
+    assert not any(e.metric.startswith("shared memory per SM") for e in f.evidence)

@@ -96,10 +96,11 @@ def _check_dram_bound(inputs: Inputs) -> Hit | None:
 
 
 def _shared_bytes_per_sm(p) -> int | None:
-    """Dynamic shared memory per SM: bytes per block times the blocks an SM holds (the
-    grid's share of the SMs, at most what occupancy allows); None where not collected."""
+    """Dynamic shared memory per SM of a kernel that loads by TMA: bytes per block times the
+    blocks an SM holds (the grid's share of the SMs, at most what occupancy allows); None
+    where there is no TMA or the launch's figures were not collected."""
     ln, sms = p.launch, p.identity.sm_count
-    if not (ln.shared_dynamic_bytes and ln.grid_size and sms):
+    if not (p.opcodes.has("tma") and ln.shared_dynamic_bytes and ln.grid_size and sms):
         return None
     blocks = -(-ln.grid_size // sms)
     limit = min(ln.occupancy_limits.values()) if ln.occupancy_limits else None
