@@ -360,12 +360,14 @@ def test_a_ping_pong_kernel_is_told_what_its_own_tiles_cost():
 
 @needs_reference
 @pytest.mark.parametrize(("shape", "lead"), [
-    ("BN=64,{}STAGES=12-bf16-64x8192x8192", ("grown", "PS170")),
-    ("AROWS=256,BM=256,{}STAGES=4-bf16-256x8192x8192", ("finding", "PS152")),
+    ("BN=64,{}STAGES=12-bf16-64x8192x8192", ({"finding", "grown"}, "PS170")),
+    ("AROWS=256,BM=256,{}STAGES=4-bf16-256x8192x8192", ({"finding"}, "PS152")),
 ])
 def test_a_kernel_that_multicasts_is_never_told_to_multicast(shape, lead):
     """hgemm_small_m with A multicast across pairs of N tiles (MCAST=2) is slower than
-    without: at 64 x 8192^2 its DRAM stream is slower (PS170 grew) and the cluster reason
+    without: at 64 x 8192^2 its DRAM stream is slower (PS170: 0.84 against 0.86 of the
+    practical rate, where the other sits at the rule's threshold, so PS170 is A's alone or
+    grew) and the cluster reason
     says why (the pair's lock step: drop or decouple the multicast); at 256 x 8192^2 a grid
     of 64 CTAs leads (its split-K clusters of 4 did not all fit: PS152). Both sides launch
     clusters at 256, so the feature the advice is about is the multicast, which only the
@@ -374,7 +376,9 @@ def test_a_kernel_that_multicasts_is_never_told_to_multicast(shape, lead):
     pair = resolve(str(fused / f"hgemm_small_m@{shape.format('MCAST=2,')}.ncu-rep.xz"))
     alone = resolve(str(fused / f"hgemm_small_m@{shape.format('')}.ncu-rep.xz"))
     result = d.compare(pair, alone)
-    assert not result.improved and (result.verdict[0].kind, result.verdict[0].code) == lead
+    kinds, code = lead
+    assert not result.improved and result.verdict[0].code == code
+    assert result.verdict[0].kind in kinds
     (cluster,) = [r for r in result.verdict if r.kind == "cluster"]
     assert "without multicast" in cluster.fix and "Launch 2-CTA clusters" not in cluster.fix
     _claims_fit(result)

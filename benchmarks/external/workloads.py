@@ -234,6 +234,16 @@ WORKLOADS: tuple[Workload, ...] = (
              "nvmath-python Matmul (cuBLASLt) 4096^3 BF16 with the fused GELU_BIAS epilogue "
              "(bias of length M; cuBLASLt writes D column-major for it)",
              "nvmath_gelu_bias", launches=("matmul+bias+gelu (fused epilogue)",)),
+    # The same epilogue at two of issue 19's decode shapes, where hgemm_small_m is timed
+    # against it (benchmarks/fused_check.py): what `perfscope diff` holds our stage to.
+    Workload("cublaslt_gelu_bias_m16", "cublaslt", 16, 8192, 8192, "bf16",
+             "nvmath-python Matmul (cuBLASLt) 16x8192x8192 BF16 with the GELU_BIAS epilogue: "
+             "a decode GEMM that streams its 128 MiB weight once",
+             "nvmath_gelu_bias", launches=("matmul+bias+gelu (fused epilogue)",)),
+    Workload("cublaslt_gelu_bias_m64_4096", "cublaslt", 64, 4096, 4096, "bf16",
+             "nvmath-python Matmul (cuBLASLt) 64x4096x4096 BF16 with the GELU_BIAS epilogue: "
+             "a 32 MiB weight, where launch and ramp weigh most",
+             "nvmath_gelu_bias", launches=("matmul+bias+gelu (fused epilogue)",)),
 )
 BY_NAME = {w.name: w for w in WORKLOADS}
 GROUPS: tuple[str, ...] = tuple(dict.fromkeys(w.group for w in WORKLOADS))

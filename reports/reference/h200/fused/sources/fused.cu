@@ -62,13 +62,14 @@
 //   grid     dim3(ceil(N / BN) * S, ceil(M / BM)): CTA x = n * S + s computes k tiles
 //            [s*KT/S, (s+1)*KT/S) of output tile (m = y, n); with M <= BM there is one tile
 //            row, so B is read from DRAM exactly once
-//   smem     dynamic STAGES * (BM*BK + BK*BN) * 2 + 1024 bytes (192 KB rings by default:
-//            BM 64 / STAGES 8, BM 128 / 6, BM 256 / 4); static 2 * STAGES mbarriers. After
+//   smem     dynamic STAGES * (BM*BK + BK*BN) * 2 + 1024 bytes (the host's rings: 192 KB
+//            at BM 128 / 256, and at BM 64 the measured 8 stages of BN 64 (128 KB) or 6 of
+//            BN 128 (144 KB), fused_specs.SMALL_M_THIN_STAGES); static 2 * STAGES mbarriers. After
 //            the k loop the ring holds the fp32 partial tile (peers) or the C staging
 //            tiles (the leader)
 //   parent   hgemm_tma_wgmma_persistent
 //   how      For decode shapes (M <= 256): thin tiles (M padded to BM by TMA zero fill;
-//            wgmma m64), a deep ring (12 x 8 KB of B per SM at BM = 64, BN = 64), and split-K
+//            wgmma m64), a deep ring (8 x 8 KB of B per SM at BM = 64, BN = 64), and split-K
 //            over the S CTAs of a thread-block cluster so that ceil(N/BN) * S CTAs (about
 //            all the SMs) each stream a disjoint slab of B. The fp32 partials are reduced
 //            through distributed shared memory: every CTA but rank 0 writes its partial to
@@ -77,7 +78,7 @@
 //            and rank 0 alone applies bias / activation / residual (which an idle warp of
 //            its producer warpgroup prefetched into L2 at the start) and stores C by TMA.
 //            Tile shape, chosen on the host (fused_specs.small_m_for): BN = 64 (wgmma n64;
-//            12 stages at BM = 64, 8 at BM = 128) wherever the 64-column tiles fit one wave,
+//            8 stages at BM = 64 and at BM = 128) wherever the 64-column tiles fit one wave,
 //            with BM = 64 up to M = 64 and BM = 128 above (two tile rows at M = 256, B read
 //            by both, the second time mostly from L2); else BN = 128 and the one tile row
 //            of BM = 64 / 128 / 256. BN = 256 (4 stages at BM = 64) still compiles; it was
@@ -91,11 +92,24 @@
 //            frees a slot in both CTAs' empty barriers (lane 0, remote mbarrier arrives); a
 //            cluster barrier after the barriers' init and the two at the end keep the pair
 //            alive while the other still writes to it. Measured slower on the H200
-//            (2026-12-01, fused/small-m-multicast.json): 0.95-0.98 of MCAST = 1's speed
-//            where the grid is the same (no split: N x K = 8192^2, 14336 x 4096), 0.68-0.94
-//            with split-K, whose 2S-CTA clusters are not all co-resident. The pair runs in
-//            lock step (a slot is refilled only when both have read it), which costs more
-//            than A's L2 traffic saves.
+//            (2026-12-01, fused/small-m-multicast.json): 0.95-0.99 of MCAST = 1's speed
+//            where the grid is the same (no split), 0.67-0.95 with split-K, whose 2S-CTA
+//            clusters are fewer co-resident (at 256 x 8192^2 S falls from 2 to 1: 64 CTAs).
+//            The pair runs in lock step (a slot is refilled only when both have read it),
+//            which costs more than A's L2 traffic saves (`perfscope diff` of the two reports:
+//            barrier stalls 38% of the pair's stall time against 1%).
+//            Ramp and tail: a 15-40 us kernel pays for the time before its first load and
+//            after its last tile (per-CTA %globaltimer probes on the H200, 2026-12-02: the
+//            first load left 0.5 us after the CTA started, the epilogue took 0.5-1 us after
+//            the last tile). So with MCAST = 1 thread 0 issues the first ring of loads as
+//            soon as the barriers exist, before the block barrier and the zeroing of A's
+//            padding rows (other bytes of the slots); the leader's consumers load their bias
+//            pairs into registers before the stream, so the epilogue does not wait for them
+//            behind the stream's DRAM queue; the exit waits only for the TMA store's reads
+//            of the staging (wait_group.read). Measured against the previous kernel in one
+//            process (bf16, 8 shapes, M 16-256): 0.937-0.983 of its time, median 0.966, C
+//            bit-identical; the time after the last tile fell from 1.0 to 0.5 us at
+//            16 x 8192^2.
 //   seed     000 §7.1 (fused epilogue, small-shape inference)
 //
 // hgemm_fused_quant
@@ -126,10 +140,10 @@
 //   template <typename T, int BM = 64, int BN = 256, int BK = 64, int STAGES = 4,
 //             int GROUP = 16, int ACT = 1, int RESIDUAL = 0, int BOXES = 2>
 //   threads  384, 1-D: warpgroup 0 produces (one thread issues TMA), 1 and 2 consume, each
-//            owning whole 64 x BN tiles: the CTA's tiles blockIdx.x + j * gridDim.x (grouped
-//            order) go to consumer j % 2
-//   grid     dim3(min(tiles, multiprocessors)), persistent, tiles of 64 x BN
-//   smem     dynamic STAGES * (64*BK + BK*BN) * 2 + 2 * BOXES * 64 * 64 * 2 + 1024 bytes;
+//            owning whole BM x BN tiles (BM 64 or 128: one or two m64 fragments): the CTA's
+//            tiles blockIdx.x + j * gridDim.x (grouped order) go to consumer j % 2
+//   grid     dim3(min(tiles, multiprocessors)), persistent, tiles of BM x BN
+//   smem     dynamic STAGES * (BM*BK + BK*BN) * 2 + 2 * BOXES * 64 * 64 * 2 + 1024 bytes;
 //            static 2 * STAGES mbarriers and one order mbarrier per consumer
 //   parent   hgemm_fused_bias_act
 //   how      In the cooperative parent both consumers work on one tile, so the tensor pipe
@@ -155,18 +169,26 @@
 //            barrier (the hottest samples, at the k loop's mbarrier wait), L2 throughput
 //            56% against 42%, tensor pipe 84.9% of the active cycles against 90.1%: a 64-row
 //            tile's operands (1.67x the bytes per FLOP) do not arrive fast enough for one
-//            warpgroup's wgmmas alone. Kept as a declared variant; `perfscope diff` of the
-//            two names the consumers' tiles.
+//            warpgroup's wgmmas alone. The bytes are not the whole story: BM = BN = 128
+//            (two m64n128 fragments per consumer, 1.33x the bytes per FLOP, STAGES 5) is
+//            no faster (fused/bench-pingpong.json, bf16 against cublas+gelu: 0.976 and 0.931
+//            at 4096^3 and 4096 x 8192^2, against 0.950 / 0.918 for 64 x 256 and 1.037 / 1.021
+//            for the parent). Only one warpgroup issues wgmmas at a time, so every wait it
+//            makes (a full barrier at the switch of tiles, wgmma_wait) idles the tensor
+//            pipe, where the cooperative kernel's second warpgroup fills it. Kept as a
+//            declared variant; `perfscope diff` of the two names the consumers' tiles.
 //   seed     000 §7.1 (fused epilogue), §4 (warp specialisation)
 //
 // hgemm_small_m: why these numbers (H200: ~4.8 TB/s HBM3e, 132 SMs, ~600 ns idle DRAM
 // latency, nearer 1 us under full load).
 //   Bytes in flight. Little's law: 4.8 TB/s x ~1 us = ~4.8 MB must be in flight across the
 //   chip, ~37 KB per SM when 128 SMs stream (N = 8192: 128 tiles of 64 columns). One k tile
-//   of B is BK x BN x 2 = 8 KB at BN = 64 (16 KB at 128), and a 192 KB ring at BM = 64 holds
-//   12 stages (8): up to 96 KB (128 KB) of B in flight per SM, 2.6x (3.5x) the need, so the
-//   stream keeps DRAM busy even where only 112 CTAs run (N = 14336, BN = 128, no split) or
-//   latency runs above 1 us. At BM = 256 (4 stages, 64 KB of
+//   of B is BK x BN x 2 = 8 KB at BN = 64 (16 KB at 128); at BM = 64 the host takes 8
+//   stages (6): 64 KB (96 KB) of B in flight per SM, 1.7x (2.6x) the need, so the stream
+//   keeps DRAM busy even where only 112 CTAs run (N = 14336, BN = 128, no split) or latency
+//   runs above 1 us. The 192 KB ring's 12 stages (8) measured 0.7-4.5% slower (up to 2% at
+//   BN = 128) on the H200: bytes queued beyond what DRAM drains only lengthen the queue.
+//   At BM = 256 (4 stages, 64 KB of
 //   B) the problem is compute-bound already (2 x 256 x 8192^2 FLOP ~ 35 us at the tensor
 //   peak against ~28 us to stream 128 MiB).
 //   Split count. S is chosen on the host as the largest S <= 8 (portable cluster size),
@@ -249,13 +271,29 @@ __device__ __forceinline__ unsigned load_pair(const void* p) {
 }
 
 // ----------------------------------------------------------------------- epilogue
+// The bias pairs a consumer thread's 64 x N fragment (columns col0..) adds: pair j is
+// bias[col0 + 8j + 2(l%4)] and the next, packed (0 past Ncols or without a bias).
+template <typename T, int N>
+__device__ __forceinline__ void load_bias_pairs(unsigned (&b)[N / 8], const T* bias, int col0,
+                                                int Ncols) {
+    const int l = threadIdx.x % 32;
+#pragma unroll
+    for (int j = 0; j < N / 8; ++j) {
+        const int col = col0 + 8 * j + 2 * (l % 4);
+        b[j] = (bias != nullptr && col < Ncols) ? load_pair(bias + col) : 0u;
+    }
+}
+
 // One warpgroup's 64 x N accumulator fragment for C rows row0.., columns col0..:
-// d = act(d + bias[n]) (+ residual[m][n]), in fp32. Elements outside M x Ncols read
-// nothing (their values are clipped by the TMA store). With RESIDUAL, every residual pair
-// the thread needs is loaded before the first is used, so the loads are in flight together.
-template <typename T, int ACT, int RESIDUAL, int N>
-__device__ __forceinline__ void apply_epilogue(float (&d)[N / 2], const T* bias, const T* residual,
-                                               int row0, int col0, int M, int Ncols) {
+// d = act(d + bias[n]) (+ residual[m][n]), in fp32; bias_pair(j) gives the two floats of
+// load_bias_pairs' pair j (read where it is used, or held since). Elements outside M x Ncols
+// read nothing (their values are clipped by the TMA store). With RESIDUAL, every residual
+// pair the thread needs is loaded before the first is used, so the loads are in flight
+// together.
+template <typename T, int ACT, int RESIDUAL, int N, typename BiasPair>
+__device__ __forceinline__ void apply_epilogue_with(float (&d)[N / 2], BiasPair&& bias_pair,
+                                                    const T* residual, int row0, int col0, int M,
+                                                    int Ncols) {
     static_assert(ACT == ACT_NONE || ACT == ACT_GELU || ACT == ACT_SILU, "ACT is 0, 1 or 2");
     static_assert(RESIDUAL == 0 || RESIDUAL == 1, "RESIDUAL is 0 or 1");
     const int t = threadIdx.x % 128, w = t / 32, l = t % 32;
@@ -271,12 +309,9 @@ __device__ __forceinline__ void apply_epilogue(float (&d)[N / 2], const T* bias,
             res[2 * j + 1] = (hi && col < Ncols) ? load_pair(residual + base + 8LL * Ncols + col) : 0u;
         }
     }
-    const bool has_bias = bias != nullptr;
 #pragma unroll
     for (int j = 0; j < N / 8; ++j) {
-        const int col = col0 + 8 * j + 2 * (l % 4);
-        const float2 b = (has_bias && col < Ncols) ? Pair<T>::unpack(load_pair(bias + col))
-                                                   : make_float2(0.f, 0.f);
+        const float2 b = bias_pair(j);
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
             float x = activate<ACT>(d[4 * j + q] + (q % 2 ? b.y : b.x));
@@ -287,6 +322,20 @@ __device__ __forceinline__ void apply_epilogue(float (&d)[N / 2], const T* bias,
             d[4 * j + q] = x;
         }
     }
+}
+
+// The epilogue with each bias pair read where it is used (from L2, where the stages
+// prefetch it).
+template <typename T, int ACT, int RESIDUAL, int N>
+__device__ __forceinline__ void apply_epilogue(float (&d)[N / 2], const T* bias, const T* residual,
+                                               int row0, int col0, int M, int Ncols) {
+    const int l = threadIdx.x % 32;
+    const bool has_bias = bias != nullptr;
+    apply_epilogue_with<T, ACT, RESIDUAL, N>(d, [&](int j) {
+        const int col = col0 + 8 * j + 2 * (l % 4);
+        return (has_bias && col < Ncols) ? Pair<T>::unpack(load_pair(bias + col))
+                                         : make_float2(0.f, 0.f);
+    }, residual, row0, col0, M, Ncols);
 }
 
 // Asks L2 to fetch `bytes` (a multiple of 16) from `p` (16-byte aligned); no completion.
@@ -509,6 +558,27 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
     // k tiles [KT*rank/S, KT*(rank+1)/S): every split gets floor or ceil of KT/S (KT*S < 2^31).
     const int kt0 = KT * static_cast<int>(rank) / static_cast<int>(splits);
     const int nk = KT * static_cast<int>(rank + 1) / static_cast<int>(splits) - kt0;
+    // k tile i of this CTA's share into slot i % STAGES (thread 0 only). Slot s, round
+    // r >= 1 waits for the consumers' (r-1)-th release of it.
+    const auto issue = [&](int i) {
+        const int s = i % STAGES;
+        if (i >= STAGES) tma::mbar_wait(empty0 + 8 * s, ((i / STAGES) + 1) & 1);
+        const unsigned slot = ring + s * S::BYTES, full = full0 + 8 * s;
+        tma::mbar_expect_tx(full, A_LOADED + BK * BN * 2);
+        if constexpr (MCAST == 1)
+            tma::load_2d(slot, &tmap_a, full, (kt0 + i) * BK, m0);
+        else if ((i & 1) == static_cast<int>(pair))   // the pair's CTAs take turns
+            tma::load_2d_multicast(slot, &tmap_a, full, (kt0 + i) * BK, m0,
+                                   static_cast<unsigned short>((1u << rank) |
+                                                               (1u << (splits + rank))));
+#pragma unroll
+        for (int j = 0; j < BN / 64; ++j)
+            tma::load_2d(slot + S::A_BYTES + j * S::B_ATOM_BYTES, &tmap_b, full, n0 + 64 * j,
+                         (kt0 + i) * BK);
+    };
+    // Without multicast the first ring's loads go out before the block's barrier (the A
+    // rows zeroed below are not the rows TMA writes), as soon as the barriers exist.
+    const int early = MCAST == 1 ? min(STAGES, nk) : 0;
 
     if (tid == 0) {
         for (int s = 0; s < STAGES; ++s) {
@@ -519,6 +589,7 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
         tma::prefetch_tmap(&tmap_a);
         tma::prefetch_tmap(&tmap_b);
         tma::prefetch_tmap(&tmap_c);
+        for (int i = 0; i < early; ++i) issue(i);
     }
     if constexpr (AROWS < BM) {
         // Rows AROWS.. of every slot's A tile are zero once and for all: the wgmmas read
@@ -537,30 +608,11 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
     if (wg == 0) {
         if constexpr (CONS == 2) setmaxnreg_dec<40>();
         if (tid == 0) {
-            // Slot s, round r >= 1 waits for the consumers' (r-1)-th release of it.
-            for (int i = 0; i < nk; ++i) {
-                const int s = i % STAGES;
-                if (i >= STAGES) tma::mbar_wait(empty0 + 8 * s, ((i / STAGES) + 1) & 1);
-                const unsigned slot = ring + s * S::BYTES, full = full0 + 8 * s;
-                tma::mbar_expect_tx(full, A_LOADED + BK * BN * 2);
-                if constexpr (MCAST == 1)
-                    tma::load_2d(slot, &tmap_a, full, (kt0 + i) * BK, m0);
-                else if ((i & 1) == static_cast<int>(pair))   // the pair's CTAs take turns
-                    tma::load_2d_multicast(slot, &tmap_a, full, (kt0 + i) * BK, m0,
-                                           static_cast<unsigned short>((1u << rank) |
-                                                                       (1u << (splits + rank))));
-#pragma unroll
-                for (int j = 0; j < BN / 64; ++j)
-                    tma::load_2d(slot + S::A_BYTES + j * S::B_ATOM_BYTES, &tmap_b, full,
-                                 n0 + 64 * j, (kt0 + i) * BK);
-            }
-        } else if (tid / 32 == 1 && rank == 0) {
-            // The leader's epilogue reads this tile's bias and residual: to L2 meanwhile.
-            const int col_end = min(n0 + BN, N);
-            if (tid % 32 == 0 && bias != nullptr && col_end > n0)
-                fused::prefetch_l2(bias + n0, static_cast<unsigned>(col_end - n0) * 2u);
-            if constexpr (RESIDUAL)
-                fused::prefetch_rows_l2(residual, m0, min(m0 + BM, M), n0, col_end, N, tid % 32);
+            for (int i = early; i < nk; ++i) issue(i);
+        } else if (RESIDUAL && tid / 32 == 1 && rank == 0) {
+            // The leader's epilogue reads this tile's residual rows: to L2 meanwhile.
+            fused::prefetch_rows_l2(residual, m0, min(m0 + BM, M), n0, min(n0 + BN, N), N,
+                                    tid % 32);
         }
         if (ctas > 1) {
             fused::cluster_barrier();   // the peers' partials are written
@@ -569,6 +621,10 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
     } else {
         if constexpr (CONS == 2) setmaxnreg_inc<232>();
         const int c = wg - 1, ct = tid - 128;
+        // The leader's bias pairs, loaded before the stream and held in registers, so the
+        // epilogue does not wait for them behind the stream's DRAM queue.
+        unsigned bias_pairs[BN / 8];
+        if (rank == 0) fused::load_bias_pairs<T, BN>(bias_pairs, bias, n0, N);
         float acc[MI][BN / 2];
 #pragma unroll
         for (int mi = 0; mi < MI; ++mi)
@@ -576,15 +632,8 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
             for (int j = 0; j < BN / 2; ++j) acc[mi][j] = 0.f;
         for (int i = 0; i < nk; ++i) {
             const int s = i % STAGES;
-            const unsigned slot = ring + s * S::BYTES;
-            tma::mbar_wait(full0 + 8 * s, (i / STAGES) & 1);
-            wgmma_fence();
-#pragma unroll
-            for (int k = 0; k < BK / 16; ++k)
-#pragma unroll
-                for (int mi = 0; mi < MI; ++mi)
-                    Wgmma<T, BN>::mma(acc[mi], S::a_desc(slot, c * MI + mi, k), S::b_desc(slot, k), 1);
-            wgmma_commit();
+            mma_k_tile<T, BM, BN, BK, MI>(acc, ring + s * S::BYTES, full0 + 8 * s,
+                                          (i / STAGES) & 1, c * MI);
             wgmma_wait<1>();   // the group before this one has read its slot: free it
             if (i > 0) {
                 const unsigned empty = empty0 + 8 * ((i - 1) % STAGES);
@@ -642,12 +691,13 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
 #pragma unroll
             for (int mi = 0; mi < MI; ++mi) {
                 const int f = c * MI + mi;   // this fragment's 64-row block of the tile
-                fused::apply_epilogue<T, ACT, RESIDUAL, BN>(acc[mi], bias, residual, m0 + 64 * f,
-                                                            n0, M, N);
+                fused::apply_epilogue_with<T, ACT, RESIDUAL, BN>(
+                    acc[mi], [&](int j) { return fused::Pair<T>::unpack(bias_pairs[j]); }, residual, m0 + 64 * f, n0, M, N);
                 store_tile_tma<T, BN>(acc[mi], ring + f * (64 * BN * 2), &tmap_c, m0 + 64 * f, n0,
                                       1 + c);
             }
-            if (tid % 128 == 0) tma::store_wait_all();
+            // Exit needs only the staging read; the stores' writes complete with the grid.
+            if (tid % 128 == 0) tma::store_wait_read<0>();
         }
     }
 }
@@ -678,7 +728,9 @@ hgemm_fused_pingpong(const __grid_constant__ TensorMap2D tmap_a,
                      const T* bias, const T* residual) {
     using namespace hop;
     using S = Slot<BM, BN, BK>;
-    static_assert(BM == 64, "each consumer warpgroup owns whole 64-row tiles (one m64 fragment)");
+    static_assert(BM == 64 || BM == 128, "each consumer warpgroup owns whole tiles of one or two "
+                                         "m64 fragments");
+    constexpr int MI = BM / 64;   // m64 fragments per tile, all the consumer's
     static_assert(BN == 128 || BN == 256, "wgmma m64nBNk16 with BN 128 or 256");
     static_assert(STAGES >= 2, "one slot would serialise every copy with every wgmma");
     static_assert(BOXES >= 1 && BOXES <= BN / 64, "between one staging box and the whole tile");
@@ -737,19 +789,16 @@ hgemm_fused_pingpong(const __grid_constant__ TensorMap2D tmap_a,
             // Tile j - 1 is the other consumer's ((j - 1) / 2)-th: wait until its k loop is
             // issued (its phase of the other's order barrier completes).
             if (j > 0) tma::mbar_wait(theirs, ((j - 1) / 2) & 1);
-            float acc[BN / 2];
+            float acc[MI][BN / 2];
 #pragma unroll
-            for (int q = 0; q < BN / 2; ++q) acc[q] = 0.f;
+            for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+                for (int q = 0; q < BN / 2; ++q) acc[mi][q] = 0.f;
             const int it0 = j * KT;
             for (int kt = 0; kt < KT; ++kt) {
                 const int it = it0 + kt, s = it % STAGES;
-                const unsigned slot = ring + s * S::BYTES;
-                tma::mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
-                wgmma_fence();
-#pragma unroll
-                for (int k = 0; k < BK / 16; ++k)
-                    Wgmma<T, BN>::mma(acc, S::a_desc(slot, 0, k), S::b_desc(slot, k), 1);
-                wgmma_commit();
+                mma_k_tile<T, BM, BN, BK, MI>(acc, ring + s * S::BYTES, full0 + 8 * s,
+                                              (it / STAGES) & 1, 0);
                 if (kt == KT - 1 && t == 0) tma::mbar_arrive(mine);   // the other may start
                 wgmma_wait<1>();
                 if (kt > 0) tma::mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
@@ -762,11 +811,14 @@ hgemm_fused_pingpong(const __grid_constant__ TensorMap2D tmap_a,
             }
             wgmma_wait<0>();
             tma::mbar_arrive(empty0 + 8 * ((it0 + KT - 1) % STAGES));
-            fused::apply_epilogue<T, ACT, RESIDUAL, BN>(acc, bias, residual, row0, n0, M, N);
-            if constexpr (BOXES == BN / 64)
-                store_tile_tma<T, BN>(acc, staging, &tmap_c, row0, n0, 1 + c);
-            else
-                store_tile_tma_boxes<T, BN, BOXES>(acc, staging, &tmap_c, row0, n0, 1 + c);
+#pragma unroll
+            for (int mi = 0; mi < MI; ++mi) {
+                // One fragment at a time through the consumer's staging boxes (each store
+                // waits until the previous one has read them).
+                fused::apply_epilogue<T, ACT, RESIDUAL, BN>(acc[mi], bias, residual, row0 + 64 * mi,
+                                                            n0, M, N);
+                store_tile_staged<T, BN, BOXES>(acc[mi], staging, &tmap_c, row0 + 64 * mi, n0, 1 + c);
+            }
         }
         if (t == 0) tma::store_wait_all();
     }

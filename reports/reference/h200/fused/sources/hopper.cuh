@@ -232,6 +232,23 @@ struct Ring {
     }
 };
 
+// One k tile of a consumer warpgroup that owns MI m64 fragments (row blocks frag0..): wait
+// until the slot's bytes have landed, issue its wgmmas, commit them as one group. The
+// caller waits for the group (wgmma_wait) and frees the slot.
+template <typename T, int BM, int BN, int BK, int MI>
+__device__ __forceinline__ void mma_k_tile(float (&acc)[MI][BN / 2], unsigned slot, unsigned full,
+                                           unsigned parity, int frag0) {
+    using S = Slot<BM, BN, BK>;
+    tma::mbar_wait(full, parity);
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < BK / 16; ++k)
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+            Wgmma<T, BN>::mma(acc[mi], S::a_desc(slot, frag0 + mi, k), S::b_desc(slot, k), 1);
+    wgmma_commit();
+}
+
 // Writes one warpgroup's 64 x N accumulator fragment to C rows row0.., columns col0..
 // straight from registers (4-byte pairs; N % 8 == 0 keeps each pair inside a row).
 template <typename T, int N>
@@ -354,6 +371,18 @@ __device__ __forceinline__ void store_tile_tma_boxes(const float (&acc)[BN / 2],
 // StoreEpilogue is hgemm_tma_wgmma_persistent's: nothing in the k loop, then the swizzled
 // staging (the whole 64 x BN tile when BOXES >= BN/64, else BOXES boxes in turn) + TMA store.
 // fused.cu's BiasActEpilogue applies bias / activation / residual to the accumulators first.
+// One warpgroup's 64 x BN fragment to C through BOXES staging boxes: the whole tile at once
+// when BOXES == BN/64 (store_tile_tma), else BOXES boxes in turn (store_tile_tma_boxes).
+template <typename T, int BN, int BOXES>
+__device__ __forceinline__ void store_tile_staged(const float (&acc)[BN / 2], unsigned staging,
+                                                  const TensorMap2D* tmap_c, int row0, int n0,
+                                                  unsigned bar_id) {
+    if constexpr (BOXES == BN / 64)
+        store_tile_tma<T, BN>(acc, staging, tmap_c, row0, n0, bar_id);
+    else
+        store_tile_tma_boxes<T, BN, BOXES>(acc, staging, tmap_c, row0, n0, bar_id);
+}
+
 template <typename T, int BN, int MAX_BOXES = BN / 64>
 struct StoreEpilogue {
     // BOXES >= BN/64 (BN 128 in a space that also holds BN 256) stages the whole tile.
@@ -365,10 +394,7 @@ struct StoreEpilogue {
     __device__ __forceinline__ void store(float (&acc)[BN / 2], unsigned staging,
                                           const TensorMap2D* tmap_c, int row0, int n0, int, int,
                                           unsigned bar_id) const {
-        if constexpr (BOXES == BN / 64)
-            store_tile_tma<T, BN>(acc, staging, tmap_c, row0, n0, bar_id);
-        else
-            store_tile_tma_boxes<T, BN, BOXES>(acc, staging, tmap_c, row0, n0, bar_id);
+        store_tile_staged<T, BN, BOXES>(acc, staging, tmap_c, row0, n0, bar_id);
     }
 };
 
