@@ -533,21 +533,30 @@ def _reasons(d: _Direction, findings: Sequence[Finding], only_fast: Sequence[str
 GROWN_MIN = 0.02
 
 
+def _bounded_share(f: Finding) -> float | None:
+    """A finding's share of its kernel's time under the work's roofline alone: each side's
+    gap to its own timed reference says nothing about the other side."""
+    return f.bounded_gain if f.bounded_gain is not None else f.estimated_gain
+
+
 def _grown_claims(d: _Direction) -> list[_Claim]:
     """Findings both sides have that take a larger share of the slower side's time: the
-    difference of the two shares is what they add to the gap."""
-    fast = {f.code: f for f in d.fast.evaluation.findings if f.estimated_gain is not None}
+    difference of the two shares (each bounded by its work's roofline, not by its gap to
+    cuBLAS) is what they add to the gap."""
+    fast = {f.code: f for f in d.fast.evaluation.findings if _bounded_share(f) is not None}
     out = []
     for f in d.slow.evaluation.findings:
         other = fast.get(f.code)
-        if other is None or f.estimated_gain is None:
+        mine = _bounded_share(f)
+        if other is None or mine is None:
             continue
-        growth = f.estimated_gain - other.estimated_gain
+        theirs = _bounded_share(other)
+        growth = mine - theirs
         if growth < GROWN_MIN:
             continue
         slow, quick = d.names
-        lead = (f"{f.code} {f.title}, in both but larger in {slow} ({f.estimated_gain:.0%} of its "
-                f"time against {other.estimated_gain:.0%} of {quick}'s)")
+        lead = (f"{f.code} {f.title}, in both but larger in {slow} ({mine:.0%} of its "
+                f"time against {theirs:.0%} of {quick}'s)")
         out.append(_Claim(lead, _evidence_text(f), f.code, f.fix, "grown", growth, False,
                           _group(f), (f,)))
     return out

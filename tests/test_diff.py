@@ -17,6 +17,7 @@ from perfscope.record import Diagnosed
 
 runner = CliRunner()
 REFERENCE = Path(__file__).resolve().parents[1] / "reports" / "reference" / "h200"
+EXTERNAL = Path(__file__).resolve().parent / "fixtures" / "external"
 
 
 def side(name: str, regex: str | None = None) -> Diagnosed:
@@ -441,3 +442,24 @@ def test_a_one_dimensional_grid_names_no_tile_shape():
     assert tile.a.startswith("tile not known") and not tile.differs
     assert "x1 per CTA" not in " ".join(r.sentence for r in result.verdict)
     assert "128x256 per CTA (grid)" in tile.b     # cuBLAS's 2-D grid still gives its tile
+
+
+@needs_reference
+def test_a_grown_finding_is_compared_under_the_roofline_not_the_reference_gap():
+    """hgemm_small_m at 64x4096x4096 against cuBLASLt's GELU_BIAS kernel (the external
+    set's): both stream below the DRAM rate (PS170). cuBLASLt's estimate is capped at its
+    5% gap to cuBLAS, which says nothing about how far its own stream is from the rate, so
+    the diff compares the two shares under the roofline alone (its 37%, not its 5%)."""
+    fused = REFERENCE / "fused"
+    ours = resolve(str(fused / "hgemm_small_m@BN=64-bf16-64x4096x4096.ncu-rep.xz"))
+    lt = resolve(str(EXTERNAL / "cublaslt_gelu_bias_m64_4096.ncu-rep.xz"))
+    result = d.compare(ours, lt)
+    (theirs,) = [f for f in result.b.evaluation.findings if f.code == "PS170"]
+    (mine,) = [f for f in result.a.evaluation.findings if f.code == "PS170"]
+    assert theirs.capped_by == "reference gap" and theirs.bounded_gain > 5 * theirs.estimated_gain
+    assert mine.bounded_gain == mine.estimated_gain   # no reference gap binds ours
+    grown = [r for r in result.verdict if r.code == "PS170" and r.kind == "grown"]
+    for r in grown:
+        assert f"against {theirs.bounded_gain:.0%} of B's" in r.sentence
+    assert not any(f"against {theirs.estimated_gain:.0%} of B's" in r.sentence for r in grown)
+    _claims_fit(result)

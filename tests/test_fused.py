@@ -630,3 +630,24 @@ def test_the_gpu_check_runs_end_to_end_on_a_stand_in(monkeypatch, tmp_path):
     assert set(timing[0]["stream"]["reads"]) == {"ldg", "bulk"}
     assert "percent_of_copy" not in large[fc.BIAS_ACT]
     assert record["copy_bandwidth"]["bytes"] == 1 << 20 and record["gpu"]["name"] == "stand-in"
+
+
+def test_small_m_probes_patch_the_committed_kernel_and_nothing_else():
+    """benchmarks/small_m_probe.py adds its six %globaltimer probes to hgemm_small_m in the
+    committed fused.cu (and the bulk read's two), and the probed kernel still builds for
+    sm_90a without spills; a source without the anchors is refused in one sentence."""
+    probe = benchmark_script("small_m_probe")
+    source = (KERNEL_DIR / "fused.cu").read_text()
+    patched = probe.patch_probes(source)
+    assert patched.count("ps_probe[") == 7 and "ps_gtime" in patched
+    # The probes are all it adds: without them the text is the committed one.
+    bare = [line for line in patched.replace(probe.PROBE_DECL, "").splitlines(keepends=True)
+            if "ps_probe[" not in line and "const int ps_cta" not in line]
+    assert "".join(bare) == source
+    spec = small_m_for(BY_NAME["hgemm_small_m"], Shape(16, 4096, 4096))
+    expr = spec.name_expression("bf16")
+    mod = compile_cubin(CompileRequest(patched, "fused.cu", (expr,), ARCH, spec.flags, KERNEL_DIR))
+    assert not mod.usage(expr).spills
+    assert probe.probe_bulk_source(fc.BULK_SOURCE).count("ps_probe[") == 3
+    with pytest.raises(ValueError, match="probe anchor found 0 times"):
+        probe.patch_probes("__global__ void other() {}")

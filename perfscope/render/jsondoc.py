@@ -53,7 +53,8 @@ Schemas, versioned by name (a field that changes bumps the version):
                    evidence: [{metric, value, threshold}], fix, reference,
                    ncu_rule (str|null), ncu_speedup_pct (float|null),
                    raw_gain (the rule's own estimate before the caps), capped_by
-                   ("headroom"|"reference gap"|null)}
+                   ("headroom"|"reference gap"|null), bounded_gain (the estimate under
+                   the work's roofline alone, before the reference gap)}
 
     Every value the report lacks is null.
 
@@ -159,7 +160,7 @@ def finding_dict(f: Any) -> dict[str, Any]:
                      for e in f.evidence],
         "fix": f.fix, "reference": f.reference,
         "ncu_rule": f.ncu_rule, "ncu_speedup_pct": f.ncu_speedup_pct,
-        "raw_gain": f.raw_gain, "capped_by": f.capped_by,
+        "raw_gain": f.raw_gain, "capped_by": f.capped_by, "bounded_gain": f.bounded_gain,
     }
 
 

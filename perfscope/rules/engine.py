@@ -138,14 +138,17 @@ def evaluate(profile: KernelProfile, manifest: RunManifest | None = None,
             silent.append(rule.code)
             continue
         raw = hit.estimated_gain
-        gain, capped_by = raw, None
+        gain, capped_by, bounded = raw, None, raw
         if raw is not None:
-            gain = max(0.0, raw)
+            gain = bounded = max(0.0, raw)
             for cap, name in caps_for(rule.tag):
                 if gain > cap:
                     gain, capped_by = cap, name
+                if name != "reference gap" and bounded > cap:
+                    bounded = cap
             # Rounded down when capped, so the stored estimate never exceeds its bound.
             gain = math.floor(gain * 1e4) / 1e4 if capped_by else round(gain, 4)
+            bounded = math.floor(bounded * 1e4) / 1e4 if bounded < raw else round(bounded, 4)
         severity = severity_for(rule, gain)
         if severity is None:
             silent.append(rule.code)
@@ -158,7 +161,7 @@ def evaluate(profile: KernelProfile, manifest: RunManifest | None = None,
                                 reference=rule.reference, ncu_rule=ncu_rule,
                                 ncu_speedup_pct=ncu_speedup,
                                 raw_gain=round(raw, 4) if raw is not None else None,
-                                capped_by=capped_by))
+                                capped_by=capped_by, bounded_gain=bounded))
     findings.sort(key=lambda f: (-severity_rank(f.severity), -(f.estimated_gain or 0.0), f.code))
     combined = combine([(f.group, f.estimated_gain) for f in findings
                         if f.estimated_gain is not None and f.tag != CORRECTNESS_TAG])

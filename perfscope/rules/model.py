@@ -196,6 +196,10 @@ class Finding:
     ncu_speedup_pct: float | None = None  # and its own estimate
     raw_gain: float | None = None         # the rule's own estimate before the caps
     capped_by: str | None = None          # "headroom" / "reference gap" when a cap applied
+    # The estimate under the work's roofline alone, before the gap to the timed reference:
+    # what two kernels' findings are compared by (a kernel at cuBLAS's speed has its
+    # estimates capped near zero, which says nothing about how much of it is a problem).
+    bounded_gain: float | None = None
 
     @property
     def group(self) -> str:
