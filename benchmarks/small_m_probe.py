@@ -1,6 +1,6 @@
 """Where hgemm_small_m's time goes: per-CTA %globaltimer probes against a bulk read.
 
-    PYTHONPATH=. python3 benchmarks/small_m_probe.py [--against-source OLD_FUSED_CU]
+    PYTHONPATH=. python3 benchmarks/small_m_probe.py [--against-source OLD_FUSED_CU] [--launch-paths]
                                                      [--dtype bf16] [--out FILE.json]
 
 Builds hgemm_small_m from fused.cu with six probes added (every CTA's start, its first
@@ -8,7 +8,10 @@ ring of loads issued, its first k tile landed, its last k tile done, its epilogu
 its end: `%globaltimer`, ns, resolution about 0.25 us on the H200) and times it as bench
 does (read flush before each launch, CUDA events), beside fused_check's bulk read of the
 same bytes with the same probes at its start and end. The events minus the span from the
-first CTA's start to the last one's end is what the launch costs outside the CTAs.
+first CTA's start to the last one's end is what the launch costs outside the CTAs;
+``--launch-paths`` (instead of the rest) times that for the same bulk read launched four ways (cupy's
+cuLaunchKernel; perfscope's cuLaunchKernelEx; with three __grid_constant__ tensor maps; with
+256 threads) beside hgemm_small_m at 16x8192x8192, in interleaved repeats.
 
 With ``--against-source`` (a fused.cu of another revision, e.g. ``git show
 c04db22:perfscope/kernels/fused.cu > old.cu``; the probes' anchors hold from c04db22 on)
@@ -100,6 +103,25 @@ def probe_bulk_source(bulk_source: str) -> str:
     return (bulk_source.replace(head, head + start)
             .replace(tail, "    ps_probe[5][blockIdx.x] = ps_gtime();\n" + tail)
             .replace('#include "tma.cuh"\n', '#include "tma.cuh"\n' + PROBE_DECL))
+
+
+_BULK_HEAD = ("template <int STAGES, int CHUNK>\n__global__ void __launch_bounds__(32, 1)\n"
+              "bulk_stream(const unsigned char* src, long long chunks, unsigned* out) {\n")
+_TM_HEAD = ("template <int STAGES, int CHUNK, int THREADS>\n__global__ void __launch_bounds__(THREADS, 1)\n"
+            "bulk_tm(const __grid_constant__ TensorMap2D ta, const __grid_constant__ TensorMap2D tb,\n"
+            "        const __grid_constant__ TensorMap2D tc, const unsigned char* src, long long chunks,\n"
+            "        unsigned* out) {\n")
+
+
+def launch_variants_source(bulk_source: str) -> str:
+    """The probed bulk read and a copy of it, bulk_tm<STAGES, CHUNK, THREADS>, that also takes
+    three tensor maps as __grid_constant__ parameters (unused) and THREADS threads of which
+    one works: what a tensor-map stage's launch adds, without its work."""
+    probed = probe_bulk_source(bulk_source)
+    if probed.count(_BULK_HEAD) != 1:
+        raise ValueError("bulk read kernel header not found once")
+    kernel = probed[probed.index(_BULK_HEAD):]
+    return probed + "\n" + kernel.replace(_BULK_HEAD, _TM_HEAD)
 
 
 def _phases(cp, probe, ctas: int) -> dict[str, dict[str, float]]:
@@ -211,6 +233,94 @@ def run_bulk(cp, nbytes: int, flush) -> dict:
             "phases_us": _phases(cp, probe, sms)}
 
 
+def _outside(cp, probe, launch, flush, runs: int = 10) -> dict:
+    """Events minus the CTAs' span (first start to last end) of `runs` launches after 4
+    warm-up ones, us: what the launch costs outside its CTAs."""
+    import numpy as np
+
+    ev0, ev1 = cp.cuda.Event(), cp.cuda.Event()
+    out = []
+    for i in range(runs + 4):
+        probe.fill(0)
+        flush()
+        ev0.record()
+        launch()
+        ev1.record()
+        ev1.synchronize()
+        if i >= 4:
+            p = cp.asnumpy(probe).astype(np.float64)
+            p = p[:, p[0] > 0]
+            out.append(cp.cuda.get_elapsed_time(ev0, ev1) * 1e3 - (p[5].max() - p[0].min()) / 1e3)
+    return {"median": round(statistics.median(out), 3), "min": round(min(out), 3),
+            "max": round(max(out), 3)}
+
+
+def run_launch_paths(cp, flush, repeats: int = 2) -> list[dict]:
+    """The same 128 MiB bulk read launched by cupy (cuLaunchKernel), by perfscope's
+    cuLaunchKernelEx, with three tensor-map parameters, with 256 threads, and
+    hgemm_small_m at 16x8192x8192 as perfscope launches it; `repeats` interleaved rounds."""
+    import ctypes
+
+    import fused_check as fc
+    import ml_dtypes
+    import numpy as np
+
+    from perfscope.kernels.epilogue import EpilogueOperands
+    from perfscope.kernels.tensormap import Driver, plan_maps
+
+    tm32 = f"bulk_tm<{fc.BULK_STAGES}, {fc.BULK_CHUNK}, 32>"
+    tm256 = f"bulk_tm<{fc.BULK_STAGES}, {fc.BULK_CHUNK}, 256>"
+    exprs = (fc.BULK_EXPR, tm32, tm256)
+    mod = compile_cubin(CompileRequest(launch_variants_source(fc.BULK_SOURCE), "probe_launch.cu",
+                                       exprs, "sm_90a", (), KERNEL_DIR))
+    raw = cp.RawModule(path=str(mod.cubin_path))
+    smem = fc.BULK_STAGES * fc.BULK_CHUNK
+    fns = {e: raw.get_function(mod.mangled(e)) for e in exprs}
+    for fn in fns.values():
+        fn.max_dynamic_shared_size_bytes = smem
+    probe = cp.ndarray((6, SLOTS), dtype=cp.uint64, memptr=raw.get_global("ps_probe"))
+    nbytes = 128 << 20
+    chunks = nbytes // fc.BULK_CHUNK
+    buf, sink = cp.ones(nbytes // 4, dtype=cp.uint32), cp.zeros(1, dtype=cp.uint32)
+    sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+    shape = Shape(16, 8192, 8192)
+    bf = ml_dtypes.bfloat16
+    rng = np.random.default_rng(19)
+    a = cp.asarray((rng.standard_normal((shape.m, shape.k)) / 64).astype(np.float32)).astype(bf)
+    b = cp.asarray(rng.standard_normal((shape.k, shape.n)).astype(np.float32)).astype(bf)
+    c = cp.zeros((shape.m, shape.n), dtype=bf)
+    extra = EpilogueOperands(cp.asarray(rng.standard_normal(shape.n).astype(np.float32)).astype(bf))
+    drv = Driver()
+    spec = small_m_for(get_spec("hgemm_small_m"), shape)
+    maps = [drv.encode(p, x.data.ptr) for p, x in zip(plan_maps(spec, "bf16", shape), (a, b, c),
+                                                      strict=True)]
+    plain = [ctypes.c_void_p(buf.data.ptr), ctypes.c_longlong(chunks), ctypes.c_void_p(sink.data.ptr)]
+    stream = cp.cuda.get_current_stream().ptr
+
+    def ex(expr: str, threads: int, args: list):
+        return lambda: drv.launch(fns[expr].kernel.ptr, ((sms, 1, 1), (threads, 1, 1), smem),
+                                  stream, args)
+
+    with tempfile.TemporaryDirectory() as d:
+        small_m = Probed(cp, (KERNEL_DIR / "fused.cu").read_text(), shape, "bf16", Path(d))
+        variants = (
+            ("bulk read, cupy's cuLaunchKernel", probe,
+             lambda: fns[fc.BULK_EXPR]((sms,), (32,), (buf, np.int64(chunks), sink), shared_mem=smem)),
+            ("bulk read, cuLaunchKernelEx", probe, ex(fc.BULK_EXPR, 32, plain)),
+            ("bulk read, cuLaunchKernelEx + 3 tensor maps", probe, ex(tm32, 32, [*maps, *plain])),
+            ("bulk read, cuLaunchKernelEx + 3 tensor maps, 256 threads", probe,
+             ex(tm256, 256, [*maps, *plain])),
+            ("hgemm_small_m 16x8192x8192", small_m.probe,
+             lambda: small_m.prep.launch(a, b, c, extra)),
+        )
+        rows = []
+        for rep in range(repeats):
+            for name, pr, launch in variants:
+                rows.append({"variant": name, "repeat": rep,
+                             "outside_us": _outside(cp, pr, launch, flush)})
+    return rows
+
+
 def _line(key: str, r: dict) -> str:
     ph = r["phases_us"]
     span = ph["end"]["max"]
@@ -223,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--against-source", type=Path, help="a fused.cu to compare with")
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
     ap.add_argument("--out", type=Path, help="write the rows as JSON")
+    ap.add_argument("--launch-paths", action="store_true",
+                    help="only time what the launch costs outside the CTAs, launched four ways")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     sources = {"current": (KERNEL_DIR / "fused.cu").read_text()}
@@ -245,6 +357,15 @@ def main(argv: list[str] | None = None) -> int:
     flush = L2Flush(cp, 512 << 20, "read")
     doc = {"schema": "perfscope.small-m-probe/1", "command": " ".join(sys.argv),
            "phases": PHASES, "bulk": [], "rows": []}
+    if args.launch_paths:
+        doc["launch_paths"] = run_launch_paths(cp, flush)
+        for r in doc["launch_paths"]:
+            o = r["outside_us"]
+            print(f"  {r['variant']:58s} events - CTA span {o['median']:5.2f} us "
+                  f"({o['min']:.2f}-{o['max']:.2f})")
+        if args.out:
+            args.out.write_text(json.dumps(doc, indent=1) + "\n")
+        return 0
     for nbytes in (32 << 20, 128 << 20):
         r = run_bulk(cp, nbytes, flush)
         doc["bulk"].append(r)

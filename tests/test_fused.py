@@ -649,5 +649,10 @@ def test_small_m_probes_patch_the_committed_kernel_and_nothing_else():
     mod = compile_cubin(CompileRequest(patched, "fused.cu", (expr,), ARCH, spec.flags, KERNEL_DIR))
     assert not mod.usage(expr).spills
     assert probe.probe_bulk_source(fc.BULK_SOURCE).count("ps_probe[") == 3
+    # The launch-path variant: the same read with three tensor maps and THREADS threads.
+    variants = probe.launch_variants_source(fc.BULK_SOURCE)
+    assert variants.count("ps_probe[") == 5 and "const __grid_constant__ TensorMap2D tc" in variants
+    tm = f"bulk_tm<{fc.BULK_STAGES}, {fc.BULK_CHUNK}, 256>"
+    assert compile_cubin(CompileRequest(variants, "probe_launch.cu", (tm,), ARCH, (), KERNEL_DIR))
     with pytest.raises(ValueError, match="probe anchor found 0 times"):
         probe.patch_probes("__global__ void other() {}")
