@@ -158,9 +158,8 @@ class Probed:
         self.ctas = self.prep.grid[0] * self.prep.grid[1] * self.prep.grid[2]
 
 
-def run_shape(cp, sources: dict[str, str], shape: Shape, dtype: str, flush) -> dict:
-    """Both (or the one) probed kernels on one shape: alternating rounds of 10 launches, the
-    first round a warm-up; the probes of each one's last launch."""
+def _operands(cp, shape: Shape, dtype: str):
+    """Seeded (19) A / 64, B and a bias for the shape on the GPU, and their element type."""
     import ml_dtypes
     import numpy as np
 
@@ -171,7 +170,39 @@ def run_shape(cp, sources: dict[str, str], shape: Shape, dtype: str, flush) -> d
     a = cp.asarray((rng.standard_normal((shape.m, shape.k)) / 64).astype(np.float32)).astype(nd)
     b = cp.asarray(rng.standard_normal((shape.k, shape.n)).astype(np.float32)).astype(nd)
     extra = EpilogueOperands(cp.asarray(rng.standard_normal(shape.n).astype(np.float32)).astype(nd))
+    return a, b, extra, nd
+
+
+def _timed_launch(cp, probe, launch, flush) -> float:
+    """One launch after the L2 flush, its probes cleared first: its CUDA-event time, us."""
     ev0, ev1 = cp.cuda.Event(), cp.cuda.Event()
+    probe.fill(0)
+    flush()
+    ev0.record()
+    launch()
+    ev1.record()
+    ev1.synchronize()
+    return cp.cuda.get_elapsed_time(ev0, ev1) * 1e3
+
+
+def _bulk_module(cp, source: str, name: str, exprs: tuple[str, ...]):
+    """The probed bulk read's kernels of `source` (name -> function, their ring's dynamic
+    shared memory allowed), the module's probe array and the module."""
+    import fused_check as fc
+
+    mod = compile_cubin(CompileRequest(source, name, exprs, "sm_90a", (), KERNEL_DIR))
+    raw = cp.RawModule(path=str(mod.cubin_path))
+    fns = {e: raw.get_function(mod.mangled(e)) for e in exprs}
+    for fn in fns.values():
+        fn.max_dynamic_shared_size_bytes = fc.BULK_STAGES * fc.BULK_CHUNK
+    # The module too: the caller holds it while it uses the probe array, the module's global.
+    return fns, cp.ndarray((6, SLOTS), dtype=cp.uint64, memptr=raw.get_global("ps_probe")), raw
+
+
+def run_shape(cp, sources: dict[str, str], shape: Shape, dtype: str, flush) -> dict:
+    """Both (or the one) probed kernels on one shape: alternating rounds of 10 launches, the
+    first round a warm-up; the probes of each one's last launch."""
+    a, b, extra, nd = _operands(cp, shape, dtype)
     with tempfile.TemporaryDirectory() as d:
         kernels = {}
         for key, src in sources.items():
@@ -184,14 +215,10 @@ def run_shape(cp, sources: dict[str, str], shape: Shape, dtype: str, flush) -> d
             for key in (order if rnd % 2 == 0 else order[::-1]):
                 k = kernels[key]
                 for _ in range(10):
-                    k.probe.fill(0)
-                    flush()
-                    ev0.record()
-                    k.prep.launch(a, b, outs[key], extra)
-                    ev1.record()
-                    ev1.synchronize()
+                    t = _timed_launch(cp, k.probe,
+                                      lambda k=k, key=key: k.prep.launch(a, b, outs[key], extra), flush)
                     if rnd > 0:
-                        times[key].append(cp.cuda.get_elapsed_time(ev0, ev1) * 1e3)
+                        times[key].append(t)
         row = {"shape": f"{shape.m}x{shape.n}x{shape.k}", "dtype": dtype,
                "params": kernels[order[0]].spec.param_dict, "grid": list(kernels[order[0]].prep.grid)}
         for key, k in kernels.items():
@@ -210,25 +237,15 @@ def run_bulk(cp, nbytes: int, flush) -> dict:
     import fused_check as fc
     import numpy as np
 
-    mod = compile_cubin(CompileRequest(probe_bulk_source(fc.BULK_SOURCE), "probe_bulk.cu",
-                                       (fc.BULK_EXPR,), "sm_90a", (), KERNEL_DIR))
-    raw = cp.RawModule(path=str(mod.cubin_path))
-    fn = raw.get_function(mod.mangled(fc.BULK_EXPR))
+    fns, probe, _raw = _bulk_module(cp, probe_bulk_source(fc.BULK_SOURCE), "probe_bulk.cu",
+                                    (fc.BULK_EXPR,))
+    fn = fns[fc.BULK_EXPR]
     smem = fc.BULK_STAGES * fc.BULK_CHUNK
-    fn.max_dynamic_shared_size_bytes = smem
     buf, sink = cp.ones(nbytes // 4, dtype=cp.uint32), cp.zeros(1, dtype=cp.uint32)
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
-    probe = cp.ndarray((6, SLOTS), dtype=cp.uint64, memptr=raw.get_global("ps_probe"))
-    ev0, ev1 = cp.cuda.Event(), cp.cuda.Event()
-    times = []
-    for _ in range(12):
-        probe.fill(0)
-        flush()
-        ev0.record()
-        fn((sms,), (32,), (buf, np.int64(nbytes // fc.BULK_CHUNK), sink), shared_mem=smem)
-        ev1.record()
-        ev1.synchronize()
-        times.append(cp.cuda.get_elapsed_time(ev0, ev1) * 1e3)
+    times = [_timed_launch(cp, probe, lambda: fn((sms,), (32,), (buf, np.int64(nbytes // fc.BULK_CHUNK),
+                                                                 sink), shared_mem=smem), flush)
+             for _ in range(12)]
     return {"bytes": nbytes, "event_us_median": round(statistics.median(times[2:]), 3),
             "phases_us": _phases(cp, probe, sms)}
 
@@ -238,19 +255,13 @@ def _outside(cp, probe, launch, flush, runs: int = 10) -> dict:
     warm-up ones, us: what the launch costs outside its CTAs."""
     import numpy as np
 
-    ev0, ev1 = cp.cuda.Event(), cp.cuda.Event()
     out = []
     for i in range(runs + 4):
-        probe.fill(0)
-        flush()
-        ev0.record()
-        launch()
-        ev1.record()
-        ev1.synchronize()
+        t = _timed_launch(cp, probe, launch, flush)
         if i >= 4:
             p = cp.asnumpy(probe).astype(np.float64)
             p = p[:, p[0] > 0]
-            out.append(cp.cuda.get_elapsed_time(ev0, ev1) * 1e3 - (p[5].max() - p[0].min()) / 1e3)
+            out.append(t - (p[5].max() - p[0].min()) / 1e3)
     return {"median": round(statistics.median(out), 3), "min": round(min(out), 3),
             "max": round(max(out), 3)}
 
@@ -262,34 +273,23 @@ def run_launch_paths(cp, flush, repeats: int = 2) -> list[dict]:
     import ctypes
 
     import fused_check as fc
-    import ml_dtypes
     import numpy as np
 
-    from perfscope.kernels.epilogue import EpilogueOperands
     from perfscope.kernels.tensormap import Driver, plan_maps
 
     tm32 = f"bulk_tm<{fc.BULK_STAGES}, {fc.BULK_CHUNK}, 32>"
     tm256 = f"bulk_tm<{fc.BULK_STAGES}, {fc.BULK_CHUNK}, 256>"
     exprs = (fc.BULK_EXPR, tm32, tm256)
-    mod = compile_cubin(CompileRequest(launch_variants_source(fc.BULK_SOURCE), "probe_launch.cu",
-                                       exprs, "sm_90a", (), KERNEL_DIR))
-    raw = cp.RawModule(path=str(mod.cubin_path))
+    fns, probe, _raw = _bulk_module(cp, launch_variants_source(fc.BULK_SOURCE), "probe_launch.cu",
+                                    exprs)
     smem = fc.BULK_STAGES * fc.BULK_CHUNK
-    fns = {e: raw.get_function(mod.mangled(e)) for e in exprs}
-    for fn in fns.values():
-        fn.max_dynamic_shared_size_bytes = smem
-    probe = cp.ndarray((6, SLOTS), dtype=cp.uint64, memptr=raw.get_global("ps_probe"))
     nbytes = 128 << 20
     chunks = nbytes // fc.BULK_CHUNK
     buf, sink = cp.ones(nbytes // 4, dtype=cp.uint32), cp.zeros(1, dtype=cp.uint32)
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
     shape = Shape(16, 8192, 8192)
-    bf = ml_dtypes.bfloat16
-    rng = np.random.default_rng(19)
-    a = cp.asarray((rng.standard_normal((shape.m, shape.k)) / 64).astype(np.float32)).astype(bf)
-    b = cp.asarray(rng.standard_normal((shape.k, shape.n)).astype(np.float32)).astype(bf)
+    a, b, extra, bf = _operands(cp, shape, "bf16")
     c = cp.zeros((shape.m, shape.n), dtype=bf)
-    extra = EpilogueOperands(cp.asarray(rng.standard_normal(shape.n).astype(np.float32)).astype(bf))
     drv = Driver()
     spec = small_m_for(get_spec("hgemm_small_m"), shape)
     maps = [drv.encode(p, x.data.ptr) for p, x in zip(plan_maps(spec, "bf16", shape), (a, b, c),

@@ -24,7 +24,7 @@ def _load(path: Path) -> dict:
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        raise SystemExit(f"merge: cannot read {path}: {exc}") from None
+        raise ValueError(f"cannot read {path}: {exc}") from None
 
 
 def merge(new: Path, into: Path) -> list[str]:
@@ -62,7 +62,15 @@ def main(argv: list[str]) -> int:
         print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
         return 2
     into = Path(argv[1]) if len(argv) == 2 else ROOT / "tests" / "fixtures" / "external"
-    for name in merge(Path(argv[0]), into):
+    try:
+        names = merge(Path(argv[0]), into)
+    except ValueError as exc:
+        print(f"merge: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, KeyError) as exc:
+        print(f"merge: {argv[0]} is not an unpacked partial capture ({exc})", file=sys.stderr)
+        return 2
+    for name in names:
         print(f"merged {name}")
     return 0
 
