@@ -12,9 +12,9 @@ default, is enforced: the search stops dispatching at its deadline and says so, 
    of them; both wall times and the speed-up go into results.json);
 2. the sweep: the configurations of the stage's declared space that survive pruning, with
    BN held at 256 (``--param``, repeatable; the first sweep, over both BN, found BN=128 the
-   worst configuration at all 16 shape/dtype pairs and the best at none): 80 per dtype on
-   the H200 (stages, C staging boxes, group and stream-K), searched by the tuner's default
-   (exhaustive up to 64 configurations, else 64 bayes trials per shape), compiled in parallel into
+   worst configuration at all 16 shape/dtype pairs and the best at none): 120 per dtype on
+   the H200 (stages, C staging boxes, group, and stream-K off, on or as the tail split),
+   all of them at every shape (``--budget`` fewer: the tuner's bayes search), compiled in parallel into
    the real cubin cache (free when ``benchmarks/tune_precompile.py`` filled it), verified
    at every shape against the float64 reference (computed once per shape) and timed
    against cuBLAS in alternating rounds with L2 flushed, on one worker per visible GPU;
@@ -70,6 +70,15 @@ WRITE_RESERVE_S = 20.0
 TASK_TIMEOUT_S = 45.0
 
 
+def exhaustive_budget(jobs: list[CompileJob]) -> int:
+    """Configurations per shape that make the sweep exhaustive: the most legal ones of a dtype
+    (the tuner is exhaustive when every configuration fits its budget)."""
+    per_dtype: dict[str, int] = {}
+    for j in jobs:
+        per_dtype[j.dtype] = per_dtype.get(j.dtype, 0) + 1
+    return max(per_dtype.values(), default=1)
+
+
 def sweep_jobs(stage: str = STAGE, dtypes: tuple[str, ...] = DTYPES,
                pins: dict[str, int] | None = None) -> list[CompileJob]:
     """The compile jobs of the sweep: every configuration static pruning leaves, per dtype."""
@@ -118,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"hold a parameter (repeat; default {' '.join(PINS)})")
     parser.add_argument("--budget-s", type=float, default=510.0,
                         help="wall-time budget for the whole run (default 510 s)")
+    parser.add_argument("--budget", type=int, default=None,
+                        help="configurations per shape (default: every legal one, exhaustive; "
+                             "fewer: the tuner's bayes search)")
     parser.add_argument("--compile-sample", type=int, default=32,
                         help="configurations compiled serially and in parallel (0: skip)")
     parser.add_argument("--runs", type=int, default=10)
@@ -163,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     shapes = tuple(parse_shape(s) for s in args.shapes)
     request = workflow.TuneRequest(
         stages=(args.stage,), shapes=shapes, dtypes=tuple(args.dtypes), store=store_path, pins=pins,
+        budget=args.budget if args.budget is not None else exhaustive_budget(jobs),
         screen=workflow.TimingPlan(args.runs, args.rounds, 2), confirm=args.confirm,
         confirm_timing=workflow.TimingPlan(20, 5, 3), resume=args.resume,
         deadline_s=max(search_deadline, 30.0), command="PYTHONPATH=. python3 " + " ".join(sys.argv))

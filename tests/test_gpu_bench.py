@@ -60,6 +60,10 @@ _PERSISTENT = get_spec("hgemm_tma_wgmma_persistent")
 TENSORMAP_CASES += [(_PERSISTENT.with_params(**p), d) for d in _PERSISTENT.dtypes for p in (
     {"STAGES": 4, "BOXES": 2}, {"STREAMK": 1}, {"STREAMK": 1, "STAGES": 4, "BOXES": 1, "GROUP": 16},
     {"STREAMK": 1, "BN": 128, "BOXES": 1}, {"STREAMK": 2}, {"STREAMK": 2, "BN": 128})]
+# The tail split (STREAMK 3): its tail tiles' CTAs and the spares that finish their k tiles.
+TAIL_SPLIT = [(_PERSISTENT.with_params(**p), d) for d in _PERSISTENT.dtypes for p in (
+    {"STREAMK": 3}, {"STREAMK": 3, "BN": 128, "BOXES": 1}, {"STREAMK": 3, "STAGES": 4, "BOXES": 2})]
+TENSORMAP_CASES += TAIL_SPLIT
 TENSORMAP_SHAPES = (Shape(200, 264, 8), Shape(2056, 4104, 520),
                     Shape(8, 8, 8), Shape(4096, 4096, 200), Shape(8192, 8192, 8192))
 
@@ -70,6 +74,23 @@ def test_tensormap_stage_is_correct(case, shape):
     spec, dtype = case
     prep = prepare(spec, dtype, shape)
     for seed in (1, 2):
+        v = verify.verify(prep, seed)
+        assert v.verdict == OK, f"{spec.name} {dtype} {shape}: {v.detail}"
+
+
+# Where the tail split cuts with several pieces per spare (of the shapes above it cuts only
+# 8192^3, two pieces a spare): 220 tiles of 48 k tiles at BN 256 (88 tail tiles, 44 spares,
+# 2 pieces each, cut at 34; at BN 128, 440 tiles, one piece, cut at 24), the same ragged,
+# and 231 tiles of 64 k tiles (99 tail tiles, 33 spares, 3 pieces, cut at 51).
+TAIL_SPLIT_SHAPES = (Shape(1408, 5120, 3072), Shape(1400, 5096, 3064), Shape(1408, 5376, 4096))
+
+
+@pytest.mark.parametrize("shape", TAIL_SPLIT_SHAPES, ids=str)
+@pytest.mark.parametrize("case", TAIL_SPLIT, ids=[_id(c) for c in TAIL_SPLIT])
+def test_tail_split_pieces_are_correct(case, shape):
+    spec, dtype = case
+    prep = prepare(spec, dtype, shape)
+    for seed in (1, 2, 3):   # the spares' flags are consumed and cleared launch after launch
         v = verify.verify(prep, seed)
         assert v.verdict == OK, f"{spec.name} {dtype} {shape}: {v.detail}"
 

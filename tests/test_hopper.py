@@ -102,6 +102,19 @@ def test_only_stream_k_touches_global_memory_outside_tma():
 
 
 @pytest.mark.slow
+def test_every_stream_k_mode_compiles_without_spills():
+    # The tune prunes a configuration that spills; the tail split's fixup once spilled beside
+    # the 128 accumulators while its two roles were two inlined copies of the consumer body.
+    persistent = get_spec("hgemm_tma_wgmma_persistent")
+    for params in ({"STREAMK": 1}, {"STREAMK": 2}, {"STREAMK": 3},
+                   {"STREAMK": 3, "STAGES": 4, "BOXES": 2}, {"STREAMK": 3, "BN": 128, "BOXES": 1}):
+        for dtype in persistent.dtypes:
+            module = compile_stage(persistent.with_params(**params), dtype, "sm_90a")
+            (usage,) = module.resources.values()
+            assert not usage.spills, (params, dtype, usage)
+
+
+@pytest.mark.slow
 def test_setmaxnreg_is_not_ignored():
     # ptxas warns (C7508) and drops setmaxnreg when the kernel has no register cap.
     for spec in HOPPER[1:]:

@@ -136,6 +136,12 @@ def fused(name: str, index: int = 0):
     return r.profile, {"manifest": r.manifest, "context": Context(stage=r.stage)}
 
 
+def tail_split(name: str):
+    """A report of the tail-split pairs (fixtures/h200/tail-split/), with its manifest."""
+    r = _records(str(FIXTURES / "tail-split" / f"{name}.ncu-rep.xz"))[0]
+    return r.profile, {"manifest": r.manifest, "context": Context(stage=r.stage)}
+
+
 SMALL_M_DECODE = "hgemm_small_m@BN=64,STAGES=12-bf16-64x8192x8192"
 SMALL_M_256 = "hgemm_small_m@AROWS=256,BM=256,STAGES=4-bf16-256x8192x8192"
 
@@ -326,6 +332,8 @@ CASES: tuple[Case, ...] = (
          "active 0.75 of the busiest", lambda: reference("hgemm_tma_wgmma_persistent", "bf16")),
     Case("PS153", True, "real", "cuBLAS's nvjet 256x128 persistent grid has the same last round",
          lambda: (one("cublas_bgemm_4096"), {})),
+    Case("PS153", True, "real", "the tail split at 4096^3: every SM busy, its spares run on",
+         lambda: tail_split("hgemm_tma_wgmma_persistent@STREAMK=3-bf16-4096x4096x4096")),
     Case("PS153", False, "synthetic", "the persistent stage with its SMs within 1% of each other",
          lambda: _balanced(*reference("hgemm_tma_wgmma_persistent", "bf16"))),
     Case("PS153", False, "real", "cuBLAS's SGEMM runs 3.88 waves: its last wave is PS150's",
@@ -386,6 +394,20 @@ def test_case(case: Case):
         assert f.estimated_gain is None or f.estimated_gain <= room + 1e-9
     else:
         assert case.code in ev.silent, (case.code, [f.code for f in ev.findings], ev.not_evaluated)
+
+
+@pytest.mark.parametrize("name, stragglers", [
+    ("hgemm_tma_wgmma_persistent@STREAMK=3-bf16-4096x4096x4096", True),
+    ("hgemm_tma_wgmma_persistent@STREAMK=3-bf16-1024x8192x8192", True),
+    ("hgemm_tma_wgmma_persistent-bf16-4096x4096x4096", False),
+    ("hgemm_tma_wgmma_persistent-bf16-1024x8192x8192", False)])
+def test_tail_effect_fix_follows_the_shape_of_the_spread(name, stragglers):
+    # The data-parallel kernel leaves SMs idle for its last round (split it); the tail split
+    # keeps every SM busy but its spares run on (split less): the opposite advice.
+    kp, kw = tail_split(name)
+    (f,) = [f for f in evaluate(kp, **kw).findings if f.code == "PS153"]
+    assert f.fix.startswith("Every SM works nearly to the end") == stragglers, f.fix
+    assert ("Share the last, partial round" in f.fix) != stragglers
 
 
 # ------------------------------------------------------------------- the table itself

@@ -52,7 +52,7 @@ def test_persistent_space_is_what_hopper_cu_supports():
     # one or two staging boxes; BN=128 six (BOXES 4 is its whole tile, as 2 is).
     assert by_bn == {(128, 1): [2, 3, 4, 5, 6], (128, 2): [2, 3, 4, 5, 6], (128, 4): [2, 3, 4, 5, 6],
                      (256, 1): [2, 3, 4], (256, 2): [2, 3, 4], (256, 4): [2, 3]}
-    assert len(legal) == 2 * 115   # each with and without stream-K
+    assert len(legal) == 3 * 115   # each without stream-K, with it and with the tail split
     # Held at the whole tile without stream-K, the space is the one of the first sweep.
     whole = [c for c in configurations(spec, {"BOXES": 4, "STREAMK": 0})
              if static_prune(spec, c, "bf16", H200) is None]

@@ -169,10 +169,12 @@ _SPACE_WS = SearchSpace(values=(
     ("BM", (128,)), ("BN", _WGMMA_N), ("BK", (64,)), ("STAGES", (2, 3, 4, 5, 6, 7))))
 # BOXES: C staging boxes per consumer; 4 is the whole tile at BN 256 and, as 2, at BN 128.
 # STREAMK: 1 splits the last partial round of tiles by k iterations (hop::StreamK in
-# hopper.cuh); 2, which does so only from 8 rounds up, is the streamk stage's, not searched.
+# hopper.cuh); 2, which does so only from 8 rounds up, is the streamk stage's, not searched;
+# 3 (the tail split) leaves each tile of that round with its CTA and hands its last k tiles
+# to the CTAs the round leaves idle.
 _SPACE_PERSISTENT = SearchSpace(values=(
     ("BM", (128,)), ("BN", _WGMMA_N), ("BK", (64,)), ("STAGES", _RING_STAGES),
-    ("GROUP", (1, 2, 4, 8, 16)), ("BOXES", (1, 2, 4)), ("STREAMK", (0, 1))))
+    ("GROUP", (1, 2, 4, 8, 16)), ("BOXES", (1, 2, 4)), ("STREAMK", (0, 1, 3))))
 _SPACE_CLUSTER = SearchSpace(
     values=(("BM", (128,)), ("BN", _WGMMA_N), ("BK", (64,)), ("STAGES", _RING_STAGES),
             ("GROUP", (2, 4, 8, 16))),

@@ -138,7 +138,14 @@ def _check_uneven_sms(inputs: Inputs) -> Hit | None:
     grids of several waves, and a grid under one wave leaves whole SMs without a CTA (PS152):
     this rule reads only grids of exactly one wave, where every SM has work.
     Fix: split the last, partial round of tiles by k iterations across all CTAs (stream-K),
-    or a tile shape whose tile count is a multiple of the CTA count.
+    or a tile shape whose tile count is a multiple of the CTA count. Unless the SMs' spread
+    has the other shape: the idlest SM close to the average and the busiest far above it
+    (the busiest's excess over the average larger than the idlest's shortfall below it).
+    Then every SM works nearly to the end and a few run on: the shares are equal in count
+    but not in cost, as when a split hands some CTAs cut pieces whose fp32 partials cost
+    more than their k iterations (the persistent stage's tail split at 4096^3 on the H200:
+    its spares ran 8 pieces each, and the busiest SM 10% longer than without the split).
+    The fix is the opposite one: take work off the longest CTAs, split fewer tiles or none.
     Estimate: 1 - avg / max of the SMs' active cycles: the time saved if every SM finished
     with the average one. An upper bound: a split round costs L2 traffic and partial sums
     (on the H200, hgemm_tma_wgmma_streamk gained 2-3% of 3% at 8192^3 and lost at 4096^3).
@@ -164,13 +171,33 @@ def _check_uneven_sms(inputs: Inputs) -> Hit | None:
           Evidence("idle share while the busiest SM works (1 - avg / max)", round(idle, 3),
                    f">= {SM_IMBALANCE_MIN}")]
     idlest = p.metric(M_SM_ACTIVE_MIN)
+    how = IDLE_AT_END
     if idlest is not None:
         ev.append(Evidence(M_SM_ACTIVE_MIN, round(idlest), "the idlest SM"))
+        if busiest - avg > avg - idlest:
+            how = STRAGGLERS
+            ev.append(Evidence("busiest SM above the average / idlest below it",
+                               round((busiest - avg) / max(avg - idlest, 1.0), 2),
+                               "> 1: a few SMs run on"))
     rounds = _tile_rounds(inputs)
     if rounds is not None:
         ev.append(Evidence("rounds of tiles over the CTAs (run manifest)", round(rounds, 2),
                            "a whole number"))
-    return Hit(tuple(ev), idle)
+    return Hit(tuple(ev), idle, (("how", how),))
+
+
+IDLE_AT_END = (
+    "Share the last, partial round of tiles among all CTAs by k iterations (stream-K, each cut "
+    "tile's fp32 partials added by one CTA); it pays when the tiles make many rounds (on the "
+    "H200 from about 8: below that the split round's CTAs, at different k, share little in L2). "
+    "Or pick a tile shape whose tile count is a multiple of the CTA count.")
+STRAGGLERS = (
+    "Every SM works nearly to the end and a few run on past it: the CTAs' shares are equal in "
+    "count but not in cost. If the kernel splits tiles (stream-K, split-K), the CTAs with cut "
+    "pieces pay for each piece's fp32 partial beyond its k iterations (about 6 k tiles of math "
+    "per 128 KB partial on the H200): take work off them, split fewer tiles, or none when the "
+    "tiles make few rounds. Else look for tiles that cost more than others (edge tiles, "
+    "uneven k).")
 
 
 def _tile_rounds(inputs: Inputs) -> float | None:
@@ -190,10 +217,7 @@ UNEVEN_SMS = Rule(
     severity="optimization",
     metrics=(M_WAVES, M_SM_ACTIVE_AVG, M_SM_ACTIVE_MAX, M_SM_ACTIVE_MIN),
     check=_check_uneven_sms,
-    fix="Share the last, partial round of tiles among all CTAs by k iterations (stream-K, each "
-        "cut tile's fp32 partials added by one CTA); it pays when the tiles make many rounds "
-        "(on the H200 from about 8: below that the split round's CTAs, at different k, share "
-        "little in L2). Or pick a tile shape whose tile count is a multiple of the CTA count.",
+    fix="{how}",
     reference="Stream-K (Osama et al., PPoPP 2023); NCU Profiling Guide: Launch Statistics",
     thresholds=(("SM_IMBALANCE_MIN", SM_IMBALANCE_MIN),),
 )
