@@ -519,12 +519,18 @@ def _reasons(d: _Direction, findings: Sequence[Finding], only_fast: Sequence[str
                              f.estimated_gain, False, _group(f), (f,)))
     claims += grown
     shares, _ = _spread(claims, gap)
-    order = sorted(range(len(claims)), key=lambda i: (-(shares[i] if shares[i] is not None
-                                                        else -1.0), i))
+    order = sorted(range(len(claims)), key=lambda i: (-_rank_share(shares[i]), i))
     out = [Reason(_sentence(claims[i], shares[i], d), claims[i].code, shares[i], claims[i].fix,
                   claims[i].kind) for i in order]
     note = _group_note(d)
     return [note, *out] if note is not None else out
+
+
+def _rank_share(share: float | None) -> float:
+    """A reason's share as it is ranked: in whole percent, the precision the sentences print,
+    so two reasons equal at that precision keep the order they are built in (path, group,
+    aspects, findings, grown) instead of swapping with a profile's noise; no share ranks last."""
+    return -1.0 if share is None else round(share * 100)
 
 
 # A finding both sides have counts as a reason when its estimate, as a share of each side's

@@ -463,3 +463,10 @@ def test_a_grown_finding_is_compared_under_the_roofline_not_the_reference_gap():
         assert f"against {theirs.bounded_gain:.0%} of B's" in r.sentence
     assert not any(f"against {theirs.estimated_gain:.0%} of B's" in r.sentence for r in grown)
     _claims_fit(result)
+
+
+def test_reasons_equal_at_the_printed_percent_keep_their_order():
+    # 2.9% and 3.1% both print as "about 3%": ranked equal, they keep the order they are
+    # built in, so a re-profile's noise does not swap the verdict's lines; 2% ranks below.
+    assert d._rank_share(0.029) == d._rank_share(0.031) > d._rank_share(0.02)
+    assert d._rank_share(None) < d._rank_share(0.0)

@@ -366,7 +366,12 @@ REGISTRY: tuple[KernelSpec, ...] = (
                change="Persistent CTAs, one per multiprocessor, walk the tiles in grouped "
                       "L2-friendly order; the producer runs ahead into the next tile while the "
                       "consumers store C through swizzled shared memory by TMA.",
-               seed="000 §4", **_HOPPER, space=_SPACE_PERSISTENT),
+               seed="000 §4", **_HOPPER, space=_SPACE_PERSISTENT,
+               notes="Its STREAMK option's third value, the tail split, measured on the H200 "
+                     "(tune/, 2026-12-02) 1.012-1.023 of the unsplit kernel where the tiles make "
+                     "many rounds (6144^3, 4096x14336x4096, 8192^3) and does not split at 512 or "
+                     "256 tiles on 132 CTAs, where a cut piece's fp32 partial (about 6 k tiles "
+                     "of math, measured) costs more than the idle SMs."),
     KernelSpec(name="hgemm_tma_wgmma_streamk", parent="hgemm_tma_wgmma_persistent",
                params=(("BM", 128), ("BN", 256), ("BK", 64), ("STAGES", 3), ("GROUP", 16),
                        ("BOXES", 4), ("STREAMK", 2)),
