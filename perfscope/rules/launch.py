@@ -189,16 +189,16 @@ def _check_uneven_sms(inputs: Inputs) -> Hit | None:
 IDLE_AT_END = (
     "Share the last, partial round of tiles among all CTAs by k iterations (stream-K, each cut "
     "tile's fp32 partials added by one CTA); it pays when the tiles make many rounds (on the "
-    "H200 from about 8: below that the cut pieces cost more than the idle SMs, each about 6 k "
-    "tiles of math beyond its own for its partials and restart). Or pick a tile shape whose tile "
-    "count is a multiple of the CTA count.")
+    "H200 from about 8: below that the cut pieces cost more than the idle SMs, each measured "
+    "at about 6 k tiles of math beyond its own). Or pick a tile shape whose tile count is a "
+    "multiple of the CTA count.")
 STRAGGLERS = (
     "Every SM works nearly to the end and a few run on past it: the CTAs' shares are equal in "
     "count but not in cost. If the kernel splits tiles (stream-K, split-K), the CTAs with cut "
-    "pieces pay for each piece beyond its k iterations (on the H200 about 6 k tiles of math: "
-    "its 128 KB of fp32 partials and the restart): take work off them, split fewer tiles, or "
-    "none when the tiles make few rounds. Else look for tiles that cost more than others (edge "
-    "tiles, uneven k).")
+    "pieces pay for each piece beyond its k iterations (on the H200 about 6 k tiles of math, "
+    "with its 128 KB of fp32 partials to write and read): take work off them, split fewer "
+    "tiles, or none when the tiles make few rounds. Else look for tiles that cost more than "
+    "others (edge tiles, uneven k).")
 
 
 def _tile_rounds(inputs: Inputs) -> float | None:
