@@ -294,3 +294,30 @@ def test_cuda_bindings_launch_config_carries_grid_block_smem_stream_and_cluster(
     assert int(cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B) == L2_PROMOTION_256B
     assert int(cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE) == INTERLEAVE_NONE
     assert int(cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == OOB_FILL_ZEROS
+
+
+@pytest.mark.slow
+def test_tail_split_probes_patch_the_committed_header(tmp_path):
+    """benchmarks/tail_split_probe.py adds its %globaltimer probes to persistent_gemm in the
+    committed hopper.cuh and sets the cut piece's charge; the probed stage still builds for
+    sm_90a without spills; a header without the anchors is refused in one sentence."""
+    import shutil
+
+    from conftest import benchmark_script
+
+    from perfscope.build import CompileRequest, compile_cubin
+    from perfscope.kernels.spec import KERNEL_DIR
+
+    probe = benchmark_script("tail_split_probe")
+    header = probe.probed_header((KERNEL_DIR / "hopper.cuh").read_text(), 2)
+    assert "constexpr int SK_PARTIAL_K_TILES = 2;" in header and header.count("ps_gtime()") == 6
+    for name in ("hopper.cu", "tma.cuh"):
+        shutil.copy(KERNEL_DIR / name, tmp_path / name)
+    (tmp_path / "hopper.cuh").write_text(header)
+    stage = get_spec("hgemm_tma_wgmma_persistent").with_params(STREAMK=3, GROUP=16)
+    expr = stage.name_expression("bf16")
+    mod = compile_cubin(CompileRequest((tmp_path / "hopper.cu").read_text(), "hopper.cu", (expr,),
+                                       "sm_90a", stage.flags, tmp_path))
+    assert not mod.usage(expr).spills
+    with pytest.raises(ValueError, match="probe anchor not found once"):
+        probe.probed_header("// nothing here\n", 2)
