@@ -25,6 +25,7 @@ CTA then waits 3.8-4.0 us (median; 17-28 us for the last spare's pieces) in its 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import lzma
@@ -34,10 +35,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-import perfscope.kernels.launch as launch
 from perfscope import verify
-from perfscope.build import CompileRequest, compile_cubin
 from perfscope.kernels import Shape, get_spec
+from perfscope.kernels.launch import prepare
 from perfscope.kernels.spec import KERNEL_DIR
 
 SHAPES = (Shape(4096, 4096, 4096), Shape(1024, 8192, 8192), Shape(6144, 6144, 6144))
@@ -138,19 +138,13 @@ def main(argv: list[str] | None = None) -> int:
     (folder / "hopper.cuh").write_text(probed_header((KERNEL_DIR / "hopper.cuh").read_text(),
                                                      args.cost_k_tiles))
 
-    def compile_probed(spec, dtype, arch):
-        return compile_cubin(CompileRequest(
-            source=(folder / "hopper.cu").read_text(), source_name="hopper.cu",
-            name_expressions=(spec.name_expression(dtype),), arch=arch, flags=spec.flags,
-            include_dir=folder))
-
-    # prepare() compiles through launch.compile_stage: here, from the probed copy.
-    launch.compile_stage = compile_probed
-    base = get_spec("hgemm_tma_wgmma_persistent").with_params(GROUP=16, BOXES=4, STAGES=3)
+    # The stage compiled from the probed copy (KernelSpec.kernel_dir), launched as bench does.
+    base = dataclasses.replace(get_spec("hgemm_tma_wgmma_persistent"), kernel_dir=folder)
+    base = base.with_params(GROUP=16, BOXES=4, STAGES=3)
     doc = {"cost_k_tiles": args.cost_k_tiles, "params": dict(base.param_dict), "cases": {}}
     for shape in SHAPES:
         for streamk in (0, 3):
-            prep = launch.prepare(base.with_params(STREAMK=streamk), "bf16", shape)
+            prep = prepare(base.with_params(STREAMK=streamk), "bf16", shape)
             buf = cp.ndarray((160, UNITS, 6), dtype=cp.uint64,
                              memptr=prep.raw_module.get_global("ps_probe"))
             for seed in (1, 2, 3):

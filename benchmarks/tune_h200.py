@@ -42,6 +42,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 from perfscope.cache import CACHE_ENV, cache_root
@@ -73,10 +74,7 @@ TASK_TIMEOUT_S = 45.0
 def exhaustive_budget(jobs: list[CompileJob]) -> int:
     """Configurations per shape that make the sweep exhaustive: the most legal ones of a dtype
     (the tuner is exhaustive when every configuration fits its budget)."""
-    per_dtype: dict[str, int] = {}
-    for j in jobs:
-        per_dtype[j.dtype] = per_dtype.get(j.dtype, 0) + 1
-    return max(per_dtype.values(), default=1)
+    return max(Counter(j.dtype for j in jobs).values(), default=1)
 
 
 def sweep_jobs(stage: str = STAGE, dtypes: tuple[str, ...] = DTYPES,

@@ -301,11 +301,11 @@ def test_tail_split_probes_patch_the_committed_header(tmp_path):
     """benchmarks/tail_split_probe.py adds its %globaltimer probes to persistent_gemm in the
     committed hopper.cuh and sets the cut piece's charge; the probed stage still builds for
     sm_90a without spills; a header without the anchors is refused in one sentence."""
+    import dataclasses
     import shutil
 
     from conftest import benchmark_script
 
-    from perfscope.build import CompileRequest, compile_cubin
     from perfscope.kernels.spec import KERNEL_DIR
 
     probe = benchmark_script("tail_split_probe")
@@ -314,10 +314,9 @@ def test_tail_split_probes_patch_the_committed_header(tmp_path):
     for name in ("hopper.cu", "tma.cuh"):
         shutil.copy(KERNEL_DIR / name, tmp_path / name)
     (tmp_path / "hopper.cuh").write_text(header)
-    stage = get_spec("hgemm_tma_wgmma_persistent").with_params(STREAMK=3, GROUP=16)
-    expr = stage.name_expression("bf16")
-    mod = compile_cubin(CompileRequest((tmp_path / "hopper.cu").read_text(), "hopper.cu", (expr,),
-                                       "sm_90a", stage.flags, tmp_path))
-    assert not mod.usage(expr).spills
+    stage = dataclasses.replace(get_spec("hgemm_tma_wgmma_persistent"), kernel_dir=tmp_path)
+    stage = stage.with_params(STREAMK=3, GROUP=16)
+    mod = compile_stage(stage, "bf16", "sm_90a")
+    assert not mod.usage(stage.name_expression("bf16")).spills
     with pytest.raises(ValueError, match="probe anchor not found once"):
         probe.probed_header("// nothing here\n", 2)

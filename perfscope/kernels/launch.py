@@ -159,12 +159,12 @@ def compile_stage(spec: KernelSpec, dtype: str, arch: str) -> CompiledModule:
     spec.check_dtype(dtype)
     path = spec.source_path()
     if not path.is_file():
-        raise PerfscopeError(f"{spec.name}'s source {path.name} is missing from {KERNEL_DIR}")
+        raise PerfscopeError(f"{spec.name}'s source {path.name} is missing from {spec.kernel_dir}")
     check_arch(arch)
     spec.check_arch(arch)
     req = CompileRequest(source=path.read_text(), source_name=path.name,
                          name_expressions=(spec.name_expression(dtype),), arch=arch,
-                         flags=spec.flags, include_dir=KERNEL_DIR)
+                         flags=spec.flags, include_dir=spec.kernel_dir)
     return compile_cubin(req)
 
 

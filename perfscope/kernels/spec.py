@@ -249,6 +249,9 @@ class KernelSpec:
     # ladder step that shows the problem its child fixes): the review page says this
     # instead of asking to change the default.
     kept_default: str = field(default="", compare=False)
+    # The folder the source and its local headers are compiled from: perfscope's kernels, or
+    # a patched copy of them (benchmarks/tail_split_probe.py adds timer probes to one).
+    kernel_dir: Path = field(default=KERNEL_DIR, compare=False)
 
     @property
     def is_reference(self) -> bool:
@@ -340,4 +343,4 @@ class KernelSpec:
         """The stage's CUDA source file (library calls have none)."""
         if self.source is None:
             raise PerfscopeError(f"{self.name} is a library call and has no CUDA source")
-        return KERNEL_DIR / self.source
+        return self.kernel_dir / self.source

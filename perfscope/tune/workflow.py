@@ -38,7 +38,7 @@ from perfscope.build import nvrtc_version, source_hash
 from perfscope.documents import TuneDiff, TuneDocument, TuneShapeResult, TuneStats, TuneTrial
 from perfscope.errors import PerfscopeError
 from perfscope.kernels.launch import driver_compute_capability
-from perfscope.kernels.spec import KERNEL_DIR, KernelSpec, Shape, normalize_dtype, parse_shape
+from perfscope.kernels.spec import KernelSpec, Shape, normalize_dtype, parse_shape
 from perfscope.manifest import ERROR, OK, WRONG
 from perfscope.tune import strategies
 from perfscope.tune.compiling import CompileJob
@@ -296,7 +296,7 @@ class _Sweep:
         self.plan, self.store, self.executor, self.run = plan, store, executor, run
         self.progress = progress or (lambda _p: None)
         self.workers = worker_count
-        self.sources = {sp.spec.name: source_hash(sp.spec.source_path().read_text(), KERNEL_DIR)
+        self.sources = {sp.spec.name: source_hash(sp.spec.source_path().read_text(), sp.spec.kernel_dir)
                         for sp in plan.stages}
         self.nvrtc = nvrtc_version()
         self.compiled: dict[tuple[str, str, Config], ConfigRow] = {}
