@@ -158,6 +158,12 @@ KEPT: dict[str, str] = {
     "l2_flush.json": "`l2_flush.json`: `PYTHONPATH=. python3 benchmarks/l2_flush.py`: the same "
                      "launches timed after a 512 MiB write, a read (bench's flush) and a spin "
                      "kernel: what a write flush's dirty lines add to the timed kernel.",
+    "wgmma_ceiling.json": "`wgmma_ceiling.json`: `PYTHONPATH=. python3 benchmarks/wgmma_ceiling.py "
+                          "--json wgmma_ceiling.json`: the persistent stage's wgmma k-tile step "
+                          "with no memory traffic, its FLOP per SM cycle and the clock it ran at.",
+    "power_probe.json": "`power_probe.json`: `PYTHONPATH=. python3 benchmarks/power_probe.py --out "
+                        "power_probe.json`: the persistent stage's cycles and in-kernel clock on "
+                        "random and on all-zero inputs (PS171's evidence).",
     "bench_clock.json": "`bench_clock.json`: `PYTHONPATH=. python3 benchmarks/bench_clock.py`: "
                         "the SM clock while bench-style launches run, read by a probe warp on "
                         "every SM before, during and after each launch (NVML reads 1980 MHz; "

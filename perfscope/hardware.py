@@ -23,9 +23,12 @@ PEAK_FLOP_PER_SM_CLOCK: Mapping[str, Mapping[str, int]] = {
 # i.e. 2496 FLOP per SM-clock: 61% of what wgmma reaches on the same tensor cores.
 HMMA_FLOP_PER_SM_CLOCK: Mapping[str, int] = {"9.0": 2496}
 
-# The share of the dense peak the best library kernels reach on the H200 at the measured
-# clock (cuBLAS bf16/fp16 at 4096^3: 0.72-0.73 of 4096 FLOP/SM-clock) and the tensor pipe's
-# busy share they sustain (89-90% of elapsed cycles): "practical" ceilings, not the datasheet.
+# The share of the dense peak the best library kernels reach on the H200 at the chip's
+# 1980 MHz maximum clock (cuBLAS bf16/fp16 at 4096^3: 0.72-0.73 of 4096 FLOP/SM-clock; per
+# cycle of the clock they run at, about 1.6 GHz at the power cap, 0.90: PS171) and the tensor
+# pipe's busy share they sustain (89-90% of elapsed cycles): "practical" ceilings, not the
+# datasheet. wgmma itself issues the full 4096 FLOP per SM cycle with no memory traffic
+# (benchmarks/wgmma_ceiling.py, reports/reference/h200/wgmma_ceiling.json).
 TENSOR_PRACTICAL_SHARE = 0.75
 TENSOR_PIPE_PRACTICAL = 0.90
 # The same pipe per *active* SM cycle (busy % x elapsed / sm__cycles_active.avg), which

@@ -13,6 +13,9 @@ import re
 # -- identity and time --
 M_DURATION = "gpu__time_duration.sum"
 M_SM_CLOCK = "gpc__cycles_elapsed.avg.per_second"
+# The chip's highest SM clock (kHz), a device attribute: what the clock during the kernel
+# is held against.
+M_SM_CLOCK_MAX = "device__attribute_max_gpu_frequency_khz"
 M_CYCLES = "gpc__cycles_elapsed.max"
 M_MEM_CLOCK = "dram__cycles_elapsed.avg.per_second"
 CC_METRICS = ("device__attribute_compute_capability_major",
@@ -111,7 +114,7 @@ LAUNCH_METRICS = (M_REGISTERS, M_BLOCK_SIZE, M_GRID_SIZE, M_SMEM_STATIC, M_SMEM_
 
 # The metrics the report views read (the collection set must hold them all).
 VIEW_METRICS: tuple[str, ...] = (
-    M_DURATION, M_SM_CLOCK, M_CYCLES, M_MEM_CLOCK, *CC_METRICS, *SOL_METRICS.values(),
+    M_DURATION, M_SM_CLOCK, M_SM_CLOCK_MAX, M_CYCLES, M_MEM_CLOCK, *CC_METRICS, *SOL_METRICS.values(),
     M_PC_SAMPLES, M_SHARED_WAVEFRONTS, M_SHARED_IDEAL, M_GLOBAL_SECTORS, M_GLOBAL_IDEAL,
     M_BANK_LD, M_BANK_ST, M_L1_HIT, M_L2_HIT, M_LOCAL_LD_REQ, M_LOCAL_ST_REQ, M_LOCAL_LD_SECT,
     M_LOCAL_ST_SECT, M_SPILL_INST, *OPCODE_METRICS, M_INST_EXECUTED, M_ELIGIBLE, M_ISSUE_ACTIVE,

@@ -62,6 +62,7 @@ from perfscope.metrics import (
     M_SHARED_IDEAL,
     M_SHARED_WAVEFRONTS,
     M_SM_CLOCK,
+    M_SM_CLOCK_MAX,
     M_SM_COUNT,
     M_SMEM_DRIVER,
     M_SMEM_DYNAMIC,
@@ -120,6 +121,7 @@ class Identity:
     launch_index: int = 0
     # Set when the report file is cut short (only the launches before the cut exist).
     incomplete: str | None = None
+    sm_clock_max_hz: float | None = None   # the chip's highest SM clock (its attribute)
 
 
 class Where(NamedTuple):
@@ -599,8 +601,12 @@ def _identity(r: _Reader, where: Where, version: str | None) -> Identity:
         sm_clock_hz=r.num(M_SM_CLOCK), cycles=r.num(M_CYCLES), mem_clock_hz=r.num(M_MEM_CLOCK),
         reader_version=version, source=where.source, range_index=where.range_index,
         action_index=where.action_index, launch_index=where.launch_index,
-        incomplete=where.incomplete,
+        incomplete=where.incomplete, sm_clock_max_hz=_khz(r.num(M_SM_CLOCK_MAX)),
     )
+
+
+def _khz(v: float | None) -> float | None:
+    return v * 1e3 if v is not None else None
 
 
 def _sol(r: _Reader) -> SpeedOfLight:

@@ -320,3 +320,53 @@ def test_tail_split_probes_patch_the_committed_header(tmp_path):
     assert not mod.usage(stage.name_expression("bf16")).spills
     with pytest.raises(ValueError, match="probe anchor not found once"):
         probe.probed_header("// nothing here\n", 2)
+
+
+@pytest.mark.slow
+def test_power_probes_patch_the_committed_header(tmp_path):
+    """benchmarks/power_probe.py adds a clock64 / %globaltimer probe at persistent_gemm's
+    start and end in the committed hopper.cuh; both probed configurations build for sm_90a
+    without spills; a header without the anchors is refused in one sentence."""
+    import dataclasses
+    import shutil
+
+    from conftest import benchmark_script
+
+    from perfscope.kernels.spec import KERNEL_DIR
+
+    probe = benchmark_script("power_probe")
+    header = probe.probed_header((KERNEL_DIR / "hopper.cuh").read_text())
+    assert header.count("clock64()") == 2 and header.count("ps_ns()") == 3
+    for name in ("hopper.cu", "tma.cuh"):
+        shutil.copy(KERNEL_DIR / name, tmp_path / name)
+    (tmp_path / "hopper.cuh").write_text(header)
+    base = dataclasses.replace(get_spec("hgemm_tma_wgmma_persistent"), kernel_dir=tmp_path)
+    for params in probe.CONFIGS.values():
+        stage = base.with_params(**params)
+        mod = compile_stage(stage, "bf16", "sm_90a")
+        assert not mod.usage(stage.name_expression("bf16")).spills, params
+    with pytest.raises(ValueError, match="probe anchor not found once"):
+        probe.probed_header("// nothing here\n")
+
+
+@pytest.mark.slow
+def test_wgmma_ceiling_issues_the_stage_instruction():
+    """benchmarks/wgmma_ceiling.py's loop is the persistent stage's k-tile step: HGMMA
+    64x256x16 from shared memory for both dtypes and both warpgroup counts, no HMMA, no
+    memory traffic in the loop (no LDG/UTMALDG), no spills."""
+    from conftest import benchmark_script
+
+    from perfscope.sass.disasm import disassemble
+
+    tool = disassembler_or_skip()
+    ceiling = benchmark_script("wgmma_ceiling")
+    module, how = ceiling.build(list(ceiling.DTYPES), [1, 2])
+    sass = disassemble(module.cubin_path, tool)
+    for dtype in ceiling.DTYPES:
+        for wgs in (1, 2):
+            expr = ceiling.expression(dtype, wgs)
+            assert not module.usage(expr).spills, how
+            ops = sass.kernel(module.mangled(expr)).opcodes
+            hgmma = [op for op in ops if op.startswith("HGMMA.64x256x16.F32")]
+            assert hgmma and all(op.endswith(".BF16") == (dtype == "bf16") for op in hgmma), hgmma
+            assert not any(op.startswith(("HMMA", "LDG", "UTMALDG")) for op in ops), sorted(ops)

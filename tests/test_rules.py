@@ -30,6 +30,8 @@ ISSUE_TAGS = {
     "register-spills", "occupancy-limited", "no-tensor-cores", "legacy-mma", "no-tma",
     "tail-effect", "small-grid", "l2-locality", "dram-bound", "store-inefficiency",
     "incorrect-result", "issue-overhead",
+    # Not in the first vocabulary: the clock a kernel runs at (PS171, the power cap).
+    "clock-held",
 }
 
 
@@ -359,6 +361,16 @@ CASES: tuple[Case, ...] = (
     Case("PS170", False, "real", "cublas+gelu's pass at M = 64 moves 1 MiB (0.25 us at the DRAM "
          "rate) in 2.7 us: latency sets that, not bandwidth",
          lambda: fused("cublas+gelu-bf16-64x8192x8192", 1)),
+    Case("PS171", True, "real", "the persistent stage at 4096^3 runs at 1589 of 1980 MHz, its tensor "
+         "pipe 89.5% busy", lambda: reference("hgemm_tma_wgmma_persistent", "bf16")),
+    Case("PS171", True, "real", "cuBLASLt's bf16 GEMM at 4096^3 is held to 1597 MHz as well (info: "
+         "the machine's condition, no warning)", lambda: external("cublaslt_bf16_4096")),
+    Case("PS171", False, "real", "hgemm_ring (mma.sync, tensor pipe 72% busy) runs at 0.88 of the "
+         "maximum clock", lambda: reference("hgemm_ring", "bf16")),
+    Case("PS171", False, "real", "sgemm_pipe's FFMA runs at the full 1976 MHz",
+         lambda: reference("sgemm_pipe", "fp32")),
+    Case("PS171", False, "real", "cuBLAS's decode GEMM (tensor pipe 7% busy) runs at 0.91",
+         lambda: external("torch_decode_m16")),
     Case("PS190", True, "synthetic", "manifest: verdict WRONG",
          lambda: (one("cublas_hgemm_4096"), {"manifest": manifest("WRONG")})),
     Case("PS190", False, "synthetic", "manifest: verdict ok",

@@ -23,7 +23,7 @@ import pytest
 from perfscope.calibration import calibrate, merge
 from perfscope.diagnosis import default_catalogue, diagnose
 from perfscope.manifest import BenchFile
-from perfscope.metrics import M_L2_SECTORS
+from perfscope.metrics import M_L2_SECTORS, M_TENSOR_PIPE
 from perfscope.profile import load
 from perfscope.rules import evaluate
 from perfscope.rules.memory import STORE_INEFFICIENCY
@@ -252,6 +252,22 @@ def test_the_headroom_is_the_roofline_of_the_work():
     assert 0.05 < r.evaluation.headroom.fraction < 0.2
     (d,) = _external("torch_decode_m16")
     assert d.evaluation.headroom.bound == "DRAM"
+
+
+def test_the_clock_is_judged_on_every_committed_kernel():
+    """PS171 reads the chip's maximum clock, a device attribute ncu writes into every report,
+    so every committed capture is judged; it holds the tensor GEMMs that keep their pipe
+    busy (80% and more) and none of the kernels without tensor math."""
+    for r in (*ladder(), *external(), *fused()):
+        name = f"{r.path.name}#{r.profile.identity.launch_index}"
+        assert "PS171" not in {n.code for n in r.evaluation.not_evaluated}, name
+        fired = "PS171" in {f.code for f in r.evaluation.findings}
+        busy = r.profile.metric(M_TENSOR_PIPE)
+        if busy is not None and busy >= 80:
+            assert fired, name
+        if busy is not None and busy < 1:
+            assert not fired, name
+        assert all(f.severity == "info" for f in r.evaluation.findings if f.code == "PS171")
 
 
 def test_calibration_over_the_ladder_steps():

@@ -193,6 +193,26 @@ MD_SOURCE_FALLBACK = (1, 0)
 MD_EVIDENCE = 1
 MD_REASONS = 3
 MD_TEXT = 90
+# Findings that state a condition of the machine rather than of one kernel (PS171: the clock
+# held by the power cap) are said once under the kernel table, not in every kernel's block.
+MD_SAID_ONCE = ("PS171",)
+
+
+def _said_once(review: Review) -> list[str]:
+    """One line per said-once finding: how many kernels it holds, and the range of its first
+    evidence (the clock)."""
+    out = []
+    for code in MD_SAID_ONCE:
+        hits = [f for e in review.entries for f in e.evaluation.findings if f.code == code]
+        if not hits:
+            continue
+        values = sorted(ev.value for f in hits for ev in f.evidence[:1]
+                        if isinstance(ev.value, (int, float)))
+        span = (f"; {md_cell(hits[0].evidence[0].metric)} {values[0]:g}-{values[-1]:g}"
+                if values else "")
+        out.append(f"> **{hits[0].severity}** {code} `{hits[0].tag}`: {md_cell(hits[0].title)}, "
+                   f"on {len(hits)} of {len(review.entries)} kernels{span} (fix: {code})")
+    return out
 
 
 def _source_lines(e: Entry, count: int = MD_SOURCE_LINES) -> list[str]:
@@ -248,6 +268,8 @@ def _details(review: Review, e: Entry, fixes: dict[tuple[str, str], None],
     count = f"{len(f)} finding{'s' if len(f) != 1 else ''}" if f else "no finding"
     lines = [f"<details><summary>{md_cell(e.label)}: {count}</summary>", ""]
     for finding, t in zip(f, finding_texts(e.evaluation), strict=True):
+        if finding.code in MD_SAID_ONCE:
+            continue
         evidence = "; ".join(f"{md_cell(ev.metric)} = {md_cell(evidence_value(ev.value))}"
                              for ev in finding.evidence[:MD_EVIDENCE])
         est = gain(finding.estimated_gain)
@@ -279,6 +301,8 @@ def _review(review: Review, html_name: str | None = None) -> str:
              "| kernel | duration (ncu) | SM % | memory % | top stall | findings |",
              "|---|--:|--:|--:|---|---|", *(_kernel_row(e) for e in review.entries), ""]
     head += [f"> {md_cell(w)}" for w in review.warnings]
+    said = _said_once(review)
+    head += [*said, ""] if said else []
     start = "\n".join(head)
     for source_lines in (MD_SOURCE_LINES, *MD_SOURCE_FALLBACK):
         text, kept = _kernel_blocks(review, start, source_lines)
@@ -301,7 +325,14 @@ def _view_lines(review: Review) -> bool:
 def _kernel_blocks(review: Review, text: str, source_lines: int) -> tuple[str, int]:
     """text, then as many kernels' blocks as fit under LIMIT with the fixes they name, and
     how many did."""
+    # A said-once finding's fix, from its first kernel (the others differ in their numbers).
     fixes: dict[tuple[str, str], None] = {}
+    for code in MD_SAID_ONCE:
+        first = next(((e, f) for e in review.entries for f in e.evaluation.findings
+                      if f.code == code), None)
+        if first is not None:
+            (t,) = [t for t in finding_texts(first[0].evaluation) if t.code == code]
+            fixes[(code, t.fix)] = None
     kept = 0
     for e in review.entries:
         mine: dict[tuple[str, str], None] = dict(fixes)

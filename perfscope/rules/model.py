@@ -27,7 +27,7 @@ TAGS: tuple[str, ...] = (
     "bank-conflicts", "uncoalesced-shared", "latency-exposed", "epilogue-exposed",
     "register-spills", "occupancy-limited", "no-tensor-cores", "legacy-mma", "no-tma",
     "tail-effect", "small-grid", "l2-locality", "dram-bound", "store-inefficiency",
-    "incorrect-result", "issue-overhead",
+    "incorrect-result", "issue-overhead", "clock-held",
 )
 
 # Tags whose fixes remove the same time: within a group only the largest estimate counts
@@ -42,7 +42,7 @@ OVERLAP: Mapping[str, str] = {
     "bank-conflicts": "shared memory", "uncoalesced-shared": "shared memory",
     "smem-bandwidth": "shared memory",
     "register-spills": "registers", "tail-effect": "launch", "small-grid": "launch",
-    "incorrect-result": "correctness",
+    "incorrect-result": "correctness", "clock-held": "clock",
 }
 # Groups that measure the whole gap to a roofline rather than one cause: composed with the
 # causes as the larger of the two, never added to them.

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perfscope.rules.cache import NO_GRID_SWIZZLE, PERSISTING_MISUSE
+from perfscope.rules.clock import CLOCK_HELD
 from perfscope.rules.correctness import INCORRECT, UNVERIFIED
 from perfscope.rules.instructions import ISSUE_OVERHEAD, LEGACY_MMA, NO_TENSOR_CORES, NO_TMA
 from perfscope.rules.latency import (
@@ -59,6 +60,7 @@ REGISTRY: tuple[Rule, ...] = (
     NO_GRID_SWIZZLE,         # PS160
     PERSISTING_MISUSE,       # PS161
     DRAM_BOUND,              # PS170
+    CLOCK_HELD,              # PS171
     INCORRECT,               # PS190
     UNVERIFIED,              # PS191
 )

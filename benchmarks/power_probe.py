@@ -1,0 +1,161 @@
+"""Is a GEMM held by the power cap? The same kernel's cycles and clock, on random and on zero inputs.
+
+    PYTHONPATH=. python3 benchmarks/power_probe.py --out PROBE.json [--rounds 6] [--runs 20]
+
+hgemm_tma_wgmma_persistent at 4096^3 (bf16 and fp16), in two configurations the tune store
+ranks about equal (STAGES 3 BOXES 4, the tuned best, and STAGES 4 BOXES 2), compiled from a
+copy of hopper.cuh in a temporary folder (KernelSpec.kernel_dir) with one probe added: the
+first consumer thread of each CTA reads clock64 (the SM's cycles) and %globaltimer (ns) at
+the kernel's start and end. Each configuration is verified against float64, then timed by
+CUDA events (20 launches a batch, the L2 flushed before each, as bench does) on random
+inputs (bench's standard normal) and on all-zero inputs, in alternating rounds. Per case:
+the median event time, the median CTA's cycles and its clock (cycles over its nanoseconds:
+the clock the multiprocessor ran at) from the last launch of each batch, and NVML's reading.
+
+The cycles a kernel needs do not depend on its data; its power does. Where the same cycles
+take less time on zeros, the clock was held by the power cap, not by the work, and a change
+that saves cycles buys time only as far as it saves energy: the two configurations show
+how far (PS171 in perfscope/rules/clock.py cites this file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from perfscope.kernels import Shape, get_spec
+from perfscope.kernels.spec import KERNEL_DIR
+
+SHAPE = Shape(4096, 4096, 4096)
+DTYPES = ("bf16", "fp16")
+CONFIGS = {"STAGES=3 BOXES=4": dict(STAGES=3, GROUP=4, BOXES=4, STREAMK=0),
+           "STAGES=4 BOXES=2": dict(STAGES=4, GROUP=4, BOXES=2, STREAMK=0)}
+MAX_CTAS = 160
+FLUSH_BYTES = 512 << 20
+
+_DECL_AT = "// ------------------------------------------------------------------ persistent body\n"
+_DECL = ('extern "C" { __device__ unsigned long long ps_clk[160][4]; }\n'
+         "__device__ __forceinline__ unsigned long long ps_ns() {\n"
+         '    unsigned long long t;\n    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));\n'
+         "    return t;\n}\n")
+_START_AT = "    __syncthreads();\n\n    if (wg == 0) {\n"
+_START = ("    __syncthreads();\n"
+          "    if (tid == 128) { ps_clk[blockIdx.x][0] = clock64(); ps_clk[blockIdx.x][2] = ps_ns(); }\n\n"
+          "    if (wg == 0) {\n")
+_END_AT = "        if (tid % 128 == 0) tma::store_wait_all();\n    }\n}\n"
+_END = ("        if (tid % 128 == 0) tma::store_wait_all();\n"
+        "        if (tid == 128) { ps_clk[blockIdx.x][1] = clock64(); ps_clk[blockIdx.x][3] = ps_ns(); }\n"
+        "    }\n}\n")
+
+
+def probed_header(text: str) -> str:
+    """hopper.cuh with the start and end probes; a ValueError names an anchor not there once."""
+    for anchor, repl in ((_DECL_AT, _DECL_AT + _DECL), (_START_AT, _START), (_END_AT, _END)):
+        if text.count(anchor) != 1:
+            raise ValueError(f"probe anchor not found once: {anchor.strip()[:60]}")
+        text = text.replace(anchor, repl)
+    return text
+
+
+def probed_folder() -> Path:
+    folder = Path(tempfile.mkdtemp(prefix="power-probe-"))
+    for name in ("hopper.cu", "tma.cuh"):
+        shutil.copy(KERNEL_DIR / name, folder / name)
+    (folder / "hopper.cuh").write_text(probed_header((KERNEL_DIR / "hopper.cuh").read_text()))
+    return folder
+
+
+def per_cta(probe) -> tuple[float, float]:
+    """(median CTA's cycles, median CTA's MHz) of one launch's probe rows."""
+    cycles = [float(r[1] - r[0]) for r in probe]
+    mhz = [float(r[1] - r[0]) / float(r[3] - r[2]) * 1e3 for r in probe]
+    return statistics.median(cycles), statistics.median(mhz)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--runs", type=int, default=20)
+    args = ap.parse_args(argv)
+    import cupy as cp
+
+    from perfscope import verify
+    from perfscope.environment import ClockReader, collect_environment
+    from perfscope.kernels.launch import prepare
+    from perfscope.timing import L2Flush
+
+    folder = probed_folder()
+    base = dataclasses.replace(get_spec("hgemm_tma_wgmma_persistent"), kernel_dir=folder)
+    env = collect_environment(cp)
+    flush, nvml = L2Flush(cp, FLUSH_BYTES, "read"), ClockReader()
+    rows = []
+    for dtype in DTYPES:
+        preps = {}
+        for name, params in CONFIGS.items():
+            prep = prepare(base.with_params(**params), dtype, SHAPE)
+            v = verify.verify(prep, 1)
+            if v.verdict != "ok":
+                print(f"{dtype} {name}: verification {v.verdict}; not timed")
+                continue
+            preps[name] = prep
+        a, b = verify.make_inputs(cp, SHAPE, dtype, 7)
+        inputs = {"random": (a, b), "zeros": (cp.zeros_like(a), cp.zeros_like(b))}
+        c = cp.empty((SHAPE.m, SHAPE.n), dtype=a.dtype)
+        got: dict[tuple[str, str], dict[str, list[float]]] = {}
+        for rnd in range(args.rounds):
+            order = list(preps.items()) if rnd % 2 == 0 else list(preps.items())[::-1]
+            for name, prep in order:
+                probe = cp.ndarray((MAX_CTAS, 4), dtype=cp.uint64,
+                                   memptr=prep.raw_module.get_global("ps_clk"))
+                for kind, (x, y) in inputs.items():
+                    for _ in range(3):
+                        prep.launch(x, y, c)
+                    events = [(cp.cuda.Event(), cp.cuda.Event()) for _ in range(args.runs)]
+                    for start, end in events:
+                        flush()
+                        start.record()
+                        prep.launch(x, y, c)
+                        end.record()
+                    mhz = nvml.sm_mhz()
+                    events[-1][1].synchronize()
+                    cycles, clock = per_cta(cp.asnumpy(probe[: prep.grid[0]]).tolist())
+                    r = got.setdefault((name, kind), {"ms": [], "cycles": [], "mhz": [], "nvml": []})
+                    r["ms"] += [cp.cuda.get_elapsed_time(s, e) for s, e in events]
+                    r["cycles"].append(cycles)
+                    r["mhz"].append(clock)
+                    if mhz is not None:
+                        r["nvml"].append(float(mhz))
+        for (name, kind), r in got.items():
+            ms = statistics.median(r["ms"])
+            row = {"dtype": dtype, "shape": str(SHAPE), "config": name, "inputs": kind,
+                   "ms_median": ms, "tflops": SHAPE.flops / (ms * 1e-3) / 1e12,
+                   "cta_cycles_median": statistics.median(r["cycles"]),
+                   "in_kernel_mhz_median": statistics.median(r["mhz"]),
+                   "nvml_mhz_median": statistics.median(r["nvml"]) if r["nvml"] else None,
+                   "batches": len(r["cycles"])}
+            rows.append(row)
+            print(f"{dtype} {name:17s} {kind:6s} {ms * 1e3:7.1f} us {row['tflops']:6.1f} TFLOP/s "
+                  f"{row['cta_cycles_median']:9.0f} cycles {row['in_kernel_mhz_median']:6.0f} MHz "
+                  f"(NVML {row['nvml_mhz_median']})", flush=True)
+    doc = {"schema": "perfscope.power-probe/1", "stage": "hgemm_tma_wgmma_persistent",
+           "configs": CONFIGS, "environment": dataclasses.asdict(env), "rows": rows,
+           "flush_bytes": FLUSH_BYTES, "runs": args.runs,
+           "rounds": args.rounds, "command": "PYTHONPATH=. python3 benchmarks/power_probe.py "
+           + " ".join(argv if argv is not None else sys.argv[1:]),
+           "time": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"wrote {args.out}")
+    return 0 if rows else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
