@@ -6,6 +6,7 @@ import csv
 import io
 import lzma
 import re
+import sys
 from functools import cache
 from pathlib import Path
 
@@ -28,8 +29,32 @@ if not _gpu_available():
     import ncu_report  # noqa: F401
 
 
+def pytest_ignore_collect(collection_path, config):
+    """Under ``-m gpu`` a test module with no gpu test is not even imported: the CPU modules
+    load Nsight Compute's report reader, and CuPy cannot run beside it."""
+    if (config.getoption("markexpr", "") != "gpu" or collection_path.suffix != ".py"
+            or not collection_path.name.startswith("test_")):
+        return None
+    return True if "pytest.mark.gpu" not in collection_path.read_text() else None
+
+
+def cupy_refusal(gpu: bool, reader_loaded: bool) -> str | None:
+    """Why the tests marked cupy cannot run in this process, None when they can."""
+    if not gpu or not reader_loaded:
+        return None
+    return ("Nsight Compute's report reader is loaded in this pytest process (a collected module "
+            "imports it) and CuPy cannot run beside it: run the GPU test files one per process, "
+            "python -m pytest -m gpu tests/FILE.py")
+
+
 def pytest_collection_modifyitems(config, items):
     if _gpu_available():
+        refusal = cupy_refusal(True, "ncu_report" in sys.modules)
+        if refusal is not None:
+            skip = pytest.mark.skip(reason=refusal)
+            for item in items:
+                if "cupy" in item.keywords:
+                    item.add_marker(skip)
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU with CuPy")
     for item in items:
@@ -40,7 +65,6 @@ def pytest_collection_modifyitems(config, items):
 def benchmark_script(name: str):
     """benchmarks/NAME.py as a module (the scripts import no GPU library at import time)."""
     import importlib.util
-    import sys
 
     path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(name, path)

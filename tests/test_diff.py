@@ -470,3 +470,19 @@ def test_reasons_equal_at_the_printed_percent_keep_their_order():
     # built in, so a re-profile's noise does not swap the verdict's lines; 2% ranks below.
     assert d._rank_share(0.029) == d._rank_share(0.031) > d._rank_share(0.02)
     assert d._rank_share(None) < d._rank_share(0.0)
+
+
+def test_diff_says_how_much_of_the_time_is_the_clock():
+    """The persistent stage's fp16 run against its bf16 one (the committed reference run):
+    the same cycles within 0.5%, 3% more time, all of it the 2.8% lower clock, both at the
+    power cap; the bf16 stage against cuBLAS bf16 ran 0.5% apart and nothing is said."""
+    fp16 = resolve(str(REFERENCE / "hgemm_tma_wgmma_persistent-fp16-4096x4096x4096.ncu-rep.xz"))
+    bf16 = resolve(str(REFERENCE / "hgemm_tma_wgmma_persistent-bf16-4096x4096x4096.ncu-rep.xz"))
+    cublas = resolve(str(REFERENCE / "cublas_bgemm-bf16-4096x4096x4096.ncu-rep.xz"))
+    note = d.compare(fp16, bf16).clock
+    assert note == ("A ran at 1544 MHz and B at 1589 MHz (A's clock 2.8% lower): A takes 1.03x "
+                    "B's time and 1.00x its cycles; A and B at the power cap (PS171).")
+    assert d.compare(bf16, cublas).clock is None
+    result = CliRunner().invoke(app, ["diff", str(fp16.path), str(bf16.path), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["clock"] == note

@@ -15,7 +15,7 @@ from perfscope.kernels import REGISTRY, Shape, get_spec
 from perfscope.kernels.launch import prepare, require_gpu
 from perfscope.manifest import OK
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.cupy]
 
 CASES = [(s, d) for s in REGISTRY for d in s.dtypes]
 CASES += [(get_spec("sgemm_pipe").with_params(STAGES=n), "fp32") for n in (2, 4)]

@@ -19,7 +19,7 @@ from perfscope.kernels.launch import prepare, require_gpu
 from perfscope.manifest import OK
 from perfscope.timing import BenchOptions
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.cupy]
 
 EPILOGUES = (Epilogue("gelu"), Epilogue("silu"), Epilogue("gelu", residual=True),
              Epilogue("none", residual=True))

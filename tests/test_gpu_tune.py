@@ -19,7 +19,7 @@ from perfscope.tune import workflow
 from perfscope.tune.executors import ExecutorChoice, make_executor
 from perfscope.tune.store import Store
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.cupy]
 
 
 def _sweep(tmp_path, stage: str, dtype: str, pins: dict, shape: str = "2048x2048x2048"):

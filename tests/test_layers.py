@@ -233,3 +233,22 @@ def test_benchmarks_that_run_kernels_never_load_the_report_reader(script):
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_a_gpu_run_collects_only_the_modules_with_gpu_tests():
+    """`pytest -m gpu tests/` imports no CPU-only module (they load the report reader, beside
+    which CuPy cannot run); where a collected module still loads it on a GPU machine, the
+    CuPy tests are skipped with the sentence that says to run the files one per process."""
+    from conftest import cupy_refusal
+
+    tests = PACKAGE.parent / "tests"
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "--collect-only", "-m", "gpu",
+                          "-p", "no:cacheprovider", str(tests)],
+                         capture_output=True, text=True, cwd=PACKAGE.parent, check=False)
+    files = {line.split("::", 1)[0].rsplit("/", 1)[-1] for line in out.stdout.splitlines()
+             if "::" in line}
+    with_gpu = {p.name for p in tests.glob("test_*.py") if "pytest.mark.gpu" in p.read_text()}
+    assert files and files <= with_gpu, (files - with_gpu, out.stdout[-2000:])
+    assert {"test_gpu_bench.py", "test_gpu_profile.py"} <= files
+    assert cupy_refusal(False, True) is None and cupy_refusal(True, False) is None
+    assert "one per process" in cupy_refusal(True, True)

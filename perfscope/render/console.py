@@ -192,6 +192,8 @@ def _diff(doc: DiffDocument, color: bool = False, width: int | None = None) -> s
                           + "; only in B: " + (", ".join(diff.only_b) or "none")))
     parts.append(Text(verdict_heading(diff), style="bold"))
     parts += [Text(f"  {line}") for line in verdict_lines(diff)]
+    if diff.clock:
+        parts.append(Text(diff.clock))
     return _text(parts, color, width)
 
 

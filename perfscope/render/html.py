@@ -393,7 +393,7 @@ def _comparison_view(c, parent_shown: bool = False) -> dict[str, Any]:
             "change": _change_line(c, parent_shown), "improved": diff.improved,
             "headline": "A takes " + " and ".join(parts) if parts else "",
             "sections": _verdict_sections(c),
-            "gap": gap_line(diff),
+            "gap": " ".join(x for x in (gap_line(diff), diff.clock) if x) or None,
             # Aspects that read the same on both sides are named in one line, not a row each.
             "structure": [r for r in structure_rows(diff) if r[1] != r[2]]
             if any(x.differs for x in diff.structure) else [],

@@ -244,6 +244,8 @@ def diff_document(diff: ProfileDiff, gate_failures: Sequence[str] = ()) -> dict[
         "remaining": [dataclasses.asdict(r) for r in diff.remaining],
         "structure": [dataclasses.asdict(x) for x in diff.structure],
         "warnings": list(diff.warnings),
+        # How much of the time ratio is the clock, where the SM clocks differ by 2% or more.
+        "clock": diff.clock,
         "family_labels": {k: FAMILY_BY_KEY[k].label for k in FAMILY_BY_KEY},
         "gate_failures": list(gate_failures),
     }

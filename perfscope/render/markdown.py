@@ -124,6 +124,8 @@ def _diff(doc: DiffDocument) -> str:
         lines += [f"**{md_cell(heading)}**", "", *(md_cell(x) for x in body), ""]
     if (gap := gap_line(diff)) is not None:
         lines += [md_cell(gap), ""]
+    if diff.clock:
+        lines += [md_cell(diff.clock), ""]
     structure = structure_rows(diff)
     if structure:
         lines += ["| launch structure | A | B | |", "|---|---|---|---|"]
