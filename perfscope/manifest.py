@@ -197,6 +197,9 @@ class RunManifest:
     version: int = MANIFEST_VERSION
     # Set for a program's capture: its command, launch selection and faults.
     capture: Capture | None = None
+    # ncu's --clock-control for the report beside it ("none": clocks as found; "base":
+    # locked by ncu), None where the manifest did not record it (made before it did).
+    clock_control: str | None = None
 
     def __post_init__(self) -> None:
         if self.timing is not None and self.verification.verdict not in (OK, UNVERIFIED):

@@ -287,11 +287,12 @@ def _run_group(ncu: str, req: ProfileRequest, name: str, jobs: list[RunnerJob], 
     except ncu_mod.NcuInterrupted as stop:
         # Keep what ncu had written: the stages profiled so far get their reports and
         # manifests in out_dir, so --resume skips them.
-        kept = _collect(ncu, jobs, stop.run, staging, out_dir, interrupted=True)
+        kept = _collect(ncu, jobs, stop.run, staging, out_dir, opts.clock_control,
+                        interrupted=True)
         if stop.run.report is not None:
             stop.run.report.unlink(missing_ok=True)
         raise _GroupInterrupted(kept) from None
-    results = _collect(ncu, jobs, run, staging, out_dir)
+    results = _collect(ncu, jobs, run, staging, out_dir, opts.clock_control)
     if run.failure is not None and not any(r.verdict == "error" for r in results):
         # ncu failed in a way no stage explains (no permission, bad metric name...).
         raise run.failure
@@ -299,8 +300,9 @@ def _run_group(ncu: str, req: ProfileRequest, name: str, jobs: list[RunnerJob], 
 
 
 def _collect(ncu: str, jobs: list[RunnerJob], run: ncu_mod.NcuRun, staging: Path, out_dir: Path,
-             interrupted: bool = False) -> list[StageResult]:
-    """Split a group's report by stage and put each stage's report and manifest in out_dir.
+             clock_control: str, interrupted: bool = False) -> list[StageResult]:
+    """Split a group's report by stage and put each stage's report and manifest in out_dir,
+    each manifest stamped with the capture's clock control.
 
     After an interrupt only the stages whose launch made it into the report are kept.
     """
@@ -315,19 +317,15 @@ def _collect(ncu: str, jobs: list[RunnerJob], run: ncu_mod.NcuRun, staging: Path
             split_error = str(exc)
             log.warning("%s", exc)
     if interrupted:
-        return [StageResult(j.stem, "ok", reports[j.stem], _keep_manifest(staging, out_dir, j.stem))
+        return [StageResult(j.stem, "ok", reports[j.stem],
+                            _keep_manifest(staging, out_dir, j.stem, clock_control))
                 for j in jobs if j.stem in reports]
     results = []
     for job in jobs:
-        manifest = staging / f"{job.stem}.json"
         verdict = verdicts.get(job.stem)
-        if manifest.exists():
-            final = out_dir / manifest.name
-            os.replace(manifest, final)
-            manifest = final
-            verdict = verdict or json.loads(final.read_text())["verification"]["verdict"]
-        else:
-            manifest = None
+        manifest = _keep_manifest(staging, out_dir, job.stem, clock_control)
+        if manifest is not None:
+            verdict = verdict or json.loads(manifest.read_text())["verification"]["verdict"]
         detail = ""
         if verdict is None:
             verdict = "error"
@@ -338,10 +336,15 @@ def _collect(ncu: str, jobs: list[RunnerJob], run: ncu_mod.NcuRun, staging: Path
     return results
 
 
-def _keep_manifest(staging: Path, out_dir: Path, stem: str) -> Path | None:
+def _keep_manifest(staging: Path, out_dir: Path, stem: str, clock_control: str) -> Path | None:
+    """The runner's manifest of `stem`, stamped with the capture's clock control (the
+    runner, under ncu, cannot know it), moved into out_dir; None when it wrote none."""
     manifest = staging / f"{stem}.json"
     if not manifest.exists():
         return None
+    doc = json.loads(manifest.read_text())
+    doc["clock_control"] = clock_control
+    manifest.write_text(json.dumps(doc, indent=1) + "\n")
     final = out_dir / manifest.name
     os.replace(manifest, final)
     return final
@@ -541,7 +544,7 @@ def _program_manifest(req: ProgramRequest, known: tuple[str, Shape] | None, laun
                        verification=Verification(UNVERIFIED, detail="a program's own kernel: "
                                                  "perfscope did not make its inputs, so it cannot "
                                                  "check its output"),
-                       layout=UNKNOWN_LAYOUT, capture=capture,
+                       layout=UNKNOWN_LAYOUT, capture=capture, clock_control=o.clock_control,
                        created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
 
 

@@ -52,6 +52,8 @@ def test_stage_mode_writes_one_report_and_manifest_per_stage(fake, tmp_path):
     for stage in STAGES:
         stem = stem_for(stage, "fp32", "64x64x64")
         assert (out / f"{stem}.ncu-rep").exists() and (out / f"{stem}.json").exists()
+        # The runner under ncu cannot know the clock control; the parent stamps it.
+        assert json.loads((out / f"{stem}.json").read_text())["clock_control"] == "none"
     assert not list(out.glob(".staging-*")) and not list(out.glob("*.part.*"))
     calls = argv_log(log)
     profiling_call = next(c for c in calls if "--nvtx" in c)

@@ -182,6 +182,7 @@ def test_shape_and_dtype_make_a_program_manifest(fake, tmp_path):
     assert m.capture is not None and m.capture.command == ("python3", "mm.py")
     assert (m.capture.kernel_regex, m.capture.launch_skip, m.capture.launches) == ("ps_", 1, 2)
     assert m.capture.fault is None and m.capture.untrusted_launches == ()
+    assert m.clock_control == "none"
     # The loader reads it: cublas can now be resolved for any launch of the capture.
     rec = diagnosis.resolve(f"{target}:ps_@1")
     assert rec.manifest is not None and rec.shape == (4096, 4096, 4096)

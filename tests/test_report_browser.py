@@ -46,9 +46,19 @@ def page(request, tmp_path_factory):
 
 
 def _reload(driver, fragment: str = "") -> None:
-    """The page afresh (cards in their first state), optionally at #fragment."""
+    """The page afresh (cards in their first state), optionally at #fragment, once the
+    browser has finished the fragment's navigation: it opens the <details> around the target
+    and applies :target after the load event, later on a large page (the reference index)."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
     driver.get("about:blank")
     driver.get(driver.page_url + (f"#{fragment}" if fragment else ""))
+    WebDriverWait(driver, 10).until(lambda d: d.execute_script(
+        "return document.readyState === 'complete' && (!arguments[0] || "
+        "document.querySelector(':target') !== null)", fragment))
+    # Two animation frames: the style and the details' toggle land before the next read.
+    driver.execute_async_script("const done = arguments[arguments.length - 1]; "
+                                "requestAnimationFrame(() => requestAnimationFrame(done));")
 
 
 def _cards(driver) -> list[dict]:

@@ -408,6 +408,17 @@ def test_case(case: Case):
         assert case.code in ev.silent, (case.code, [f.code for f in ev.findings], ev.not_evaluated)
 
 
+def test_a_capture_with_locked_clocks_leaves_the_clock_unjudged():
+    """Under ncu's --clock-control base the clock over the kernel is the lock's, not the
+    card's: PS171 is not evaluated, and says why."""
+    kp, kw = reference("hgemm_tma_wgmma_persistent", "bf16")
+    locked = dataclasses.replace(kw["manifest"], clock_control="base")
+    ev = evaluate(kp, **{**kw, "manifest": locked})
+    (skip,) = [n for n in ev.not_evaluated if n.code == "PS171"]
+    assert "--clock-control base" in skip.reason
+    assert "PS171" in {f.code for f in evaluate(kp, **kw).findings}
+
+
 @pytest.mark.parametrize("name, stragglers", [
     ("hgemm_tma_wgmma_persistent@STREAMK=3-bf16-4096x4096x4096", True),
     ("hgemm_tma_wgmma_persistent@STREAMK=3-bf16-1024x8192x8192", True),

@@ -16,7 +16,7 @@ cycle, the dense rating, at 1664 MHz (reports/reference/h200/wgmma_ceiling.json)
 from __future__ import annotations
 
 from perfscope.metrics import M_SM_CLOCK, M_SM_CLOCK_MAX, M_TENSOR_PIPE
-from perfscope.rules.model import Evidence, Hit, Inputs, Rule, need
+from perfscope.rules.model import Evidence, Hit, Inputs, NotCollected, Rule, need
 
 # -- thresholds --
 # Below this share of the chip's maximum SM clock over the kernel, the clock was held down.
@@ -39,9 +39,10 @@ def _check_clock_held(inputs: Inputs) -> Hit | None:
     less energy, or puts to work power the chip leaves unused (SMs idle through the last
     round: stream-K saved the 2-3% PS153 predicted at 8192^3, where the clock is capped
     lower still); a change that only trades cycles for the same energy buys less time than
-    its cycles say, or none. (A report captured with locked clocks, ncu's own default
-    ``--clock-control base``, reads low for that reason instead; perfscope profiles with
-    ``none``.)
+    its cycles say, or none. (Under locked clocks, ncu's own default ``--clock-control
+    base``, the clock reads low for that reason instead: perfscope profiles with ``none``
+    and records it in the run manifest, and a manifest that says ``base`` leaves the rule
+    not evaluated; a report with no manifest cannot say.)
     Fix: nothing to change in the kernel for the clock itself; judge a change by its time
     under ``perfscope bench`` (random inputs, clocks as found) rather than by its cycles,
     and compare kernels at the same clock conditions.
@@ -52,6 +53,10 @@ def _check_clock_held(inputs: Inputs) -> Hit | None:
         after:  the same kernel on all-zero inputs: 280,593 cycles at 1798 MHz, 161.7 us
     Source: seed 000 §5.1 (time the candidates, do not count their cycles); NCU Profiling
     Guide: Clock Control; benchmarks/power_probe.py, benchmarks/wgmma_ceiling.py."""
+    m = inputs.manifest
+    if m is not None and m.clock_control not in (None, "none"):
+        raise NotCollected(f"the clock as found (the capture ran with --clock-control "
+                           f"{m.clock_control}: ncu set the clock)")
     ident = inputs.profile.identity
     clock = need(ident.sm_clock_hz, M_SM_CLOCK)
     top = need(ident.sm_clock_max_hz, M_SM_CLOCK_MAX)
