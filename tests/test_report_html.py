@@ -357,6 +357,11 @@ def test_reference_markdown_fits_a_comment_with_every_kernel():
         assert f"<details><summary>{e.label}:" in md
     assert md.count("<details>") == len(rep.entries) + 1     # one per kernel, one of fixes
     assert "What A improved over B" in md and "What remains in A" in md
+    # PS171 (the power cap) is the machine's condition: said once under the kernel table,
+    # with how many kernels it holds, and its fix once in the fixes.
+    held = sum("PS171" in {f.code for f in e.evaluation.findings} for e in rep.entries)
+    assert held and md.count("PS171 `clock-held`") == 1
+    assert f"on {held} of {len(rep.entries)} kernels" in md and md.count("- **PS171**:") == 1
 
 
 def test_tuning_section_only_with_tune_results():
