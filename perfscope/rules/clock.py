@@ -7,7 +7,7 @@ run at 0.78-0.84 of the 1980 MHz maximum. The per-cycle figures say where their 
 the clock says how much time those cycles take, and at the cap that is set by the energy the
 work draws. Measured on the H200 (reports/reference/h200/power_probe.json): the persistent
 Hopper stage at 4096^3 runs about the same cycles at 1798 MHz on all-zero inputs and at 1633
-(bf16) or 1585 (fp16) MHz on random ones, taking 8-10% more time on those; a configuration
+(bf16) or 1585 (fp16) MHz on random ones, taking 8-11% more time on those; a configuration
 with 0.9% fewer cycles ran at a 1.1-1.5% lower clock and took 0.2-0.3% longer. The
 instruction is not the limit: wgmma.m64n256k16 with no memory traffic issues 4096 FLOP per SM
 cycle, the dense rating, at 1664 MHz (reports/reference/h200/wgmma_ceiling.json).
@@ -51,7 +51,7 @@ def _check_clock_held(inputs: Inputs) -> Hit | None:
     under ``perfscope bench`` (random inputs, clocks as found) rather than by its cycles,
     and compare kernels at the same clock conditions.
     Estimate: none: it is a condition of the machine, and what it costs depends on the
-    energy of the data (the same kernel, about the same cycles, took 8-10% less time on zeros).
+    energy of the data (the same kernel, about the same cycles, took 7.5-10% less time on zeros).
     Example:
         before: persistent stage, 4096^3 bf16, random inputs: 276,884 cycles at 1633 MHz, 174.9 us
         after:  the same kernel on all-zero inputs: 280,593 cycles at 1798 MHz, 161.7 us
