@@ -38,8 +38,8 @@ def page(request, tmp_path_factory):
         pytest.skip(f"{request.param} is not committed")
     driver = example.headless_chromium(tmp_path_factory.mktemp("chromium-profile"), 1280, 1400)
     try:
-        driver.get(request.param.resolve().as_uri())
         driver.page_url = request.param.resolve().as_uri()
+        _reload(driver)
         yield driver
     finally:
         driver.quit()
@@ -53,7 +53,8 @@ def _reload(driver, fragment: str = "") -> None:
 
     driver.get("about:blank")
     driver.get(driver.page_url + (f"#{fragment}" if fragment else ""))
-    WebDriverWait(driver, 10).until(lambda d: d.execute_script(
+    # driver.get can return while a large file:// page still reads "loading" (seen in CI).
+    WebDriverWait(driver, 20).until(lambda d: d.execute_script(
         "return document.readyState === 'complete' && (!arguments[0] || "
         "document.querySelector(':target') !== null)", fragment))
     # Two animation frames: the style and the details' toggle land before the next read.
