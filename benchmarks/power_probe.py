@@ -23,12 +23,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from probed_copy import patched, probed_kernel_dir
 
 from perfscope.kernels import Shape, get_spec
 from perfscope.kernels.spec import KERNEL_DIR
@@ -57,19 +59,11 @@ _END = ("        if (tid % 128 == 0) tma::store_wait_all();\n"
 
 def probed_header(text: str) -> str:
     """hopper.cuh with the start and end probes; a ValueError names an anchor not there once."""
-    for anchor, repl in ((_DECL_AT, _DECL_AT + _DECL), (_START_AT, _START), (_END_AT, _END)):
-        if text.count(anchor) != 1:
-            raise ValueError(f"probe anchor not found once: {anchor.strip()[:60]}")
-        text = text.replace(anchor, repl)
-    return text
+    return patched(text, ((_DECL_AT, _DECL_AT + _DECL), (_START_AT, _START), (_END_AT, _END)))
 
 
 def probed_folder() -> Path:
-    folder = Path(tempfile.mkdtemp(prefix="power-probe-"))
-    for name in ("hopper.cu", "tma.cuh"):
-        shutil.copy(KERNEL_DIR / name, folder / name)
-    (folder / "hopper.cuh").write_text(probed_header((KERNEL_DIR / "hopper.cuh").read_text()))
-    return folder
+    return probed_kernel_dir(probed_header((KERNEL_DIR / "hopper.cuh").read_text()), "power-probe-")
 
 
 def per_cta(probe) -> tuple[float, float]:

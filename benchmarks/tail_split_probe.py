@@ -29,11 +29,13 @@ import dataclasses
 import itertools
 import json
 import lzma
-import shutil
 import statistics
 import sys
-import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from probed_copy import patched, probed_kernel_dir
 
 from perfscope import verify
 from perfscope.kernels import Shape, get_spec
@@ -85,13 +87,9 @@ def probed_header(text: str, cost: int) -> str:
     """hopper.cuh with the probes and the cut piece charged ``cost`` k tiles; a ValueError
     names an anchor that is not there exactly once."""
     charge = "constexpr int SK_PARTIAL_K_TILES = 6;"
-    for anchor, repl in ((charge, f"constexpr int SK_PARTIAL_K_TILES = {cost};"),
-                         ('#include "tma.cuh"\n', '#include "tma.cuh"\n' + PROBE_DECL),
-                         (_UNIT_START, _UNIT_START_PROBED), (_UNIT_END, _UNIT_END_PROBED)):
-        if text.count(anchor) != 1:
-            raise ValueError(f"probe anchor not found once: {anchor.strip()[:60]}")
-        text = text.replace(anchor, repl)
-    return text
+    return patched(text, ((charge, f"constexpr int SK_PARTIAL_K_TILES = {cost};"),
+                          ('#include "tma.cuh"\n', '#include "tma.cuh"\n' + PROBE_DECL),
+                          (_UNIT_START, _UNIT_START_PROBED), (_UNIT_END, _UNIT_END_PROBED)))
 
 
 def summary(probe: list, k_tiles: int) -> dict:
@@ -132,11 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     import cupy as cp
 
-    folder = Path(tempfile.mkdtemp(prefix="tail-split-probe-"))
-    for name in ("hopper.cu", "tma.cuh"):
-        shutil.copy(KERNEL_DIR / name, folder / name)
-    (folder / "hopper.cuh").write_text(probed_header((KERNEL_DIR / "hopper.cuh").read_text(),
-                                                     args.cost_k_tiles))
+    folder = probed_kernel_dir(probed_header((KERNEL_DIR / "hopper.cuh").read_text(),
+                                             args.cost_k_tiles), "tail-split-probe-")
 
     # The stage compiled from the probed copy (KernelSpec.kernel_dir), launched as bench does.
     base = dataclasses.replace(get_spec("hgemm_tma_wgmma_persistent"), kernel_dir=folder)
