@@ -67,6 +67,7 @@ from perfscope.kernels.fused_specs import (
     fused_geometry,
     small_m_for,
     small_m_grid_for,
+    small_m_pair,
 )
 from perfscope.kernels.launch import cluster_fit, compile_stage, elementwise_request
 from perfscope.kernels.spec import KERNEL_DIR, KernelSpec, Shape
@@ -224,7 +225,7 @@ class FusedLaunch:
             p = spec.param_dict
             if splits is not None:
                 return cls(spec, dtype, shape, function, driver, small_m_grid_for(p, shape, splits),
-                           block, smem, splits * p.get("MCAST", 1))
+                           block, smem, splits * small_m_pair(p))
             grid, cluster = fused_geometry(spec, shape, multiprocessors,
                                            cluster_fit(driver, function, block, smem))
             return cls(spec, dtype, shape, function, driver, grid, block, smem, cluster)

@@ -37,9 +37,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from perfscope.build import CompileRequest, compile_cubin  # noqa: E402
+from perfscope.errors import PerfscopeError  # noqa: E402
 from perfscope.kernels import Shape, get_spec  # noqa: E402
 from perfscope.kernels.fused_specs import small_m_for  # noqa: E402
-from perfscope.kernels.spec import KERNEL_DIR  # noqa: E402
+from perfscope.kernels.spec import KERNEL_DIR, parse_params, parse_shape  # noqa: E402
 
 log = logging.getLogger("small_m_probe")
 
@@ -60,12 +61,12 @@ __device__ __forceinline__ unsigned long long ps_gtime() {
 # pattern cover fused.cu before and after the early ring (c04db22 and later).
 _PATCHES = (
     (r"(template <typename T, int BM, int BN, int BK, int STAGES, int ACT, int RESIDUAL, "
-     r"int AROWS,\n\s+int MCAST>\n__global__)", PROBE_DECL + r"\1"),
+     r"int AROWS,\n\s+int MCAST(?:, int MPAIR)?>\n__global__)", PROBE_DECL + r"\1"),
     (r"(    const int nk = KT \* static_cast<int>\(rank \+ 1\) / static_cast<int>\(splits\) "
      r"- kt0;\n)",
      r"\1    const int ps_cta = blockIdx.y * gridDim.x + blockIdx.x;\n"
      r"    if (tid == 0) ps_probe[0][ps_cta] = ps_gtime();\n"),
-    (r"(        for \(int i = 0; i < early; \+\+i\) issue\(i\);\n|"
+    (r"(        for \(int i = 0; i < early; \+\+i\) issue\(i(?:, OWN)?\);\n|"
      r"            // Slot s, round r >= 1 waits for the consumers' \(r-1\)-th release of it\.\n)",
      r"\1            ps_probe[1][ps_cta] = ps_gtime();\n"),
     (r"(            wgmma_wait<1>\(\);   // the group before this one has read its slot: free it\n)",
@@ -73,9 +74,11 @@ _PATCHES = (
     (r"(        wgmma_wait<0>\(\);\n)(        // Every consumer's wgmmas are done with the ring)",
      r"\1        if (ct == 0) ps_probe[3][ps_cta] = ps_gtime();\n\2"),
     (r"(        if \(rank == 0\) \{\n#pragma unroll\n            for \(int mi = 0; mi < MI; \+\+mi\) "
-     r"\{\n                const int f = c \* MI \+ mi;)",
+     r"\{\n                const int f = c \* MI \+ mi;|"
+     r"        // The owned units: bias / activation / residual)",
      r"        if (ct == 0) ps_probe[4][ps_cta] = ps_gtime();\n\1"),
-    (r"(            if \(tid % 128 == 0\) tma::store_wait_\w+(?:<0>)?\(\);\n        \}\n)"
+    (r"((?:            )?        if \(tid % 128 == 0\) tma::store_wait_\w+(?:<0>)?\(\);\n(?:        \}\n)?"
+     r"(?:        //[^\n]*\n)*(?:        if \(splits == 1 && ctas > 1\)[^\n]*\n)?)"
      r"(    \}\n\}\n\n// =+ fused stage 3)",
      r"\1        if (ct == 0) ps_probe[5][ps_cta] = ps_gtime();\n\2"),
 )
@@ -139,10 +142,12 @@ def _phases(cp, probe, ctas: int) -> dict[str, dict[str, float]]:
 class Probed:
     """hgemm_small_m built from a probed source, launched as perfscope launches it."""
 
-    def __init__(self, cp, source: str, shape: Shape, dtype: str, tmp: Path) -> None:
+    def __init__(self, cp, source: str, shape: Shape, dtype: str, tmp: Path,
+                 pinned: dict[str, int] | None = None) -> None:
         from perfscope.kernels.launch import prepare
 
-        self.spec = small_m_for(get_spec("hgemm_small_m"), shape)
+        pinned = pinned or {}
+        self.spec = small_m_for(get_spec("hgemm_small_m").with_params(**pinned), shape, pinned)
         base = prepare(self.spec, dtype, shape)
         for header in ("hopper.cuh", "tma.cuh", "activation.cuh"):
             (tmp / header).write_text((KERNEL_DIR / header).read_text())
@@ -199,15 +204,17 @@ def _bulk_module(cp, source: str, name: str, exprs: tuple[str, ...]):
     return fns, cp.ndarray((6, SLOTS), dtype=cp.uint64, memptr=raw.get_global("ps_probe")), raw
 
 
-def run_shape(cp, sources: dict[str, str], shape: Shape, dtype: str, flush) -> dict:
-    """Both (or the one) probed kernels on one shape: alternating rounds of 10 launches, the
-    first round a warm-up; the probes of each one's last launch."""
+def run_shape(cp, sources: dict[str, str], shape: Shape, dtype: str, flush,
+              pinned: dict[str, int] | None = None) -> dict:
+    """Both (or the one) probed kernels on one shape (the host's configuration, with `pinned`
+    parameters over it): alternating rounds of 10 launches, the first round a warm-up; the
+    probes of each one's last launch."""
     a, b, extra, nd = _operands(cp, shape, dtype)
     with tempfile.TemporaryDirectory() as d:
         kernels = {}
         for key, src in sources.items():
             (Path(d) / key).mkdir()
-            kernels[key] = Probed(cp, src, shape, dtype, Path(d) / key)
+            kernels[key] = Probed(cp, src, shape, dtype, Path(d) / key, pinned)
         outs = {key: cp.zeros((shape.m, shape.n), dtype=nd) for key in kernels}
         times: dict[str, list[float]] = {key: [] for key in kernels}
         order = list(kernels)
@@ -333,10 +340,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--against-source", type=Path, help="a fused.cu to compare with")
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
     ap.add_argument("--out", type=Path, help="write the rows as JSON")
+    ap.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                    help="pin a template parameter over the host's choice (repeatable)")
+    ap.add_argument("--shape", action="append", default=[], metavar="MxNxK",
+                    help="probe these shapes instead of the default set (repeatable)")
     ap.add_argument("--launch-paths", action="store_true",
                     help="only time what the launch costs outside the CTAs, launched four ways")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
+    try:
+        pinned = parse_params(args.param)
+        shapes = [parse_shape(s) for s in args.shape] or [Shape(*s) for s in SHAPES]
+    except PerfscopeError as exc:
+        print(f"small_m_probe: {exc}", file=sys.stderr)
+        return 2
     sources = {"current": (KERNEL_DIR / "fused.cu").read_text()}
     if args.against_source is not None:
         try:
@@ -371,8 +388,8 @@ def main(argv: list[str] | None = None) -> int:
         doc["bulk"].append(r)
         print(f"bulk read {nbytes >> 20} MiB:")
         print(_line("read", r))
-    for m, n, k in SHAPES:
-        row = run_shape(cp, sources, Shape(m, n, k), args.dtype, flush)
+    for shape in shapes:
+        row = run_shape(cp, sources, shape, args.dtype, flush, pinned)
         doc["rows"].append(row)
         extra = (f": current/against time {row['time_ratio']:.3f}, bit-identical "
                  f"{row['bit_identical']}") if "time_ratio" in row else ""

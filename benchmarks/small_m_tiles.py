@@ -1,6 +1,6 @@
 """hgemm_small_m's tile shape at M = 128 and 256, measured, before small_m_for's choice changes.
 
-    PYTHONPATH=. python3 benchmarks/small_m_tiles.py [--multicast] [--out FILE]
+    PYTHONPATH=. python3 benchmarks/small_m_tiles.py [--multicast | --pairs] [--out FILE]
 
 The question it answers: at M = 256 the host takes BM 256 x BN 128 where N is 8192 or
 more (four m64n128 fragments per CTA, so wgmma reads B from shared memory four times per k
@@ -14,7 +14,14 @@ Answer on the H200 (2026-12-01, fused/small-m-tiles.json): no. The host's choice
 fastest of the five at each of the six shapes (M = 256: 0.95, 0.94, 1.04 and 1.08 of
 cublas+gelu at N x K = 8192², 4096 x 14336, 14336 x 4096, 4096²; M = 128: 1.01 and 1.07),
 and 128 x 256 is slower than the host's choice everywhere (0.72-0.94). The M = 256 gap is not the
-tile; see the note in fused/README.md.
+tile; see the note in fused/README.md. (Re-run on 2026-12-02 at 07:50 UTC, after the host
+began pairing tile rows: the host's choice is still the fastest, or within 1%, at each.)
+
+``--pairs`` asks the next question: two 128-row tiles whose CTAs share B (MPAIR=2) against
+the 256-row tile and against unpaired 128 x 64 tiles, at M = 256 (and 192) over K, bf16 and
+fp16. Answer (2026-12-02, fused/small-m-pairs.json): paired 128 x 128 tiles 1.02-1.08x the
+256-row tile's speed at N = 8192; paired 128 x 64 tiles 1.02-1.04x unpaired at K = 14336,
+1.00-1.06x at 8192, 0.97-0.99x at 4096 (fused_specs.small_m_pairs holds the thresholds).
 """
 
 from __future__ import annotations
@@ -38,6 +45,14 @@ SHAPES = ((256, 8192, 8192), (256, 4096, 14336), (256, 14336, 4096), (256, 4096,
 MULTICAST_CONFIGS = ({"MCAST": 1}, {"MCAST": 2})
 MULTICAST_SHAPES = tuple((m, n, k) for m in (16, 64, 128, 256)
                          for n, k in ((4096, 4096), (8192, 8192), (14336, 4096), (4096, 14336)))
+# --pairs: at M > 128, two 128-row tiles whose CTAs share B (MPAIR=2: each loads every
+# other B atom for both, so B crosses L2 once per pair as with one 256-row tile, but
+# without its split-K reduction), against the host's choice, the 256-row tile and the
+# 128 x 64 tiles unpaired, over K at N = 4096 and 8192 (fused_specs.small_m_pairs).
+PAIR_CONFIGS = (None, {"BM": 256, "BN": 128, "MPAIR": 1}, {"BM": 128, "BN": 128, "MPAIR": 2},
+                {"BM": 128, "BN": 64, "MPAIR": 1}, {"BM": 128, "BN": 64, "MPAIR": 2})
+PAIR_SHAPES = ((256, 4096, 4096), (256, 8192, 8192), (256, 14336, 4096), (256, 4096, 14336),
+               (256, 4096, 8192), (256, 8192, 4096), (192, 8192, 8192))
 
 
 def main() -> int:
@@ -47,13 +62,17 @@ def main() -> int:
                     "small-m-tiles.json (small-m-multicast.json with --multicast)")
     ap.add_argument("--multicast", action="store_true",
                     help="time MCAST=1 against MCAST=2 instead of the tile shapes")
+    ap.add_argument("--pairs", action="store_true",
+                    help="time M-tile pairs sharing B (MPAIR=2) at M = 256 instead")
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
-    out = args.out or Path("reports/reference/h200/fused") / (
-        "small-m-multicast.json" if args.multicast else "small-m-tiles.json")
-    configs, shapes, dtypes = ((MULTICAST_CONFIGS, MULTICAST_SHAPES, ["bf16", "fp16"])
-                               if args.multicast else (CONFIGS, SHAPES, ["bf16"]))
+    mode = "multicast" if args.multicast else "pairs" if args.pairs else "tiles"
+    out = args.out or Path("reports/reference/h200/fused") / f"small-m-{mode}.json"
+    configs, shapes, dtypes = {
+        "multicast": (MULTICAST_CONFIGS, MULTICAST_SHAPES, ["bf16", "fp16"]),
+        "pairs": (PAIR_CONFIGS, PAIR_SHAPES, ["bf16", "fp16"]),
+        "tiles": (CONFIGS, SHAPES, ["bf16"])}[mode]
     jobs = []
     for m, n, k in shapes:
         for cfg in configs:
@@ -64,9 +83,9 @@ def main() -> int:
             done.append(man)
             t = man.timing
             ratio = t.ratio_to_reference.median if t and t.ratio_to_reference else None
-            log.info("%s %dx%dx%d BM=%s BN=%s STAGES=%s MCAST=%s %s ratio to %s: %s", man.dtype,
-                     man.m, man.n, man.k, man.params.get("BM"), man.params.get("BN"),
-                     man.params.get("STAGES"), man.params.get("MCAST"),
+            log.info("%s %dx%dx%d BM=%s BN=%s STAGES=%s MCAST=%s MPAIR=%s %s ratio to %s: %s",
+                     man.dtype, man.m, man.n, man.k, man.params.get("BM"), man.params.get("BN"),
+                     man.params.get("STAGES"), man.params.get("MCAST"), man.params.get("MPAIR"),
                      man.verification.verdict, t.reference if t else None,
                      f"{ratio:.3f}" if ratio is not None else "-")
     finally:

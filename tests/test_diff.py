@@ -385,6 +385,25 @@ def test_a_kernel_that_multicasts_is_never_told_to_multicast(shape, lead):
     _claims_fit(result)
 
 
+@needs_reference
+def test_tile_rows_that_share_b_beat_the_split_256_row_tile():
+    """hgemm_small_m at 256 x 8192^2 with two 128-row tiles per cluster sharing B (MPAIR=2,
+    2026-12-02) against the 256-row tile split over K in 2-CTA clusters (2026-12-01's kernel):
+    A is faster, and the diff says so with the tile and the cluster's multicast (half of A's
+    TMA loads, none of B's), each claim fitting the gap."""
+    fused = REFERENCE / "fused"
+    stem = "hgemm_small_m@AROWS={},BM={},{}STAGES={}-bf16-256x8192x8192.ncu-rep.xz"
+    pair = resolve(str(fused / stem.format(128, 128, "MPAIR=2,", 6)))
+    split = resolve(str(fused / stem.format(256, 256, "", 4)))
+    result = d.compare(pair, split)
+    assert result.improved
+    kinds = [r.kind for r in result.verdict]
+    assert "tile" in kinds and "cluster" in kinds
+    (cluster,) = [r for r in result.verdict if r.kind == "cluster"]
+    assert "50% of TMA loads multicast" in cluster.sentence and "0% of TMA loads" in cluster.sentence
+    _claims_fit(result)
+
+
 def test_the_consumers_tiles_are_read_off_the_tile_and_the_mma_shape():
     """A tile of one wgmma fragment cannot be shared by two consumer warpgroups (ping-pong);
     one fragment per consumer is a shared (cooperative) tile; anything else, or a launch

@@ -62,10 +62,11 @@ def test_a_fused_stage_is_held_against_the_group_of_its_epilogue():
 
 # At N = 8192, 64-column tiles fill 128 SMs without a split (8 ring slots at BM 64, the
 # measured depth, and 8 at BM 128 above 64 rows, which fill 192 KB); at M = 256 two tile
-# rows of them would be 256 tiles, so the tile stays 128 wide and one 256-row tile row.
+# rows of them would be 256 tiles, so the tile is 128 wide, in two 128-row tile rows whose
+# CTAs share B (MPAIR=2: 6 slots of 32 KB).
 @pytest.mark.parametrize(("m", "bm", "stages", "bn", "arows"),
                          [(1, 64, 8, 64, 16), (20, 64, 8, 64, 32), (64, 64, 8, 64, 64),
-                          (65, 128, 8, 64, 128), (256, 256, 4, 128, 256)])
+                          (65, 128, 8, 64, 128), (256, 128, 6, 128, 128)])
 def test_small_m_takes_its_tile_rows_from_m_unless_pinned(m, bm, stages, bn, arows):
     job = bench.plan(["hgemm_small_m"], ["bf16"], Shape(m, 8192, 8192))[0]
     p = job.spec.param_dict
@@ -104,6 +105,34 @@ def test_fused_geometry_splits_k_over_clusters_and_caps_the_persistent_grid():
     assert fused_geometry(at256, Shape(256, 4096, 4096), 132) == ((64, 2, 1), 1)
     grid, cluster = fused_geometry(get_spec("hgemm_fused_bias_act"), Shape(4096, 4096, 4096), 132)
     assert (grid, cluster) == ((132, 1, 1), 1)
+
+
+def test_small_m_pairs_of_tile_rows_share_b_in_one_cluster():
+    """MPAIR=2: the two 128-row tiles of M = 256 in one cluster along x (x = (n tile * 2 +
+    tile row) * S + split, y = tile row / 2); with 64 tiles at N = 4096 each splits K in two,
+    clusters of 2 x 2 CTAs, the fit asked for 32 of them."""
+    pin = {"BM": 128, "BN": 128, "MPAIR": 2}
+    spec = small_m_for(get_spec("hgemm_small_m").with_params(**pin), Shape(256, 8192, 8192), pin)
+    assert spec.param_dict["AROWS"] == 128 and spec.param_dict["STAGES"] == 6
+    assert fused_geometry(spec, Shape(256, 8192, 8192), 132) == ((128, 1, 1), 2)
+    asked = []
+    grid, cluster = fused_geometry(spec, Shape(256, 4096, 4096), 132,
+                                   fits=lambda c, n: asked.append((c, n)) or True)
+    assert (grid, cluster) == ((32 * 2 * 2, 1, 1), 4) and asked == [(4, 32)]
+    # The host pairs 128 x 128 tiles only where the pair fills more than half the SMs unsplit:
+    # at N = 4096 (64 CTAs) a pinned BN 128 keeps the one 256-row tile row.
+    assert small_m_for(get_spec("hgemm_small_m"), Shape(256, 8192, 8192)).param_dict["MPAIR"] == 2
+    wide4096 = small_m_for(get_spec("hgemm_small_m").with_params(BN=128), Shape(256, 4096, 14336),
+                           {"BN": 128}).param_dict
+    assert (wide4096["MPAIR"], wide4096["BM"]) == (1, 256)
+    # 128 x 64 tiles pair from 128 k tiles on.
+    assert small_m_for(get_spec("hgemm_small_m"), Shape(256, 4096, 14336)).param_dict["MPAIR"] == 2
+    assert small_m_for(get_spec("hgemm_small_m"), Shape(256, 4096, 4096)).param_dict["MPAIR"] == 1
+    # 64-row tiles at M = 100: two tile rows, A's box the whole 64 rows.
+    pin64 = {"BM": 64, "BN": 64, "MPAIR": 2}
+    thin = small_m_for(get_spec("hgemm_small_m").with_params(**pin64), Shape(100, 4104, 1032), pin64)
+    assert thin.param_dict["AROWS"] == 64
+    assert fused_geometry(thin, Shape(100, 4104, 1032), 132) == ((65 * 2, 1, 1), 2)
 
 
 def test_elementwise_pass_geometry_and_names():
@@ -170,6 +199,10 @@ def test_a_fused_launch_without_its_operands_is_refused():
     (["bench", "hgemm_fused_bias_act", "--dtype", "fp32"], "does not support dtype fp32"),
     (["bench", "hgemm_small_m", "--dtype", "bf16", "--shape", "64x4160x4096", "--param", "MCAST=2"],
      "65 tiles of 64 columns, an odd count"),
+    (["bench", "hgemm_small_m", "--dtype", "bf16", "--shape", "256x8192x8192", "--param", "BM=256",
+      "--param", "MPAIR=2"], "1 tile row(s) of 256, an odd count"),
+    (["bench", "hgemm_small_m", "--dtype", "bf16", "--shape", "256x8192x8192", "--param", "BM=128",
+      "--param", "MPAIR=2", "--param", "MCAST=2"], "share A (MCAST=2) or B (MPAIR=2), not both"),
 ])
 def test_bad_epilogue_input_is_one_sentence_and_exit_2(args, says):
     result = runner.invoke(app, args)

@@ -105,6 +105,27 @@ def test_small_m_pairs_sharing_a_are_correct(shape, epi, dtype):
         assert v.verdict == OK, f"MCAST=2 {epi.label} {dtype} {shape}: {v.detail}"
 
 
+# MPAIR=2 pairs two tile rows (an even count) whose CTAs share B: 128 x 128 tiles without
+# a split and (ragged M, K) with split-K 2, 128 x 64 tiles, 64-row tiles at M = 100 (ragged
+# N), and 18 tiles split 4 ways (clusters of 8: the reduction spread over four owners).
+MPAIR_CASES = ((Shape(256, 8192, 1024), {"BM": 128, "BN": 128}),
+               (Shape(200, 4096, 4104), {"BM": 128, "BN": 128}),
+               (Shape(256, 4096, 4096), {"BM": 128, "BN": 64}),
+               (Shape(100, 4104, 1032), {"BM": 64, "BN": 64}),
+               (Shape(130, 1032, 4104), {"BM": 128, "BN": 128}))
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("epi", [Epilogue("gelu"), Epilogue("silu", True)], ids=lambda e: e.label)
+@pytest.mark.parametrize(("shape", "tile"), MPAIR_CASES, ids=lambda c: str(c))
+def test_small_m_pairs_sharing_b_are_correct(shape, tile, epi, dtype):
+    (job,) = bench.plan(["hgemm_small_m"], [dtype], shape, {"MPAIR": 2, **tile, **epi.params})
+    prep = prepare(job.spec, dtype, shape)
+    for seed in (1, 2):
+        v = verify.verify(prep, seed)
+        assert v.verdict == OK, f"MPAIR=2 {tile} {epi.label} {dtype} {shape}: {v.detail}"
+
+
 @pytest.mark.parametrize("stage", ["hgemm_fused_bias_act", "hgemm_small_m", "hgemm_fused_pingpong"])
 def test_the_residual_may_alias_c(stage):
     cp = require_gpu()

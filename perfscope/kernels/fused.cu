@@ -54,34 +54,56 @@
 //
 // hgemm_small_m
 //   template <typename T, int BM = 64, int BN = 128, int BK = 64, int STAGES = 8,
-//             int ACT = 1, int RESIDUAL = 0, int AROWS = BM, int MCAST = 1>
+//             int ACT = 1, int RESIDUAL = 0, int AROWS = BM, int MCAST = 1, int MPAIR = 1>
 //   threads  128 * (1 + CONS), CONS = 1 consumer warpgroup for BM = 64, else 2; each
 //            consumer owns BM / CONS rows (MI = BM / 64 / CONS m64 fragments)
-//   cluster  (MCAST * S, 1, 1), a launch attribute; S = split count, read as
-//            %cluster_nctarank / MCAST
-//   grid     dim3(ceil(N / BN) * S, ceil(M / BM)): CTA x = n * S + s computes k tiles
+//   cluster  (P * S, 1, 1), a launch attribute; S = split count, P = MCAST * MPAIR (1 or
+//            2: a pair of output tiles), S read as %cluster_nctarank / P
+//   grid     dim3(ceil(N / BN) * S * MPAIR, ceil(M / BM / MPAIR)): CTA x = n * S + s
+//            (with MPAIR = 2, x = (2n + m % 2) * S + s and y = m / 2) computes k tiles
 //            [s*KT/S, (s+1)*KT/S) of output tile (m = y, n); with M <= BM there is one tile
 //            row, so B is read from DRAM exactly once
 //   smem     dynamic STAGES * (BM*BK + BK*BN) * 2 + 1024 bytes (the host's rings: 192 KB
 //            at BM 128 / 256, and at BM 64 the measured 8 stages of BN 64 (128 KB) or 6 of
 //            BN 128 (144 KB), fused_specs.SMALL_M_THIN_STAGES); static 2 * STAGES mbarriers. After
-//            the k loop the ring holds the fp32 partial tile (peers) or the C staging
-//            tiles (the leader)
+//            the k loop the ring holds the fp32 partials of the units a split does not own,
+//            then the C staging of those it does
 //   parent   hgemm_tma_wgmma_persistent
 //   how      For decode shapes (M <= 256): thin tiles (M padded to BM by TMA zero fill;
 //            wgmma m64), a deep ring (8 x 8 KB of B per SM at BM = 64, BN = 64), and split-K
 //            over the S CTAs of a thread-block cluster so that ceil(N/BN) * S CTAs (about
 //            all the SMs) each stream a disjoint slab of B. The fp32 partials are reduced
-//            through distributed shared memory: every CTA but rank 0 writes its partial to
-//            its own shared memory, a cluster barrier, rank 0 adds them in rank order
-//            (ld.shared::cluster) to its own, a second cluster barrier lets the peers exit,
-//            and rank 0 alone applies bias / activation / residual (which an idle warp of
-//            its producer warpgroup prefetched into L2 at the start) and stores C by TMA.
+//            through distributed shared memory, the work spread over the splits: the tile's
+//            units (64-row fragment x 64-column box) belong to split u % S; each CTA writes
+//            the units it does not own to its own shared memory, a cluster barrier, each
+//            owner adds the other splits' copies of its units in rank order
+//            (ld.shared::cluster), a second cluster barrier lets the peers exit, and each
+//            owner applies bias / activation / residual (which an idle warp of rank 0's
+//            producer warpgroup prefetched into L2 at the start) to its units and stores them
+//            by TMA. Before 2026-12-02 rank 0 read and finished the whole tile: at 256 x 8192^2
+//            (BM 256, S 2) the spread reduction is 1.03-1.05x faster (0.989-1.002 of
+//            cublas+gelu against 0.957-0.961), the 3-way split at 256 x 4096 x 14336 1.06x.
+//            MPAIR = 2: the two CTAs of a pair of vertically adjacent tiles (the same N tile,
+//            tile rows 2p and 2p + 1) share B: in turn, atom by atom, each loads a 64-column
+//            atom of B for both (TMA .multicast::cluster) and its own A, so B crosses L2 and
+//            DRAM once per pair as with one 256-row tile, but without that tile's split-K
+//            reduction; each consumer warp frees a slot in both CTAs' empty barriers, and the
+//            pair meets once more at the end, after its epilogues. Measured on the H200
+//            (2026-12-02, bf16 and fp16, fused/small-m-pairs.json): 128 x 128 tiles paired
+//            1.02-1.08x faster than the 256-row tile at 192 and 256 x 8192 x 8192 and
+//            256 x 8192 x 4096; 128 x 64 tiles paired 1.02-1.04x faster than unpaired at
+//            256 x 4096 x 14336, 1.00-1.06x at K = 8192 and 0.97-0.99x at K = 4096, where the
+//            pair's later first load (after the cluster barrier) and lock step weigh more.
+//            Issuing the pair's own A loads before the cluster barrier made it slower
+//            (1.03-1.05x the time at N = 8192: the first k tile's B then queued behind the
+//            ring's A tiles).
 //            Tile shape, chosen on the host (fused_specs.small_m_for): BN = 64 (wgmma n64;
 //            8 stages at BM = 64 and at BM = 128) wherever the 64-column tiles fit one wave,
 //            with BM = 64 up to M = 64 and BM = 128 above (two tile rows at M = 256, B read
-//            by both, the second time mostly from L2); else BN = 128 and the one tile row
-//            of BM = 64 / 128 / 256. BN = 256 (4 stages at BM = 64) still compiles; it was
+//            by both, the second time mostly from L2; paired, MPAIR = 2, from 128 k tiles);
+//            else BN = 128 and the one tile row of BM = 64 / 128 / 256, or above M = 128 two
+//            paired rows of BM = 128 where both fit one wave (fused_specs.small_m_pairs).
+//            BN = 256 (4 stages at BM = 64) still compiles; it was
 //            the slowest width at every timed shape. AROWS < BM (16 or 32, for M <= AROWS
 //            at BM = 64): A's TMA box holds only AROWS rows, and the tile's other rows are
 //            zeroed once at the start, so no k tile spends TMA time zero-filling rows past M.
@@ -92,7 +114,8 @@
 //            frees a slot in both CTAs' empty barriers (lane 0, remote mbarrier arrives); a
 //            cluster barrier after the barriers' init and the two at the end keep the pair
 //            alive while the other still writes to it. Measured slower on the H200
-//            (2026-12-01, fused/small-m-multicast.json): 0.95-0.99 of MCAST = 1's speed
+//            (2026-12-01, the kernel before the spread reduction and MPAIR,
+//            fused/small-m-multicast.json): 0.95-0.99 of MCAST = 1's speed
 //            where the grid is the same (no split), 0.67-0.95 with split-K, whose 2S-CTA
 //            clusters are fewer co-resident (at 256 x 8192^2 S falls from 2 to 1: 64 CTAs).
 //            The pair runs in lock step (a slot is refilled only when both have read it),
@@ -101,9 +124,9 @@
 //            Ramp and tail: a 15-40 us kernel pays for the time before its first load and
 //            after its last tile (per-CTA %globaltimer probes on the H200, 2026-12-02: the
 //            first load left 0.5 us after the CTA started, the epilogue took 0.5-1 us after
-//            the last tile). So with MCAST = 1 thread 0 issues the first ring of loads as
+//            the last tile). So without a pair thread 0 issues the first ring of loads as
 //            soon as the barriers exist, before the block barrier and the zeroing of A's
-//            padding rows (other bytes of the slots); the leader's consumers load their bias
+//            padding rows (other bytes of the slots); the owners' consumers load their bias
 //            pairs into registers before the stream, so the epilogue does not wait for them
 //            behind the stream's DRAM queue; the exit waits only for the TMA store's reads
 //            of the staging (wait_group.read). Measured against the previous kernel in one
@@ -499,6 +522,34 @@ __device__ __forceinline__ float4 ld_peer_v4(unsigned addr, unsigned rank) {
     return v;
 }
 
+// One consumer warpgroup's 64 x 64 box (accumulator fragment of m64n64) -> the swizzled
+// staging box at `staging` (8 KB, used by nothing else) -> TMA store of C rows row0..,
+// columns col0... hop::store_tile_tma's layout for one box, without its wait for an
+// earlier store's read: each box of hgemm_small_m's tile has staging of its own.
+template <typename T>
+__device__ __forceinline__ void store_box_tma(const float (&acc)[32], unsigned staging,
+                                              const TensorMap2D* tmap_c, int row0, int col0,
+                                              unsigned bar_id) {
+    const int t = threadIdx.x % 128, w = t / 32, l = t % 32;
+    const int r = 16 * w + l / 4;
+    const unsigned base = staging + (l % 4) * 4;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const unsigned chunk = ((j ^ (r % 8)) * 16);
+        const unsigned lo = tma::Pack<T>::two(acc[4 * j], acc[4 * j + 1]);
+        const unsigned hi = tma::Pack<T>::two(acc[4 * j + 2], acc[4 * j + 3]);
+        asm volatile("st.shared.u32 [%0], %1;\n" :: "r"(base + r * 128 + chunk), "r"(lo) : "memory");
+        asm volatile("st.shared.u32 [%0], %1;\n" :: "r"(base + (r + 8) * 128 + chunk), "r"(hi)
+                     : "memory");
+    }
+    tma::fence_proxy_async();   // st.shared before the TMA unit reads the box
+    hop::named_sync(bar_id, 128);
+    if (t == 0) {
+        tma::store_2d(tmap_c, staging, col0, row0);
+        tma::store_commit();
+    }
+}
+
 }  // namespace fused
 
 // ====================================================================== fused stage 1
@@ -517,7 +568,7 @@ hgemm_fused_bias_act(const __grid_constant__ TensorMap2D tmap_a,
 
 // ====================================================================== fused stage 2
 template <typename T, int BM, int BN, int BK, int STAGES, int ACT, int RESIDUAL, int AROWS,
-          int MCAST>
+          int MCAST, int MPAIR>
 __global__ void __launch_bounds__(BM == 64 ? 256 : 384, 1)
 hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant__ TensorMap2D tmap_b,
               const __grid_constant__ TensorMap2D tmap_c, T* C, int M, int N, int K,
@@ -536,9 +587,12 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
     static_assert(AROWS == BM || (BM == 64 && (AROWS == 16 || AROWS == 32)),
                   "A's TMA box covers the tile row, or 16 / 32 of a 64-row one");
     static_assert(MCAST == 1 || MCAST == 2, "A from L2 once per CTA, or once per pair of N tiles");
-    // With MCAST == 2 a slot is refilled by both CTAs of a pair (A by one of them, for both),
-    // so its "empty" barrier waits for lane 0 of every consumer warp of both.
-    constexpr unsigned EMPTY_COUNT = MCAST == 1 ? CONSUMER_THREADS : 2 * CONSUMER_THREADS / 32;
+    static_assert(MPAIR == 1 || MPAIR == 2, "B from L2 once per CTA, or once per pair of M tiles");
+    static_assert(MCAST == 1 || MPAIR == 1, "a pair shares A (MCAST) or B (MPAIR), not both");
+    constexpr unsigned PAIR = MCAST * MPAIR;         // CTAs sharing one operand's loads
+    // In a pair a slot is refilled by both CTAs (the shared operand's boxes by one of them,
+    // for both), so its "empty" barrier waits for lane 0 of every consumer warp of both.
+    constexpr unsigned EMPTY_COUNT = PAIR == 1 ? CONSUMER_THREADS : 2 * CONSUMER_THREADS / 32;
     // A arrives in boxes of AROWS rows; the tile's other BM - AROWS rows stay zero.
     constexpr unsigned A_LOADED = AROWS * BK * 2;
 
@@ -547,13 +601,16 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
     const unsigned ring = align1024(smem_u32(dyn_smem));
     const unsigned full0 = smem_u32(&bars[0]), empty0 = smem_u32(&bars[STAGES]);
     const int tid = threadIdx.x, wg = tid / 128;
-    // A cluster is MCAST x S consecutive CTAs along x (x = n tile * S + split): the S splits
-    // of MCAST adjacent output tiles. Cluster rank = pair * S + split.
-    const unsigned ctas = fused::cluster_size(), splits = ctas / MCAST;
+    // A cluster is PAIR x S consecutive CTAs along x: the S splits of one output tile, or of
+    // two adjacent ones (MCAST: x = n tile * S + split; MPAIR: x = (n tile * 2 + m tile % 2)
+    // * S + split, y = m tile / 2). Cluster rank = pair * S + split.
+    const unsigned ctas = fused::cluster_size(), splits = ctas / PAIR;
     const unsigned cluster_rank = tma::cluster_rank();
     const unsigned rank = cluster_rank % splits, pair = cluster_rank / splits;
-    const unsigned partner = (MCAST - 1 - pair) * splits + rank;   // same split, other tile
-    const int n0 = (blockIdx.x / splits) * BN, m0 = blockIdx.y * BM;
+    const unsigned partner = (PAIR - 1 - pair) * splits + rank;   // same split, other tile
+    const unsigned short both = static_cast<unsigned short>((1u << cluster_rank) | (1u << partner));
+    const int n0 = (blockIdx.x / (splits * MPAIR)) * BN;
+    const int m0 = (blockIdx.y * MPAIR + (MPAIR == 2 ? pair : 0u)) * BM;
     const int KT = (K + BK - 1) / BK;
     // k tiles [KT*rank/S, KT*(rank+1)/S): every split gets floor or ceil of KT/S (KT*S < 2^31).
     const int kt0 = KT * static_cast<int>(rank) / static_cast<int>(splits);
@@ -568,17 +625,19 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
         if constexpr (MCAST == 1)
             tma::load_2d(slot, &tmap_a, full, (kt0 + i) * BK, m0);
         else if ((i & 1) == static_cast<int>(pair))   // the pair's CTAs take turns
-            tma::load_2d_multicast(slot, &tmap_a, full, (kt0 + i) * BK, m0,
-                                   static_cast<unsigned short>((1u << rank) |
-                                                               (1u << (splits + rank))));
+            tma::load_2d_multicast(slot, &tmap_a, full, (kt0 + i) * BK, m0, both);
 #pragma unroll
-        for (int j = 0; j < BN / 64; ++j)
-            tma::load_2d(slot + S::A_BYTES + j * S::B_ATOM_BYTES, &tmap_b, full, n0 + 64 * j,
-                         (kt0 + i) * BK);
+        for (int j = 0; j < BN / 64; ++j) {
+            const unsigned atom = slot + S::A_BYTES + j * S::B_ATOM_BYTES;
+            if constexpr (MPAIR == 1)
+                tma::load_2d(atom, &tmap_b, full, n0 + 64 * j, (kt0 + i) * BK);
+            else if (((i + j) & 1) == static_cast<int>(pair))   // turns, atom by atom
+                tma::load_2d_multicast(atom, &tmap_b, full, n0 + 64 * j, (kt0 + i) * BK, both);
+        }
     };
-    // Without multicast the first ring's loads go out before the block's barrier (the A
-    // rows zeroed below are not the rows TMA writes), as soon as the barriers exist.
-    const int early = MCAST == 1 ? min(STAGES, nk) : 0;
+    // Without a pair the first ring's loads go out before the block's barrier (the A rows
+    // zeroed below are not the rows TMA writes), as soon as the barriers exist.
+    const int early = PAIR == 1 ? min(STAGES, nk) : 0;
 
     if (tid == 0) {
         for (int s = 0; s < STAGES; ++s) {
@@ -603,7 +662,7 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
     __syncthreads();
     // The partner's multicasts land in this CTA's ring and complete on its barriers: both
     // CTAs' barriers are initialised before either issues one.
-    if constexpr (MCAST == 2) fused::cluster_barrier();
+    if constexpr (PAIR == 2) fused::cluster_barrier();
 
     if (wg == 0) {
         if constexpr (CONS == 2) setmaxnreg_dec<40>();
@@ -614,17 +673,27 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
             fused::prefetch_rows_l2(residual, m0, min(m0 + BM, M), n0, min(n0 + BN, N), N,
                                     tid % 32);
         }
-        if (ctas > 1) {
+        if (splits > 1) {
             fused::cluster_barrier();   // the peers' partials are written
-            fused::cluster_barrier();   // the leader has read them (and no multicast is due)
+            fused::cluster_barrier();   // the owners have read them (and no multicast is due)
+        } else if (ctas > 1) {
+            fused::cluster_barrier();   // a pair without a split: the partner is done with us
         }
     } else {
         if constexpr (CONS == 2) setmaxnreg_inc<232>();
         const int c = wg - 1, ct = tid - 128;
-        // The leader's bias pairs, loaded before the stream and held in registers, so the
+        // Split reduction: unit u = f * NB + b of the tile (64-row fragment f = c * MI + mi,
+        // 64-column box b) is added up, finished and stored by split u % S, so the S CTAs
+        // share the distributed-shared-memory reads and the epilogue instead of one CTA
+        // reading all S - 1 partials.
+        constexpr int NB = BN / 64, UNITS = BM / 64 * NB;
+        const auto owns = [&](int mi, int b) {
+            return static_cast<unsigned>(((c * MI + mi) * NB + b)) % splits == rank;
+        };
+        // An owner's bias pairs, loaded before the stream and held in registers, so the
         // epilogue does not wait for them behind the stream's DRAM queue.
         unsigned bias_pairs[BN / 8];
-        if (rank == 0) fused::load_bias_pairs<T, BN>(bias_pairs, bias, n0, N);
+        if (rank < static_cast<unsigned>(UNITS)) fused::load_bias_pairs<T, BN>(bias_pairs, bias, n0, N);
         float acc[MI][BN / 2];
 #pragma unroll
         for (int mi = 0; mi < MI; ++mi)
@@ -637,7 +706,7 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
             wgmma_wait<1>();   // the group before this one has read its slot: free it
             if (i > 0) {
                 const unsigned empty = empty0 + 8 * ((i - 1) % STAGES);
-                if constexpr (MCAST == 1) {
+                if constexpr (PAIR == 1) {
                     tma::mbar_arrive(empty);
                 } else {
                     __syncwarp();   // every lane's wgmma wait is done
@@ -658,24 +727,31 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
 
         // Fragment-native partial layout: 16-byte chunk (mi, j) of consumer thread ct at
         // (chunk * CONSUMER_THREADS + ct) * 16, so a warp's accesses are 512 contiguous
-        // bytes and the leader's thread ct reads exactly what the peer's thread ct wrote.
-        if (ctas > 1) {
-            if (splits > 1 && rank != 0) {
+        // bytes and the owner's thread ct reads exactly what the peer's thread ct wrote.
+        // Each CTA writes the units it does not own; each owner adds, in rank order, every
+        // other split's copy of its units to its own.
+        if (splits > 1) {
 #pragma unroll
-                for (int mi = 0; mi < MI; ++mi)
+            for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
-                    for (int j = 0; j < BN / 8; ++j)
+                for (int b = 0; b < NB; ++b) {
+                    if (owns(mi, b)) continue;
+#pragma unroll
+                    for (int j = 8 * b; j < 8 * b + 8; ++j)
                         fused::st_shared_v4(ring + ((mi * (BN / 8) + j) * CONSUMER_THREADS + ct) * 16,
                                             acc[mi][4 * j], acc[mi][4 * j + 1], acc[mi][4 * j + 2],
                                             acc[mi][4 * j + 3]);
-            }
+                }
             fused::cluster_barrier();
-            if (splits > 1 && rank == 0) {
-                for (unsigned peer = 1; peer < splits; ++peer)
+            for (unsigned peer = 0; peer < splits; ++peer) {
+                if (peer == rank) continue;
 #pragma unroll
-                    for (int mi = 0; mi < MI; ++mi)
+                for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
-                        for (int j = 0; j < BN / 8; ++j) {
+                    for (int b = 0; b < NB; ++b) {
+                        if (!owns(mi, b)) continue;
+#pragma unroll
+                        for (int j = 8 * b; j < 8 * b + 8; ++j) {
                             const float4 v = fused::ld_peer_v4(
                                 ring + ((mi * (BN / 8) + j) * CONSUMER_THREADS + ct) * 16,
                                 pair * splits + peer);
@@ -684,21 +760,31 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
                             acc[mi][4 * j + 2] += v.z;
                             acc[mi][4 * j + 3] += v.w;
                         }
+                    }
             }
             fused::cluster_barrier();
         }
-        if (rank == 0) {
+        // The owned units: bias / activation / residual, then each 64 x 64 box staged at its
+        // place in the (now free) ring and stored by TMA.
 #pragma unroll
-            for (int mi = 0; mi < MI; ++mi) {
-                const int f = c * MI + mi;   // this fragment's 64-row block of the tile
-                fused::apply_epilogue_with<T, ACT, RESIDUAL, BN>(
-                    acc[mi], [&](int j) { return fused::Pair<T>::unpack(bias_pairs[j]); }, residual, m0 + 64 * f, n0, M, N);
-                store_tile_tma<T, BN>(acc[mi], ring + f * (64 * BN * 2), &tmap_c, m0 + 64 * f, n0,
-                                      1 + c);
+        for (int mi = 0; mi < MI; ++mi) {
+            const int f = c * MI + mi;   // this fragment's 64-row block of the tile
+#pragma unroll
+            for (int b = 0; b < NB; ++b) {
+                if (!owns(mi, b)) continue;
+                float(&box)[32] = *reinterpret_cast<float(*)[32]>(&acc[mi][32 * b]);
+                fused::apply_epilogue_with<T, ACT, RESIDUAL, 64>(
+                    box, [&](int j) { return fused::Pair<T>::unpack(bias_pairs[8 * b + j]); },
+                    residual, m0 + 64 * f, n0 + 64 * b, M, N);
+                fused::store_box_tma<T>(box, ring + (f * NB + b) * (64 * 64 * 2), &tmap_c,
+                                        m0 + 64 * f, n0 + 64 * b, 1 + c);
             }
-            // Exit needs only the staging read; the stores' writes complete with the grid.
-            if (tid % 128 == 0) tma::store_wait_read<0>();
         }
+        // Exit needs only the staging read; the stores' writes complete with the grid.
+        if (tid % 128 == 0) tma::store_wait_read<0>();
+        // A pair without a split meets only here, after its epilogue, not before it: neither
+        // exits while the other may still multicast into it or arrive on its barriers.
+        if (splits == 1 && ctas > 1) fused::cluster_barrier();
     }
 }
 

@@ -8,9 +8,10 @@ epilogue is chosen at compile time by the template parameters ``ACT`` (:data:`AC
 and ``RESIDUAL``; KernelSpec has no field for an epilogue yet, so they ride in ``params``.
 
 ``hgemm_small_m`` splits K over the CTAs of a thread-block cluster (``cluster = (S, 1, 1)``,
-``S`` read by the kernel as ``%cluster_nctarank``) and reduces the fp32 partials through
-distributed shared memory; ``S`` depends on the shape and on how many clusters the GPU
-holds at once, so it is a launch choice (:func:`split_count`), not a template parameter.
+or ``(2S, 1, 1)`` for a pair of tiles sharing an operand; ``S`` read by the kernel from
+``%cluster_nctarank``) and reduces the fp32 partials through distributed shared memory;
+``S`` depends on the shape and on how many clusters the GPU holds at once, so it is a launch
+choice (:func:`split_count`), not a template parameter.
 
 This module imports nothing but :mod:`perfscope.kernels.spec`, so the registry can import
 it without a cycle.
@@ -182,7 +183,7 @@ def small_m_a_rows(m: int, bm: int) -> int:
     """The rows of A's TMA box: 16 or 32 where M fits them in a 64-row tile (the rest of the
     tile is zeroed once, not zero-filled per k tile), else the whole tile row."""
     if bm == 64:
-        return next(r for r in (16, 32, 64) if m <= r)
+        return next((r for r in (16, 32) if m <= r), bm)
     return bm
 
 
@@ -212,6 +213,31 @@ def small_m_width(shape: Shape, multiprocessors: int = H200_MULTIPROCESSORS) -> 
     return SMALL_M_NARROW if tiles <= multiprocessors else 128
 
 
+# Pairs of 128-row tiles sharing B (MPAIR=2) at M > 128, measured against the single
+# tile row's kernel (H200, 2026-12-02, bf16 and fp16, against cublas+gelu in one process,
+# fused/small-m-pairs.json): 128 x 128 tiles where two
+# rows of them fill one wave (N = 8192 on 132 SMs) 1.02-1.08x faster than the 256-row tile
+# and its split-K reduction (192 and 256 x 8192 x 8192, 256 x 8192 x 4096); 128 x 64 tiles
+# 1.02-1.04x faster at K = 14336, 1.00-1.06x at 8192, 0.97-0.99x at K = 4096 (even at 6144
+# in an earlier run of the same day):
+# a short stream does not pay for the pair's lock step and its later first load.
+SMALL_M_PAIR_MIN_K_TILES = 128
+
+
+def small_m_pairs(shape: Shape, bn: int, bk: int = 64,
+                  multiprocessors: int = H200_MULTIPROCESSORS) -> bool:
+    """Whether the host pairs hgemm_small_m's two 128-row tiles (M > 128) to share B: at BN
+    128 where both rows' tiles fill more than half of one wave without a split (a pair that
+    also splits K needs clusters of four, which the H200 does not hold 32 of at once: at
+    256 x 4096 x 14336 the paired 128 x 128 tiles ran on 64 CTAs, 0.66 of cublas+gelu), at
+    BN 64 from SMALL_M_PAIR_MIN_K_TILES k tiles."""
+    if shape.m <= 128 or shape.m > SMALL_M_MAX_M:
+        return False
+    if bn == 128:
+        return multiprocessors // 2 < 2 * _ceil(shape.n, 128) <= multiprocessors
+    return bn == SMALL_M_NARROW and _ceil(shape.k, bk) >= SMALL_M_PAIR_MIN_K_TILES
+
+
 def small_m_narrow_rows(m: int) -> int:
     """The tile rows beside 64 columns: 64 up to M = 64, else 128 (two tile rows at M = 256)."""
     return 64 if m <= 64 else 128
@@ -224,27 +250,46 @@ def check_small_m(spec: KernelSpec, shape: Shape) -> None:
                              "hgemm_fused_bias_act for that shape")
 
 
+def small_m_pair(p: Params) -> int:
+    """CTAs of hgemm_small_m that share one operand's loads: 2 with MCAST=2 (A, two N tiles)
+    or MPAIR=2 (B, two M tiles), else 1."""
+    return p.get("MCAST", 1) * p.get("MPAIR", 1)
+
+
 def check_small_m_pairs(spec: KernelSpec, shape: Shape) -> None:
-    """Refuse, in one sentence, MCAST=2 where the N tiles do not pair up (an odd count)."""
+    """Refuse, in one sentence, MCAST=2 where the N tiles do not pair up (an odd count),
+    MPAIR=2 where the M tiles do not, and the two together."""
     p = spec.param_dict
-    tiles_n = _ceil(shape.n, p["BN"])
+    tiles_n, tiles_m, _ = small_m_tiles(p, shape)
+    if p.get("MCAST", 1) == 2 and p.get("MPAIR", 1) == 2:
+        raise PerfscopeError(f"{SMALL_M} pairs CTAs to share A (MCAST=2) or B (MPAIR=2), not both; "
+                             "take one of them")
     if p.get("MCAST", 1) == 2 and tiles_n % 2:
         raise PerfscopeError(f"{SMALL_M} with MCAST=2 pairs adjacent N tiles, but N={shape.n} makes "
                              f"{tiles_n} tiles of {p['BN']} columns, an odd count; take MCAST=1")
+    if p.get("MPAIR", 1) == 2 and tiles_m % 2:
+        raise PerfscopeError(f"{SMALL_M} with MPAIR=2 pairs adjacent M tiles, but M={shape.m} makes "
+                             f"{tiles_m} tile row(s) of {p['BM']}, an odd count; take MPAIR=1 "
+                             "(or a BM that gives two tile rows)")
 
 
 def small_m_for(spec: KernelSpec, shape: Shape, pinned: Mapping[str, int] | None = None) -> KernelSpec:
-    """hgemm_small_m with BN chosen for the shape (small_m_width) and BM, STAGES and AROWS
-    for M (small_m_params), each unless pinned; any other stage unchanged."""
+    """hgemm_small_m with BN chosen for the shape (small_m_width), MPAIR (small_m_pairs, which
+    takes 128-row tiles) and BM, STAGES and AROWS for M (small_m_params), each unless pinned;
+    any other stage unchanged."""
     if spec.name != SMALL_M:
         return spec
     check_small_m(spec, shape)
     pinned = pinned or {}
+    bk = spec.param_dict["BK"]
     bn = pinned.get("BN", small_m_width(shape))
-    bm = pinned.get("BM", small_m_narrow_rows(shape.m) if bn == SMALL_M_NARROW
+    # Pairs only where nothing pinned rules them out (A shared instead, no pair, 256 rows).
+    pairs = (pinned.get("MPAIR", 2) == 2 and pinned.get("MCAST", 1) == 1
+             and pinned.get("BM", 128) == 128 and small_m_pairs(shape, bn, bk))
+    bm = pinned.get("BM", small_m_narrow_rows(shape.m) if bn == SMALL_M_NARROW or pairs
                     else small_m_tile_rows(shape.m))
-    chosen = {k: v for k, v in {"BN": bn, **small_m_params(shape.m, bn, spec.param_dict["BK"],
-                                                           bm)}.items()
+    chosen = {k: v for k, v in {"BN": bn, "MPAIR": 2 if pairs else 1,
+                                **small_m_params(shape.m, bn, bk, bm)}.items()
               if k not in pinned}
     out = spec.with_params(**chosen) if chosen else spec
     check_small_m_pairs(out, shape)
@@ -255,14 +300,14 @@ def fused_geometry(spec: KernelSpec, shape: Shape, multiprocessors: int,
                    fits: Callable[[int, int], bool] | None = None
                    ) -> tuple[tuple[int, int, int], int]:
     """(grid, cluster size) of a fused stage's launch on a GPU with this many
-    multiprocessors: hgemm_small_m's clusters of MCAST x S CTAs (``fits(ctas, clusters)``:
+    multiprocessors: hgemm_small_m's clusters of MCAST x MPAIR x S CTAs (``fits(ctas, clusters)``:
     that many clusters of that many CTAs co-resident), the persistent grid of
     hgemm_fused_bias_act."""
     if spec.name == SMALL_M:
         check_small_m(spec, shape)
         p = spec.param_dict
         tiles_n, tiles_m, k_tiles = small_m_tiles(p, shape)
-        pair = p.get("MCAST", 1)
+        pair = small_m_pair(p)
         check_small_m_pairs(spec, shape)
         tiles = tiles_n * tiles_m
         splits = split_count(tiles, k_tiles, multiprocessors,
@@ -292,18 +337,24 @@ def small_m_tiles(p: Params, shape: Shape) -> tuple[int, int, int]:
 
 
 def small_m_grid_for(p: Params, shape: Shape, splits: int) -> tuple[int, int, int]:
-    """CTA x = n tile * S + split (a cluster is S consecutive CTAs along x), y = m tile."""
+    """CTA x = n tile * S + split (a cluster is S consecutive CTAs along x), y = m tile; with
+    MPAIR=2, x = (n tile * 2 + m tile % 2) * S + split and y = m tile / 2 (a cluster is the
+    2 S CTAs of two vertically adjacent tiles)."""
     tiles_n, tiles_m, _ = small_m_tiles(p, shape)
-    return (tiles_n * splits, tiles_m, 1)
+    mpair = p.get("MPAIR", 1)
+    return (tiles_n * splits * mpair, _ceil(tiles_m, mpair), 1)
 
 
 def _small_m_grid(p: Params, shape: Shape) -> tuple[int, int, int]:
     tiles_n, tiles_m, k_tiles = small_m_tiles(p, shape)
-    return small_m_grid_for(p, shape, split_count(tiles_n * tiles_m, k_tiles, H200_MULTIPROCESSORS))
+    pair = small_m_pair(p)
+    return small_m_grid_for(p, shape, split_count(tiles_n * tiles_m, k_tiles, H200_MULTIPROCESSORS,
+                                                  max_splits=MAX_SPLITS // pair))
 
 
-_small_m_grid.__doc__ = ("(ceil(N/BN) * S, ceil(M/BM), 1), S = split_count(...) for 132 SMs; the "
-                         "launch uses the device's count and cluster dims (S, 1, 1)")
+_small_m_grid.__doc__ = ("(ceil(N/BN) * S * MPAIR, ceil(M/BM/MPAIR), 1), S = split_count(...) "
+                         "for 132 SMs; the launch uses the device's count and cluster dims "
+                         "(MCAST * MPAIR * S, 1, 1)")
 
 
 def _small_m_block(p: Params) -> tuple[int, int, int]:
@@ -343,24 +394,29 @@ FUSED: tuple[KernelSpec, ...] = (
     KernelSpec(name="hgemm_small_m", entry="hgemm_small_m",
                params=(("BM", 64), ("BN", 128), ("BK", 64), ("STAGES", 8),
                        ("ACT", ACTIVATIONS["gelu"]), ("RESIDUAL", 0), ("AROWS", 64),
-                       ("MCAST", 1)),
+                       ("MCAST", 1), ("MPAIR", 1)),
                block=_small_m_block, grid=_small_m_grid, dynamic_smem=_small_m_smem,
                fingerprint=("tma", "gmma"),
                change="For M <= 256: one thin tile row (M zero-padded to BM), a deep ring "
                       "(6 x 16 KB of B in flight per SM at BM 64, BN 128; 8 x 8 KB at BN 64) "
                       "and split-K over a thread-block "
-                      "cluster whose fp32 partials are reduced in distributed shared memory, so "
-                      "about every SM streams its own slab of B once and the fused epilogue runs "
-                      "once per output tile.",
-               notes="Launched with cluster dims (MCAST * S, 1, 1), S from split_count (the "
-                     "kernel reads it from %cluster_nctarank); a launch without the cluster "
+                      "cluster whose fp32 partials the splits reduce together in distributed "
+                      "shared memory, so about every SM streams its own slab of B once and the "
+                      "fused epilogue runs once per output element; above M = 128, pairs of "
+                      "128-row tiles whose two CTAs share each B tile by TMA multicast "
+                      "(MPAIR=2).",
+               notes="Launched with cluster dims (P * S, 1, 1), P = MCAST * MPAIR, S from "
+                     "split_count (the kernel reads it from %cluster_nctarank); a launch "
+                     "without the cluster "
                      "attribute gives S = 1 per CTA, so the grid's S CTAs per tile would each "
                      "compute the whole tile. BM by M: 64 / 128 / 256 (small_m_params), "
                      "STAGES to fill 192 KB above 64 rows and 8 / 6 at BN 64 / 128 for the "
                      "64-row tile (measured: SMALL_M_THIN_STAGES), AROWS (A's box rows) 16 / 32 "
                      "for M <= 16 / 32; "
                      "BN 64 (with BM 64, or 128 above 64 rows) where those tiles fit one wave, "
-                     "else 128 (small_m_width). "
+                     "else 128 (small_m_width); MPAIR=2 with BM 128 above M = 128 where "
+                     "small_m_pairs says (measured: 128-column tiles whose two rows fit one "
+                     "wave, 64-column ones from 128 k tiles). "
                      "Same ABI and epilogue parameters as hgemm_fused_bias_act. MCAST=2 "
                      "multicasts A across pairs of N tiles (clusters of 2 x S CTAs); measured "
                      "slower on the H200 (0.67-0.99 of MCAST=1's speed), so 1 stays the "

@@ -86,6 +86,12 @@
 //            partials from the module's workspace (hop::sk_partials and hop::sk_flags: one
 //            64 x BN partial and a flag per CTA and consumer, 20 MB at BN 256, zero at
 //            load; hop::StreamK in hopper.cuh says how and what it costs) before its store.
+//            STREAMK 3 (the tail split) keeps each tile of that round with its CTA for its
+//            first k tiles and gives the rest to the CTAs the round leaves idle, so the k
+//            order that shares A and B in L2 stays as in a whole round, where that pays for
+//            the cut pieces' partials (measured on the H200, 2026-12-02, tune/: 1.012-1.023
+//            of the unsplit kernel at 6144^3, 4096x14336x4096 and 8192^3; no split, and
+//            0.997-0.998 of it, at 512 or 256 tiles on 132 CTAs).
 //
 // hgemm_tma_wgmma_streamk
 //   template hgemm_tma_wgmma_persistent's, at GROUP 16 and STREAMK 2

@@ -417,8 +417,30 @@ struct StoreEpilogue {
 // it wins (1.02 at 8192^3, 15.5 rounds). STREAMK = 1 always splits; STREAMK = 2 splits only
 // when the tiles make at least SK_MIN_ROUNDS rounds, the break-even the measurements put
 // between 3.9 and 8.7 rounds.
+// (The tune store has more: at 512 tiles on 132 CTAs STREAMK = 1 measured 0.95 of
+// STREAMK = 0 at K = 4096 and 0.81-0.89 at K = 7168-8192, where the split round's staggered
+// k reads A and B from DRAM, CTA by CTA.)
+// STREAMK = 3, the tail split, keeps the k order that shares L2: each of the last round's
+// tiles stays with the CTA that would have taken it, which runs its first `tail_cut` k tiles
+// in step with the other tail tiles' CTAs (as in a whole round); its last KT - tail_cut k
+// tiles go to the CTAs the round leaves idle (spares: tail tile j to spare j % spares, in
+// turn), whose fp32 partial (one slot per tail tile) the tile's CTA adds before its store.
+// tail_cut balances the two: a spare with P = ceil(tail tiles / spares) pieces finishes
+// them, each with its partial's write, by the time the tile's CTA has run tail_cut k tiles
+// and read the partial; the tail is split only where that is clearly shorter than a whole
+// tile. Not at 512 tiles on 132 CTAs (116 tail tiles, 16 spares, P = 8: at 4096^3 a cut at 62
+// would take 68 k tiles' time against 64); at 8192^3 (68 tail tiles, 64 spares, P = 2, KT =
+// 128) the cut is at 88, the last round about 94 k tiles' time instead of 128.
 constexpr int SK_MAX_CTAS = 160;   // H100/H200 have 132 SMs; a larger grid runs without stream-K
 constexpr int SK_MIN_ROUNDS = 8;
+// What a cut piece costs beyond its k tiles, in k tiles of math (about 1,100 clocks each at
+// BN 256): a CTA's two 64 x BN fp32 partials (128 KB) written, fenced and flagged, and the
+// ring restarted. Measured on the H200 (ncu, bf16 4096^3, the tail split at a first guess of
+// 2): the spares ran their 8 pieces of 5 k tiles in about 98,000 cycles after their 3 whole
+// tiles, 12,300 a piece, 6 k tiles more than the math; the busiest SM ran 10% longer than
+// the data-parallel kernel's (307,054 against 278,579 cycles) and the kernel took 1.07x the
+// time. The same cost is charged to the tile's own CTA for reading and adding the partial.
+constexpr int SK_PARTIAL_K_TILES = 6;
 template <int BN>
 __device__ float4 sk_partials[SK_MAX_CTAS * 2 * 64 * BN / 4];
 template <int BN>
@@ -430,20 +452,45 @@ __device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned* p) {
     return v;
 }
 
-template <int BN>
+// MODE 0: no split; 1: the partial round is split; 2: it is when the tiles make at least
+// SK_MIN_ROUNDS rounds; 3: the tail split (its tiles' last k tiles to the spares). A
+// template parameter, so each mode's kernel holds only its own fixup (registers are tight:
+// the consumers' 128 accumulators and a batch of partials).
+template <int BN, int MODE>
 struct StreamK {
+    static_assert(MODE >= 0 && MODE <= 3, "STREAMK: 0 none, 1 and 2 stream-K, 3 the tail split");
     int ctas, KT, dp_tiles, sk_iters;
+    int tail_tiles, tail_cut;   // the tail split's (tail_cut 0: none)
 
-    // mode 0: no split; 1: the partial round is split; 2: it is when the tiles make at
-    // least SK_MIN_ROUNDS rounds.
-    __device__ __forceinline__ StreamK(int tiles, int kt, int ctas_, int mode)
-        : ctas(ctas_), KT(kt), dp_tiles(tiles), sk_iters(0) {
+    __device__ __forceinline__ StreamK(int tiles, int kt, int ctas_)
+        : ctas(ctas_), KT(kt), dp_tiles(tiles), sk_iters(0), tail_tiles(0), tail_cut(0) {
         const int rest = tiles % ctas;
-        const bool split = mode == 1 || (mode == 2 && tiles >= SK_MIN_ROUNDS * ctas);
-        if (split && ctas <= SK_MAX_CTAS && tiles > ctas && rest != 0) {
+        if (MODE == 0 || ctas > SK_MAX_CTAS || tiles <= ctas || rest == 0) return;
+        if constexpr (MODE == 3) {
+            // The smallest cut with P * (KT - cut + W) <= cut + W: the spares' pieces and
+            // partial writes take no longer than the tile's own k tiles and partial read;
+            // split only if that beats the whole tile by at least one more piece's cost
+            // (cut + 2 W <= KT), the model's own uncertainty.
+            const int pieces = (rest + (ctas - rest) - 1) / (ctas - rest);
+            const int cut = (pieces * (KT + SK_PARTIAL_K_TILES) - SK_PARTIAL_K_TILES + pieces) /
+                            (pieces + 1);
+            if (cut + 2 * SK_PARTIAL_K_TILES <= KT) {
+                dp_tiles = tiles - rest;
+                tail_tiles = rest;
+                tail_cut = cut < 1 ? 1 : cut;
+            }
+            return;
+        }
+        if (MODE == 1 || tiles >= SK_MIN_ROUNDS * ctas) {
             dp_tiles = tiles - rest;
             sk_iters = rest * KT;
         }
+    }
+    // Where the partial of a unit that does not finish its tile goes: the CTA's own slot
+    // (stream-K: each CTA writes at most one), or the tail tile's (the tail split: a spare
+    // writes several, one per tile).
+    __device__ __forceinline__ int slot(int tile) const {
+        return MODE == 3 ? tile - dp_tiles : static_cast<int>(blockIdx.x);
     }
     // The first stream-K iteration of CTA b (b = ctas: one past the last).
     __device__ __forceinline__ int start(int b) const {
@@ -453,64 +500,85 @@ struct StreamK {
     __device__ __forceinline__ int owner(int i) const {
         return static_cast<int>((static_cast<long long>(i + 1) * ctas - 1) / sk_iters);
     }
-    __device__ __forceinline__ float4* partial(int cta, int half) const {
-        return sk_partials<BN> + static_cast<long long>(cta * 2 + half) * (64 * BN / 4);
+    __device__ __forceinline__ float4* partial(int s, int half) const {
+        return sk_partials<BN> + static_cast<long long>(s * 2 + half) * (64 * BN / 4);
     }
-    // A consumer's share of a tile it does not finish: its fp32 fragment, float4 by float4
-    // (thread-major, so each warp's stores are coalesced), then the flag.
-    __device__ __forceinline__ void write(const float (&acc)[BN / 2], int cta, int half,
+    // A consumer's share of a tile it does not finish: its fp32 fragment into slot `s`,
+    // float4 by float4 (thread-major, so each warp's stores are coalesced), then the flag.
+    __device__ __forceinline__ void write(const float (&acc)[BN / 2], int s, int half,
                                           unsigned bar_id) const {
         const int t = threadIdx.x % 128;
-        float4* p = partial(cta, half);
+        float4* p = partial(s, half) + t;
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j)
-            p[j * 128 + t] = make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
+            p[j * 128] = make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
         named_sync(bar_id, 128);   // every thread's partial is written before the flag
         if (t == 0) {
             __threadfence();
-            atomicExch(&sk_flags<BN>[cta * 2 + half], 1u);
+            atomicExch(&sk_flags<BN>[s * 2 + half], 1u);
         }
     }
-    // The finisher of `tile` (it holds k iterations from 0): the other CTAs' partials of
+    // The finisher of `tile` (it holds k iterations from 0): the other units' partials of
     // its rows, added into acc once each one's flag is up.
     __device__ __forceinline__ void fixup(float (&acc)[BN / 2], int tile, int half,
                                           unsigned bar_id) const {
-        const int t = threadIdx.x % 128;
+        if constexpr (MODE == 3) {   // one spare wrote the rest of the tile, into its slot
+            add_partial(acc, tile - dp_tiles, half, bar_id);
+            return;
+        }
         const int first = (tile - dp_tiles) * KT;
         const int last = owner(first + KT - 1);
         for (int c = owner(first) + 1; c <= last; ++c) {
             if (start(c) == start(c + 1)) continue;   // an empty share wrote nothing
-            if (t == 0) {
-                unsigned* flag = &sk_flags<BN>[c * 2 + half];
-                while (ld_acquire_gpu(flag) == 0) {}
-                *flag = 0;   // consumed: the next launch starts from zero
-            }
-            named_sync(bar_id, 128);
-            const float4* p = partial(c, half);
+            add_partial(acc, c, half, bar_id);
+        }
+    }
+    // Slot `s`'s partial of consumer `half`, added into acc once its flag is up.
+    __device__ __forceinline__ void add_partial(float (&acc)[BN / 2], int s, int half,
+                                                unsigned bar_id) const {
+        const int t = threadIdx.x % 128;
+        if (t == 0) {
+            unsigned* flag = &sk_flags<BN>[s * 2 + half];
+            while (ld_acquire_gpu(flag) == 0) {}
+            *flag = 0;   // consumed: the next launch starts from zero
+        }
+        named_sync(bar_id, 128);
+        const float4* p = partial(s, half) + t;
 #pragma unroll
-            for (int j0 = 0; j0 < BN / 8; j0 += 8) {
-                float4 v[8];
+        for (int j0 = 0; j0 < BN / 8; j0 += 8) {
+            float4 v[8];
 #pragma unroll
-                for (int q = 0; q < 8; ++q) v[q] = __ldcg(p + (j0 + q) * 128 + t);
+            for (int q = 0; q < 8; ++q) v[q] = __ldcg(p + (j0 + q) * 128);
 #pragma unroll
-                for (int q = 0; q < 8; ++q) {
-                    acc[4 * (j0 + q)] += v[q].x;
-                    acc[4 * (j0 + q) + 1] += v[q].y;
-                    acc[4 * (j0 + q) + 2] += v[q].z;
-                    acc[4 * (j0 + q) + 3] += v[q].w;
-                }
+            for (int q = 0; q < 8; ++q) {
+                acc[4 * (j0 + q)] += v[q].x;
+                acc[4 * (j0 + q) + 1] += v[q].y;
+                acc[4 * (j0 + q) + 2] += v[q].z;
+                acc[4 * (j0 + q) + 3] += v[q].w;
             }
         }
     }
 };
 
 // This CTA's work as (tile, first k tile, end k tile) units, in order: whole tiles
-// blockIdx.x, blockIdx.x + gridDim.x, ... below sk.dp_tiles, then (STREAMK) its share of
-// the stream-K iterations, cut at tile boundaries.
+// blockIdx.x, blockIdx.x + gridDim.x, ... below sk.dp_tiles, then (STREAMK 1, 2) its share
+// of the stream-K iterations, cut at tile boundaries, or (STREAMK 3) its tail tile's first
+// tail_cut k tiles, or, on a spare, the last k tiles of its tail tiles.
 template <int STREAMK, int BN, typename F>
-__device__ __forceinline__ void for_each_unit(const StreamK<BN>& sk, F&& unit) {
+__device__ __forceinline__ void for_each_unit(const StreamK<BN, STREAMK>& sk, F&& unit) {
     for (int tile = blockIdx.x; tile < sk.dp_tiles; tile += gridDim.x) unit(tile, 0, sk.KT);
-    if constexpr (STREAMK != 0) {
+    if constexpr (STREAMK == 3) {
+        if (sk.tail_cut) {
+            // One call site for both roles: a tail tile's CTA takes its tile (one pass of
+            // the loop), a spare the tiles spare, spare + spares, ...
+            const int tail = sk.tail_tiles, b = blockIdx.x;
+            const bool spare = b >= tail;
+            const int k0 = spare ? sk.tail_cut : 0, k1 = spare ? sk.KT : sk.tail_cut;
+            const int step = spare ? sk.ctas - tail : tail;
+            for (int j = spare ? b - tail : b; j < tail; j += step) unit(sk.dp_tiles + j, k0, k1);
+        }
+    }
+    if constexpr (STREAMK != 0 && STREAMK != 3) {
         const int end = sk.start(blockIdx.x + 1);
         for (int i = sk.start(blockIdx.x); i < end;) {
             const int k0 = i % sk.KT;
@@ -554,7 +622,7 @@ __device__ __forceinline__ void persistent_gemm(const TensorMap2D* tmap_a,
     const int KT = (K + BK - 1) / BK;
     const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
     const int tiles = tiles_m * tiles_n;
-    const StreamK<BN> sk(tiles, KT, gridDim.x, STREAMK);
+    const StreamK<BN, STREAMK> sk(tiles, KT, gridDim.x);
 
     if (tid == 0) {
         ring.init();
@@ -597,7 +665,7 @@ __device__ __forceinline__ void persistent_gemm(const TensorMap2D* tmap_a,
             ring.release(it - 1);
             if constexpr (STREAMK != 0) {
                 if (k0 != 0) {   // another CTA finishes this tile
-                    sk.write(acc, blockIdx.x, half, 1 + half);
+                    sk.write(acc, sk.slot(tile), half, 1 + half);
                     return;
                 }
                 if (k1 != KT) sk.fixup(acc, tile, half, 1 + half);
