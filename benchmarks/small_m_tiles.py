@@ -19,9 +19,9 @@ began pairing tile rows: the host's choice is still the fastest, or within 1%, a
 
 ``--pairs`` asks the next question: two 128-row tiles whose CTAs share B (MPAIR=2) against
 the 256-row tile and against unpaired 128 x 64 tiles, at M = 256 (and 192) over K, bf16 and
-fp16. Answer (2026-12-02, fused/small-m-pairs.json): paired 128 x 128 tiles 1.02-1.08x the
-256-row tile's speed at N = 8192; paired 128 x 64 tiles 1.02-1.04x unpaired at K = 14336,
-1.00-1.06x at 8192, 0.97-0.99x at 4096 (fused_specs.small_m_pairs holds the thresholds).
+fp16. Answer (2026-12-02, fused/small-m-pairs.json): paired 128 x 128 tiles 1.02-1.15x the
+256-row tile's speed at N = 8192; paired 128 x 64 tiles 1.03-1.06x unpaired at K = 14336,
+1.01-1.03x at 8192, 0.96-0.97x at 4096 (fused_specs.small_m_pairs holds the thresholds).
 """
 
 from __future__ import annotations

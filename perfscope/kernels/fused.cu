@@ -81,8 +81,8 @@
 //            owner applies bias / activation / residual (which an idle warp of rank 0's
 //            producer warpgroup prefetched into L2 at the start) to its units and stores them
 //            by TMA. Before 2026-12-02 rank 0 read and finished the whole tile: at 256 x 8192^2
-//            (BM 256, S 2) the spread reduction is 1.03-1.05x faster (0.989-1.002 of
-//            cublas+gelu against 0.957-0.961), the 3-way split at 256 x 4096 x 14336 1.06x.
+//            (BM 256, S 2) the spread reduction is 1.04-1.05x faster (0.998-0.999 of
+//            cublas+gelu against 0.952-0.961), the 3-way split at 256 x 4096 x 14336 1.07x.
 //            MPAIR = 2: the two CTAs of a pair of vertically adjacent tiles (the same N tile,
 //            tile rows 2p and 2p + 1) share B: in turn, atom by atom, each loads a 64-column
 //            atom of B for both (TMA .multicast::cluster) and its own A, so B crosses L2 and
@@ -90,9 +90,11 @@
 //            reduction; each consumer warp frees a slot in both CTAs' empty barriers, and the
 //            pair meets once more at the end, after its epilogues. Measured on the H200
 //            (2026-12-02, bf16 and fp16, fused/small-m-pairs.json): 128 x 128 tiles paired
-//            1.02-1.08x faster than the 256-row tile at 192 and 256 x 8192 x 8192 and
-//            256 x 8192 x 4096; 128 x 64 tiles paired 1.02-1.04x faster than unpaired at
-//            256 x 4096 x 14336, 1.00-1.06x at K = 8192 and 0.97-0.99x at K = 4096, where the
+//            1.02-1.03x faster than the 256-row tile at 256 x 8192 x 8192, 1.06-1.08x at
+//            256 x 8192 x 4096, 1.13-1.15x at 192 x 8192 x 8192; 128 x 64 tiles paired
+//            1.03-1.06x faster than unpaired at 256 x 4096 x 14336, 1.01-1.03x at K = 8192
+//            and 0.96-0.97x at K = 4096 (a run 80 minutes before: 1.02-1.04x, 1.00-1.06x,
+//            0.97-0.99x), where the
 //            pair's later first load (after the cluster barrier) and lock step weigh more.
 //            Issuing the pair's own A loads before the cluster barrier made it slower
 //            (1.03-1.05x the time at N = 8192: the first k tile's B then queued behind the

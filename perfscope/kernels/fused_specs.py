@@ -216,9 +216,9 @@ def small_m_width(shape: Shape, multiprocessors: int = H200_MULTIPROCESSORS) -> 
 # Pairs of 128-row tiles sharing B (MPAIR=2) at M > 128, measured against the single
 # tile row's kernel (H200, 2026-12-02, bf16 and fp16, against cublas+gelu in one process,
 # fused/small-m-pairs.json): 128 x 128 tiles where two
-# rows of them fill one wave (N = 8192 on 132 SMs) 1.02-1.08x faster than the 256-row tile
+# rows of them fill one wave (N = 8192 on 132 SMs) 1.02-1.15x faster than the 256-row tile
 # and its split-K reduction (192 and 256 x 8192 x 8192, 256 x 8192 x 4096); 128 x 64 tiles
-# 1.02-1.04x faster at K = 14336, 1.00-1.06x at 8192, 0.97-0.99x at K = 4096 (even at 6144
+# 1.03-1.06x faster at K = 14336, 1.01-1.03x at 8192, 0.96-0.97x at K = 4096 (even at 6144
 # in an earlier run of the same day):
 # a short stream does not pay for the pair's lock step and its later first load.
 SMALL_M_PAIR_MIN_K_TILES = 128

@@ -54,34 +54,56 @@
 //
 // hgemm_small_m
 //   template <typename T, int BM = 64, int BN = 128, int BK = 64, int STAGES = 8,
-//             int ACT = 1, int RESIDUAL = 0, int AROWS = BM, int MCAST = 1>
+//             int ACT = 1, int RESIDUAL = 0, int AROWS = BM, int MCAST = 1, int MPAIR = 1>
 //   threads  128 * (1 + CONS), CONS = 1 consumer warpgroup for BM = 64, else 2; each
 //            consumer owns BM / CONS rows (MI = BM / 64 / CONS m64 fragments)
-//   cluster  (MCAST * S, 1, 1), a launch attribute; S = split count, read as
-//            %cluster_nctarank / MCAST
-//   grid     dim3(ceil(N / BN) * S, ceil(M / BM)): CTA x = n * S + s computes k tiles
+//   cluster  (P * S, 1, 1), a launch attribute; S = split count, P = MCAST * MPAIR (1 or
+//            2: a pair of output tiles), S read as %cluster_nctarank / P
+//   grid     dim3(ceil(N / BN) * S * MPAIR, ceil(M / BM / MPAIR)): CTA x = n * S + s
+//            (with MPAIR = 2, x = (2n + m % 2) * S + s and y = m / 2) computes k tiles
 //            [s*KT/S, (s+1)*KT/S) of output tile (m = y, n); with M <= BM there is one tile
 //            row, so B is read from DRAM exactly once
 //   smem     dynamic STAGES * (BM*BK + BK*BN) * 2 + 1024 bytes (the host's rings: 192 KB
 //            at BM 128 / 256, and at BM 64 the measured 8 stages of BN 64 (128 KB) or 6 of
 //            BN 128 (144 KB), fused_specs.SMALL_M_THIN_STAGES); static 2 * STAGES mbarriers. After
-//            the k loop the ring holds the fp32 partial tile (peers) or the C staging
-//            tiles (the leader)
+//            the k loop the ring holds the fp32 partials of the units a split does not own,
+//            then the C staging of those it does
 //   parent   hgemm_tma_wgmma_persistent
 //   how      For decode shapes (M <= 256): thin tiles (M padded to BM by TMA zero fill;
 //            wgmma m64), a deep ring (8 x 8 KB of B per SM at BM = 64, BN = 64), and split-K
 //            over the S CTAs of a thread-block cluster so that ceil(N/BN) * S CTAs (about
 //            all the SMs) each stream a disjoint slab of B. The fp32 partials are reduced
-//            through distributed shared memory: every CTA but rank 0 writes its partial to
-//            its own shared memory, a cluster barrier, rank 0 adds them in rank order
-//            (ld.shared::cluster) to its own, a second cluster barrier lets the peers exit,
-//            and rank 0 alone applies bias / activation / residual (which an idle warp of
-//            its producer warpgroup prefetched into L2 at the start) and stores C by TMA.
+//            through distributed shared memory, the work spread over the splits: the tile's
+//            units (64-row fragment x 64-column box) belong to split u % S; each CTA writes
+//            the units it does not own to its own shared memory, a cluster barrier, each
+//            owner adds the other splits' copies of its units in rank order
+//            (ld.shared::cluster), a second cluster barrier lets the peers exit, and each
+//            owner applies bias / activation / residual (which an idle warp of rank 0's
+//            producer warpgroup prefetched into L2 at the start) to its units and stores them
+//            by TMA. Before 2026-12-02 rank 0 read and finished the whole tile: at 256 x 8192^2
+//            (BM 256, S 2) the spread reduction is 1.03-1.05x faster (0.989-1.002 of
+//            cublas+gelu against 0.957-0.961), the 3-way split at 256 x 4096 x 14336 1.06x.
+//            MPAIR = 2: the two CTAs of a pair of vertically adjacent tiles (the same N tile,
+//            tile rows 2p and 2p + 1) share B: in turn, atom by atom, each loads a 64-column
+//            atom of B for both (TMA .multicast::cluster) and its own A, so B crosses L2 and
+//            DRAM once per pair as with one 256-row tile, but without that tile's split-K
+//            reduction; each consumer warp frees a slot in both CTAs' empty barriers, and the
+//            pair meets once more at the end, after its epilogues. Measured on the H200
+//            (2026-12-02, bf16 and fp16, fused/small-m-pairs.json): 128 x 128 tiles paired
+//            1.02-1.08x faster than the 256-row tile at 192 and 256 x 8192 x 8192 and
+//            256 x 8192 x 4096; 128 x 64 tiles paired 1.02-1.04x faster than unpaired at
+//            256 x 4096 x 14336, 1.00-1.06x at K = 8192 and 0.97-0.99x at K = 4096, where the
+//            pair's later first load (after the cluster barrier) and lock step weigh more.
+//            Issuing the pair's own A loads before the cluster barrier made it slower
+//            (1.03-1.05x the time at N = 8192: the first k tile's B then queued behind the
+//            ring's A tiles).
 //            Tile shape, chosen on the host (fused_specs.small_m_for): BN = 64 (wgmma n64;
 //            8 stages at BM = 64 and at BM = 128) wherever the 64-column tiles fit one wave,
 //            with BM = 64 up to M = 64 and BM = 128 above (two tile rows at M = 256, B read
-//            by both, the second time mostly from L2); else BN = 128 and the one tile row
-//            of BM = 64 / 128 / 256. BN = 256 (4 stages at BM = 64) still compiles; it was
+//            by both, the second time mostly from L2; paired, MPAIR = 2, from 128 k tiles);
+//            else BN = 128 and the one tile row of BM = 64 / 128 / 256, or above M = 128 two
+//            paired rows of BM = 128 where both fit one wave (fused_specs.small_m_pairs).
+//            BN = 256 (4 stages at BM = 64) still compiles; it was
 //            the slowest width at every timed shape. AROWS < BM (16 or 32, for M <= AROWS
 //            at BM = 64): A's TMA box holds only AROWS rows, and the tile's other rows are
 //            zeroed once at the start, so no k tile spends TMA time zero-filling rows past M.
@@ -92,7 +114,8 @@
 //            frees a slot in both CTAs' empty barriers (lane 0, remote mbarrier arrives); a
 //            cluster barrier after the barriers' init and the two at the end keep the pair
 //            alive while the other still writes to it. Measured slower on the H200
-//            (2026-12-01, fused/small-m-multicast.json): 0.95-0.99 of MCAST = 1's speed
+//            (2026-12-01, the kernel before the spread reduction and MPAIR,
+//            fused/small-m-multicast.json): 0.95-0.99 of MCAST = 1's speed
 //            where the grid is the same (no split), 0.67-0.95 with split-K, whose 2S-CTA
 //            clusters are fewer co-resident (at 256 x 8192^2 S falls from 2 to 1: 64 CTAs).
 //            The pair runs in lock step (a slot is refilled only when both have read it),
@@ -101,9 +124,9 @@
 //            Ramp and tail: a 15-40 us kernel pays for the time before its first load and
 //            after its last tile (per-CTA %globaltimer probes on the H200, 2026-12-02: the
 //            first load left 0.5 us after the CTA started, the epilogue took 0.5-1 us after
-//            the last tile). So with MCAST = 1 thread 0 issues the first ring of loads as
+//            the last tile). So without a pair thread 0 issues the first ring of loads as
 //            soon as the barriers exist, before the block barrier and the zeroing of A's
-//            padding rows (other bytes of the slots); the leader's consumers load their bias
+//            padding rows (other bytes of the slots); the owners' consumers load their bias
 //            pairs into registers before the stream, so the epilogue does not wait for them
 //            behind the stream's DRAM queue; the exit waits only for the TMA store's reads
 //            of the staging (wait_group.read). Measured against the previous kernel in one
