@@ -63,24 +63,27 @@ _UNIT_START_PROBED = (
     "                ++unit_no;\n"
     "            };\n"
     "            int tm, tn;\n")
-_UNIT_END = ("            wgmma_wait<0>();\n            ring.release(it - 1);\n"
-             "            if constexpr (STREAMK != 0) {\n"
-             "                if (k0 != 0) {   // another CTA finishes this tile\n"
-             "                    sk.write(acc, sk.slot(tile), half, 1 + half);\n"
-             "                    return;\n                }\n"
+_FIXUP = ("            if constexpr (STREAMK != 0) {\n"
+          "                if (k0 != 0) {   // another CTA finishes this tile\n"
+          "                    sk.write(acc, sk.slot(tile), half, 1 + half);\n")
+_STORE = ("            if constexpr (DEFER) {\n                epi.pack(acc, words);\n"
+          "                words_row0 = row0;\n                words_n0 = n0;\n"
+          "                next_box = 0;\n            } else {\n"
+          "                epi.store(acc, staging, tmap_c, row0, n0, M, N, 1 + half);\n"
+          "            }\n")
+_UNIT_END = ("            wgmma_wait<0>();\n            ring.release(it - 1);\n" + _FIXUP
+             + "                    return;\n                }\n"
              "                if (k1 != KT) sk.fixup(acc, tile, half, 1 + half);\n            }\n"
-             "            epi.store(acc, staging, tmap_c, row0, n0, M, N, 1 + half);\n")
+             + _STORE)
+# The deferred store (DEFER 1) records its unit's end once the tile is packed: its boxes leave
+# during the next unit's first k tiles, inside that unit's math time.
 _UNIT_END_PROBED = ("            wgmma_wait<0>();\n            ring.release(it - 1);\n"
-                    "            t_math = ps_gtime();\n"
-                    "            if constexpr (STREAMK != 0) {\n"
-                    "                if (k0 != 0) {   // another CTA finishes this tile\n"
-                    "                    sk.write(acc, sk.slot(tile), half, 1 + half);\n"
-                    "                    t_split = ps_gtime();\n                    rec(t_split);\n"
+                    "            t_math = ps_gtime();\n" + _FIXUP
+                    + "                    t_split = ps_gtime();\n                    rec(t_split);\n"
                     "                    return;\n                }\n"
                     "                if (k1 != KT) sk.fixup(acc, tile, half, 1 + half);\n            }\n"
                     "            t_split = ps_gtime();\n"
-                    "            epi.store(acc, staging, tmap_c, row0, n0, M, N, 1 + half);\n"
-                    "            rec(ps_gtime());\n")
+                    + _STORE + "            rec(ps_gtime());\n")
 
 
 def probed_header(text: str, cost: int) -> str:

@@ -42,6 +42,7 @@ from perfscope.manifest import (
     Timing,
     Verification,
 )
+from perfscope.stage import at_defaults
 from perfscope.timing import BenchOptions, time_stage
 from perfscope.verify import verify
 
@@ -289,7 +290,7 @@ def parent_steps(manifests: Sequence[RunManifest]) -> list[ParentStep]:
     """Speedup of every timed stage over its timed parent (default parameters only)."""
     def is_default(m: RunManifest) -> bool:
         try:
-            return m.params == get_spec(m.stage).param_dict
+            return at_defaults(m.params, get_spec(m.stage).param_dict)
         except PerfscopeError:
             return False
 

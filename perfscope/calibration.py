@@ -109,7 +109,7 @@ def _timed(bench: BenchFile, catalogue: Catalogue) -> dict[tuple[str, str, str],
     out = {}
     for m in bench.manifests:
         info = catalogue.get(m.stage)
-        if m.timing is None or info is None or dict(m.params) != dict(info.defaults):
+        if m.timing is None or info is None or not info.at_defaults(m.params):
             continue
         out[(m.stage, m.dtype, m.shape)] = m
     return out
@@ -121,7 +121,7 @@ def calibrate(records: Sequence[Diagnosed], bench: BenchFile, catalogue: Catalog
     timed = _timed(bench, catalogue)
     by_stage = {(r.stage.name, r.dtype): r for r in records
                 if r.stage is not None and r.manifest is not None
-                and dict(r.manifest.params) == dict(r.stage.defaults)}
+                and r.stage.at_defaults(r.manifest.params)}
     steps = []
     for (name, dtype), child in sorted(by_stage.items(), key=lambda kv: (kv[0][1], kv[1].stage.order)):
         info = child.stage

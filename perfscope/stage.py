@@ -12,6 +12,14 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 
+def at_defaults(params: Mapping[str, int], defaults: Mapping[str, int]) -> bool:
+    """Whether a run's parameters are its stage's defaults. A parameter the record does not
+    name counts as at its default: a template parameter added after the record was made
+    (hopper.cu's DEFER) defaults to the kernel as it was, which tests/test_fused.py holds
+    instruction for instruction against the committed source."""
+    return all(k in defaults for k in params) and {**defaults, **params} == dict(defaults)
+
+
 @dataclass(frozen=True)
 class StageInfo:
     """One ladder stage as the analysis needs it: its place, its intent, its defaults."""
@@ -50,6 +58,10 @@ class StageInfo:
     def reference_for(self, dtype: str | None) -> str | None:
         """The cuBLAS stage this dtype is held against, None for none."""
         return self.references.get(dtype or "")
+
+    def at_defaults(self, params: Mapping[str, int]) -> bool:
+        """Whether ``params`` are this stage's defaults (module function at_defaults)."""
+        return at_defaults(params, self.defaults)
 
     def params_note(self, params: Mapping[str, int]) -> str:
         """Parameters that differ from the defaults, as 'STAGES=3' (empty when none)."""

@@ -296,3 +296,16 @@ def test_timing_written_before_the_flush_mode_reads_as_a_write_flush(tmp_path):
     del data["timing"]["l2_flush"]
     assert RunManifest.from_dict(data).timing.l2_flush == "write"
     assert RunManifest.from_dict(m.to_dict()).timing == m.timing
+
+
+def test_a_record_without_a_later_parameter_is_at_the_defaults():
+    from perfscope.stage import at_defaults
+
+    defaults = get_spec("hgemm_tma_wgmma_persistent").param_dict
+    assert defaults["DEFER"] == 0
+    # A report of the persistent stage recorded before DEFER existed is its default run.
+    before = {k: v for k, v in defaults.items() if k != "DEFER"}
+    assert at_defaults(before, defaults) and at_defaults(defaults, defaults)
+    assert not at_defaults({**defaults, "DEFER": 1}, defaults)
+    assert not at_defaults({**before, "STAGES": 4}, defaults)
+    assert not at_defaults({**defaults, "SPLITK": 2}, defaults)   # not the stage's parameter

@@ -64,6 +64,12 @@ TENSORMAP_CASES += [(_PERSISTENT.with_params(**p), d) for d in _PERSISTENT.dtype
 TAIL_SPLIT = [(_PERSISTENT.with_params(**p), d) for d in _PERSISTENT.dtypes for p in (
     {"STREAMK": 3}, {"STREAMK": 3, "BN": 128, "BOXES": 1}, {"STREAMK": 3, "STAGES": 4, "BOXES": 2})]
 TENSORMAP_CASES += TAIL_SPLIT
+# The deferred store (DEFER 1): each tile leaves under the next tile's first wgmmas, whole
+# or box by box, after whole tiles, stream-K shares and the tail split's pieces.
+DEFERRED = [(_PERSISTENT.with_params(**p), d) for d in _PERSISTENT.dtypes for p in (
+    {"DEFER": 1}, {"DEFER": 1, "STAGES": 4, "BOXES": 1}, {"DEFER": 1, "BN": 128, "BOXES": 1},
+    {"DEFER": 1, "STREAMK": 1, "GROUP": 16}, {"DEFER": 1, "STREAMK": 3, "STAGES": 4, "BOXES": 2})]
+TENSORMAP_CASES += DEFERRED
 TENSORMAP_SHAPES = (Shape(200, 264, 8), Shape(2056, 4104, 520),
                     Shape(8, 8, 8), Shape(4096, 4096, 200), Shape(8192, 8192, 8192))
 
@@ -86,7 +92,7 @@ TAIL_SPLIT_SHAPES = (Shape(1408, 5120, 3072), Shape(1400, 5096, 3064), Shape(140
 
 
 @pytest.mark.parametrize("shape", TAIL_SPLIT_SHAPES, ids=str)
-@pytest.mark.parametrize("case", TAIL_SPLIT, ids=[_id(c) for c in TAIL_SPLIT])
+@pytest.mark.parametrize("case", TAIL_SPLIT + DEFERRED[-2:], ids=[_id(c) for c in TAIL_SPLIT + DEFERRED[-2:]])
 def test_tail_split_pieces_are_correct(case, shape):
     spec, dtype = case
     prep = prepare(spec, dtype, shape)

@@ -137,7 +137,7 @@ def external():
 
 def _records(stage: str, dtype: str):
     hit = [r for r in ladder() if r.stage is not None and r.stage.name == stage and r.dtype == dtype
-           and r.manifest is not None and dict(r.manifest.params) == dict(r.stage.defaults)]
+           and r.manifest is not None and r.stage.at_defaults(r.manifest.params)]
     assert hit, f"{stage}-{dtype}-{SHAPE} is missing from the reference run"
     return hit
 

@@ -62,16 +62,16 @@ def snapshot(path: Path) -> list:
     (["nope"], ["unknown stage 'nope'"]),
     (["hgemm_naive"], ["hgemm_naive declares no search space", STAGE]),
     ([STAGE, "--param", "SPLITK=2"],
-     ["has no template parameter SPLITK", "BM, BN, BK, STAGES, GROUP, BOXES, STREAMK"]),
+     ["has no template parameter SPLITK", "BM, BN, BK, STAGES, GROUP, BOXES, STREAMK, DEFER"]),
     ([STAGE, "--param", "BN=192"], ["BN=192 is not in", "BN takes 128, 256"]),
     ([STAGE, "--param", "BN"], ["'BN' is not of the form NAME=INTEGER"]),
     ([STAGE, "--param", "BN=256", "--param", "STAGES=5"],
      ["no configuration of hgemm_tma_wgmma_persistent (bf16) is left after pruning",
-      "all 45 break a limit before compiling", "shared memory"]),
+      "all 90 break a limit before compiling", "shared memory"]),
     ([STAGE, "--shape", "4096x4100x4096"], ["multiple of 8"]),
     ([STAGE, "--shape", "4096x4096"], ["is not of the form MxNxK"]),
     ([STAGE, "--dtype", "fp32"], ["does not support dtype fp32"]),
-    ([STAGE, "--strategy", "exhaustive", "--budget", "3"], ["exhaustive measures all 345"]),
+    ([STAGE, "--strategy", "exhaustive", "--budget", "3"], ["exhaustive measures all 690"]),
     ([STAGE, "--strategy", "bayes"], ["needs --budget"]),
     ([STAGE, "--budget", "0", "--strategy", "random"], ["at least 1"]),
 ])
@@ -197,6 +197,7 @@ def test_a_dry_sweep_from_the_command_line_and_its_resume(tmp_path):
     page = tmp_path / "tune.html"
     args = [STAGE, "--shape", "4096x4096x4096", "--shape", "1024x8192x8192", "--dtype", "bf16",
             "--param", "BN=128", "--param", "GROUP=8", "--param", "BOXES=4", "--param", "STREAMK=0",
+            "--param", "DEFER=0",
             "--store", str(store),
             "--dry", "--jobs", "2"]
     result = tune(*args, "--json", "--html", str(page))

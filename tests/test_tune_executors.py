@@ -138,7 +138,8 @@ def _small(store: Path, **kw) -> workflow.TuneRequest:
     # BN=128 and GROUP=8 pinned: STAGES 2..6, five configurations to compile.
     return workflow.TuneRequest(stages=(STAGE,), shapes=(parse_shape("4096x4096x4096"),
                                                          parse_shape("2048x8192x8192")),
-                                dtypes=("bf16",), pins={"BN": 128, "GROUP": 8, "BOXES": 4, "STREAMK": 0},
+                                dtypes=("bf16",),
+                                pins={"BN": 128, "GROUP": 8, "BOXES": 4, "STREAMK": 0, "DEFER": 0},
                                 store=store, **kw)
 
 
@@ -166,7 +167,7 @@ from perfscope.tune.executors import RayExecutor, RayOptions
 ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False)
 request = workflow.TuneRequest(
     stages=("hgemm_tma_wgmma_persistent",), dtypes=("bf16",),
-    pins={"BN": 128, "GROUP": 8, "BOXES": 4, "STREAMK": 0},
+    pins={"BN": 128, "GROUP": 8, "BOXES": 4, "STREAMK": 0, "DEFER": 0},
     shapes=(parse_shape("4096x4096x4096"), parse_shape("2048x8192x8192")), store=Path(sys.argv[1]))
 doc = workflow.run(request, RayExecutor(RayOptions(dry=True)), workflow.RunOptions(executor_name="ray"))
 still = ray.is_initialized()

@@ -23,7 +23,7 @@ SHAPES = (parse_shape("4096x4096x4096"), parse_shape("1024x8192x8192"))
 def doc(tmp_path_factory):
     path = tmp_path_factory.mktemp("tune") / "tune.sqlite"
     req = workflow.TuneRequest(stages=(STAGE,), shapes=SHAPES, dtypes=("bf16",), store=path,
-                               confirm=2, pins={"BOXES": 4, "STREAMK": 0})
+                               confirm=2, pins={"BOXES": 4, "STREAMK": 0, "DEFER": 0})
     first = workflow.run(req, FakeExecutor(wrong=[{"BN": 128, "STAGES": 2, "GROUP": 1}]))
     # A best-against-worst diff as the profiling child would store it.
     from perfscope.kernels import get_spec

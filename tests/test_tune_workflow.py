@@ -21,7 +21,7 @@ from perfscope.tune.store import Store
 STAGE = "hgemm_tma_wgmma_persistent"
 SHAPES = (parse_shape("4096x4096x4096"), parse_shape("1024x8192x8192"))
 # With BOXES held at the whole tile and no stream-K: 35 of the 50 configurations left (see test_tune_space).
-PINS = {"BOXES": 4, "STREAMK": 0}
+PINS = {"BOXES": 4, "STREAMK": 0, "DEFER": 0}
 LEGAL = 35
 TESTS = Path(__file__).parent
 

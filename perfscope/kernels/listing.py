@@ -14,6 +14,7 @@ from perfscope.documents import KernelRow, KernelsTable
 from perfscope.errors import PerfscopeError
 from perfscope.kernels.registry import COMPILED_ONLY, EPILOGUE_STAGES, REGISTRY
 from perfscope.manifest import BENCH_NAME, BenchFile
+from perfscope.stage import at_defaults
 
 
 def kernels_table(bench: Path | None) -> KernelsTable:
@@ -29,7 +30,8 @@ def kernels_table(bench: Path | None) -> KernelsTable:
         defaults = {s.name: s.param_dict for s in REGISTRY + EPILOGUE_STAGES}
         for m in manifests:
             t = m.timing
-            if t is None or t.ratio_to_reference is None or m.params != defaults.get(m.stage):
+            if (t is None or t.ratio_to_reference is None or m.stage not in defaults
+                    or not at_defaults(m.params, defaults[m.stage])):
                 continue
             r = t.ratio_to_reference.median
             if m.stage not in best or r > best[m.stage][0]:

@@ -172,9 +172,12 @@ _SPACE_WS = SearchSpace(values=(
 # hopper.cuh); 2, which does so only from 8 rounds up, is the streamk stage's, not searched;
 # 3 (the tail split) leaves each tile of that round with its CTA and hands its last k tiles
 # to the CTAs the round leaves idle.
+# DEFER: 1 sends each finished tile's C a box per k tile of the consumer's next unit, under
+# its wgmmas, instead of between the two (64 more registers, no more shared memory).
 _SPACE_PERSISTENT = SearchSpace(values=(
     ("BM", (128,)), ("BN", _WGMMA_N), ("BK", (64,)), ("STAGES", _RING_STAGES),
-    ("GROUP", (1, 2, 4, 8, 16)), ("BOXES", (1, 2, 4)), ("STREAMK", (0, 1, 3))))
+    ("GROUP", (1, 2, 4, 8, 16)), ("BOXES", (1, 2, 4)), ("STREAMK", (0, 1, 3)),
+    ("DEFER", (0, 1))))
 _SPACE_CLUSTER = SearchSpace(
     values=(("BM", (128,)), ("BN", _WGMMA_N), ("BK", (64,)), ("STAGES", _RING_STAGES),
             ("GROUP", (2, 4, 8, 16))),
@@ -361,7 +364,7 @@ REGISTRY: tuple[KernelSpec, ...] = (
                seed="000 §4", **_HOPPER, space=_SPACE_WS),
     KernelSpec(name="hgemm_tma_wgmma_persistent", parent="hgemm_tma_wgmma_ws",
                params=(("BM", 128), ("BN", 256), ("BK", 64), ("STAGES", 3), ("GROUP", 8),
-                       ("BOXES", 4), ("STREAMK", 0)),
+                       ("BOXES", 4), ("STREAMK", 0), ("DEFER", 0)),
                **_PERSISTENT_TEMPLATE,
                change="Persistent CTAs, one per multiprocessor, walk the tiles in grouped "
                       "L2-friendly order; the producer runs ahead into the next tile while the "
@@ -371,10 +374,15 @@ REGISTRY: tuple[KernelSpec, ...] = (
                      "(tune/, 2026-12-02) 1.012-1.023 of the unsplit kernel where the tiles make "
                      "many rounds (6144^3, 4096x14336x4096, 8192^3) and does not split at 512 or "
                      "256 tiles on 132 CTAs, where a cut piece's fp32 partial (about 6 k tiles "
-                     "of math, measured) costs more than the idle SMs."),
+                     "of math, measured) costs more than the idle SMs. Its DEFER option, the "
+                     "deferred store (each finished tile sent a box per k tile of the next, "
+                     "under its wgmmas), measured a median 1.003-1.017 of the same "
+                     "configuration without it per shape and is in every shape's best "
+                     "configuration of the 2026-12-02 13:24 sweep (tune/); the default stays "
+                     "without it, the ladder's persistent step as profiled."),
     KernelSpec(name="hgemm_tma_wgmma_streamk", parent="hgemm_tma_wgmma_persistent",
                params=(("BM", 128), ("BN", 256), ("BK", 64), ("STAGES", 3), ("GROUP", 16),
-                       ("BOXES", 4), ("STREAMK", 2)),
+                       ("BOXES", 4), ("STREAMK", 2), ("DEFER", 0)),
                **_PERSISTENT_TEMPLATE,
                change="Stream-K for the last, partial round of tiles once the tiles make at "
                       "least 8 rounds of persistent CTAs: its k iterations are shared evenly "
