@@ -23,7 +23,7 @@ default, is enforced: the search stops dispatching at its deadline and says so, 
 3. why the winner wins: best against worst under ncu at every bf16 shape, diffed
    (``--no-profile`` skips it; it runs only when the deadline leaves room);
 4. into ``--out``: tune.sqlite.xz (the store, xz-compressed; ``--resume`` unpacks it),
-   tune-store.json.xz (its export, xz-compressed), results.json (the document, schema
+   tune-store.json.xz (its export, xz-compressed), results.json.xz (the document, schema
    perfscope.tune/1, with the compile measurements, the phase wall times and the
    environment), tune.md and tune.html (the tuning section on its own page).
 
@@ -231,7 +231,8 @@ def write(out: Path, doc, timings: dict, started: float) -> None:
     with lzma.open(out / "tune-store.json.xz", "wt", preset=9) as f:
         f.write(text)
     results = {**tune_document(doc), "run": timings}
-    (out / "results.json").write_text(json.dumps(results, indent=1, allow_nan=False) + "\n")
+    (out / "results.json.xz").write_bytes(
+        lzma.compress((json.dumps(results, indent=1, allow_nan=False) + "\n").encode()))
     (out / "tune.md").write_text(render(doc, "markdown"))
     (out / "tune.html").write_text(html_page(doc, "perfscope tune: hgemm_tma_wgmma_persistent on H200"))
     print(render(doc, "console", width=200))
@@ -246,7 +247,7 @@ def write(out: Path, doc, timings: dict, started: float) -> None:
           f"of a {timings['budget_s']:.0f} s budget")
     for stage, dtype, g, n, at in doc.geomeans():
         print(f"{stage} {dtype}: geometric mean {g:.3f} over {n} shapes, {at} at >= 1.00")
-    print(f"wrote {out}/{STORE_XZ}, tune-store.json.xz, results.json, tune.md, tune.html")
+    print(f"wrote {out}/{STORE_XZ}, tune-store.json.xz, results.json.xz, tune.md, tune.html")
 
 
 if __name__ == "__main__":

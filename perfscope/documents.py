@@ -8,6 +8,7 @@ or the kernel registry.
 from __future__ import annotations
 
 import json
+import lzma
 import math
 import os
 from collections.abc import Mapping
@@ -182,6 +183,8 @@ TUNE_SCHEMA = "perfscope.tune/1"
 # Where a run's folder keeps its tune results (benchmarks/tune_h200.py writes it there), so
 # the review of that folder finds them the way it finds bench.json.
 TUNE_RESULTS = Path("tune") / "results.json"
+# The committed reference run keeps it xz-compressed (3,840 trials: over 2 MB as text).
+TUNE_RESULTS_XZ = Path("tune") / "results.json.xz"
 
 
 @dataclass(frozen=True)
@@ -336,9 +339,13 @@ class TuneDocument:
         """A tune document from a JSON file (``tune --json``, or tune/results.json of a reference
         run); PerfscopeError in one sentence when it is unreadable, not JSON or another schema."""
         try:
-            text = Path(path).read_text(encoding="utf-8")
+            raw = Path(path).read_bytes()
+            text = (lzma.decompress(raw) if str(path).endswith(".xz") else raw).decode("utf-8")
         except OSError as exc:
             raise PerfscopeError(f"cannot read the tune document {path} ({exc.strerror or exc}).") from None
+        except (lzma.LZMAError, UnicodeDecodeError) as exc:
+            raise PerfscopeError(f"{path} is not a {TUNE_SCHEMA} tune document: it cannot be "
+                                 f"decoded ({exc}).") from None
         try:
             data = json.loads(text)
         except ValueError as exc:

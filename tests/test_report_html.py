@@ -348,7 +348,7 @@ def test_reference_page_cards_fold_filter_and_name_the_change():
 def test_reference_markdown_fits_a_comment_with_every_kernel():
     # The ladder's reports, as on the reference page (fused/ has a page of its own).
     rep = collect(folder_reports(REFERENCE), bench=REFERENCE / "bench.json",
-                  tune=REFERENCE / "tune" / "results.json")
+                  tune=REFERENCE / "tune" / "results.json.xz")
     md = render(rep, "markdown")
     assert len(md) < 65_000 and "left out" not in md
     # 32 kernels fit once each block shows its one hottest source line instead of three.

@@ -709,9 +709,10 @@ def reference_page(folder: str | os.PathLike[str]) -> str:
     own, not its subfolders': fused/ has a page of its own) and the bench.json in folder."""
     root = Path(folder)
     bench = root / "bench.json"
-    tune = root / "tune" / "results.json"
+    tune = next((t for t in (root / "tune" / "results.json.xz", root / "tune" / "results.json")
+                 if t.is_file()), None)
     return build_report(folder_reports(root), bench=bench if bench.is_file() else None,
-                        tune=tune if tune.is_file() else None, title=REFERENCE_TITLE,
+                        tune=tune, title=REFERENCE_TITLE,
                         command=REFERENCE_COMMAND)
 
 
