@@ -676,3 +676,29 @@ def test_small_m_probes_patch_the_committed_kernel_and_nothing_else():
     assert compile_cubin(CompileRequest(variants, "probe_launch.cu", (tm,), ARCH, (), KERNEL_DIR))
     with pytest.raises(ValueError, match="probe anchor found 0 times"):
         probe.patch_probes("__global__ void other() {}")
+
+
+@pytest.mark.slow
+def test_epilogue_cost_variants_patch_the_committed_epilogue():
+    """benchmarks/epilogue_cost.py builds hgemm_fused_bias_act with parts of its epilogue
+    taken out of the committed fused.cu; each builds for sm_90a without spills, and the SASS
+    holds what each keeps: no global loads and no activation without the epilogue, no loads
+    with a constant for the bias, the bias's 32 loads otherwise (BN / 8 pairs a thread), and
+    tanh only with GELU."""
+    import dataclasses
+
+    cost = benchmark_script("epilogue_cost")
+    counts = {}
+    for name, (repl, act, _) in cost.VARIANTS.items():
+        spec = dataclasses.replace(BY_NAME["hgemm_fused_bias_act"], kernel_dir=cost._variant_dir(repl))
+        spec = spec.with_params(ACT=act)
+        mod = compile_stage(spec, "bf16", ARCH)
+        assert not mod.usage(spec.name_expression("bf16")).spills, name
+        ops = Counter(disassemble(mod.cubin_path).kernel(mod.mangled(spec.name_expression("bf16"))).opcodes)
+        counts[name] = (sum(v for k, v in ops.items() if k.startswith("LDG")),
+                        sum(v for k, v in ops.items() if k.startswith("MUFU.TANH")))
+    assert counts["none"] == (0, 0) and counts["constant"] == (0, 0)
+    assert all(counts[v][0] >= 32 for v in ("bias-loaded", "bias-held", "gelu-loaded", "gelu-held"))
+    assert counts["bias-held"][1] == 0 and counts["gelu-held"][1] > 0
+    with pytest.raises(ValueError, match="probe anchor not found once"):
+        cost.patched("// nothing here\n", cost.VARIANTS["none"][0])

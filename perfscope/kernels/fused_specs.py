@@ -389,8 +389,11 @@ FUSED: tuple[KernelSpec, ...] = (
                       "passes.",
                notes="ABI: the tensor-map ABI plus (const T* bias, const T* residual); ACT "
                      "(0 none, 1 GELU-tanh, 2 SiLU) and RESIDUAL (0/1) are template parameters. "
-                     "The residual may alias C. Residual rows are prefetched into L2 halfway "
-                     "through each tile's k loop.", **_COMMON),
+                     "The residual may alias C. Halfway through each tile's k loop each "
+                     "consumer thread loads its bias pairs into registers (without a residual: "
+                     "read between the tiles they cost 2.2% at 4096^3, "
+                     "benchmarks/epilogue_cost.py) or, with one, the residual rows are "
+                     "prefetched into L2.", **_COMMON),
     KernelSpec(name="hgemm_small_m", entry="hgemm_small_m",
                params=(("BM", 64), ("BN", 128), ("BK", 64), ("STAGES", 8),
                        ("ACT", ACTIVATIONS["gelu"]), ("RESIDUAL", 0), ("AROWS", 64),
@@ -430,8 +433,8 @@ FUSED: tuple[KernelSpec, ...] = (
                       "each owns whole 64 x 256 tiles, and one's k loop starts when the other "
                       "has issued its last wgmma, so each tile's bias + activation + store runs "
                       "under the other warpgroup's wgmmas instead of idling the tensor pipe.",
-               notes="Measured slower on the H200 (0.91-1.00 of cublas+gelu at M = 4096 "
-                     "against the parent's 1.00-1.05): the epilogue hides, but a 64-row "
+               notes="Measured slower on the H200 (0.96-1.03 of cublas+gelu at M = 4096 "
+                     "against the parent's 1.01-1.07, 2026-12-02): the epilogue hides, but a 64-row "
                      "tile's operands (1.67x the L2 bytes per FLOP of the cooperative "
                      "128 x 256 tile) keep one warpgroup's wgmmas waiting at the full "
                      "barrier; 128 x 128 tiles per consumer (BM=128 BN=128, 1.33x the bytes) "

@@ -45,11 +45,13 @@
 //            parent); static 2 * STAGES mbarriers
 //   parent   hgemm_tma_wgmma_persistent
 //   how      The parent's TMA-store epilogue, preceded by bias + activation (+ residual)
-//            on the fp32 accumulators: each thread reads its bias pairs and, with RESIDUAL,
-//            its 2 x BN/8 residual pairs (all issued before any is used, so their latency
-//            overlaps), and halfway through each tile's k loop one warp of each consumer
-//            prefetches that tile's residual rows into L2 (cp.async.bulk.prefetch), so the
-//            epilogue's reads hit L2 instead of waiting on DRAM.
+//            on the fp32 accumulators. Halfway through each tile's k loop every consumer
+//            thread loads its BN/8 bias pairs into registers (HeldBias: read between the
+//            tiles instead, with the tensor pipe idle, they cost 2.2% at 4096^3), and with
+//            RESIDUAL one warp of each consumer prefetches the tile's residual rows into L2
+//            (cp.async.bulk.prefetch); the epilogue then loads its 2 x BN/8 residual pairs
+//            (all issued before any is used, so their latency overlaps) and, with them
+//            taking the registers, reads its bias pairs where it uses them.
 //   seed     000 §7.1 (epilogue fusion: bias, activation, residual)
 //
 // hgemm_small_m
@@ -81,8 +83,8 @@
 //            owner applies bias / activation / residual (which an idle warp of rank 0's
 //            producer warpgroup prefetched into L2 at the start) to its units and stores them
 //            by TMA. Before 2026-12-02 rank 0 read and finished the whole tile: at 256 x 8192^2
-//            (BM 256, S 2) the spread reduction is 1.03-1.05x faster (0.989-1.002 of
-//            cublas+gelu against 0.957-0.961), the 3-way split at 256 x 4096 x 14336 1.06x.
+//            (BM 256, S 2) the spread reduction is 1.04-1.05x faster (0.998-0.999 of
+//            cublas+gelu against 0.952-0.961), the 3-way split at 256 x 4096 x 14336 1.07x.
 //            MPAIR = 2: the two CTAs of a pair of vertically adjacent tiles (the same N tile,
 //            tile rows 2p and 2p + 1) share B: in turn, atom by atom, each loads a 64-column
 //            atom of B for both (TMA .multicast::cluster) and its own A, so B crosses L2 and
@@ -90,9 +92,11 @@
 //            reduction; each consumer warp frees a slot in both CTAs' empty barriers, and the
 //            pair meets once more at the end, after its epilogues. Measured on the H200
 //            (2026-12-02, bf16 and fp16, fused/small-m-pairs.json): 128 x 128 tiles paired
-//            1.02-1.08x faster than the 256-row tile at 192 and 256 x 8192 x 8192 and
-//            256 x 8192 x 4096; 128 x 64 tiles paired 1.02-1.04x faster than unpaired at
-//            256 x 4096 x 14336, 1.00-1.06x at K = 8192 and 0.97-0.99x at K = 4096, where the
+//            1.02-1.03x faster than the 256-row tile at 256 x 8192 x 8192, 1.06-1.08x at
+//            256 x 8192 x 4096, 1.13-1.15x at 192 x 8192 x 8192; 128 x 64 tiles paired
+//            1.03-1.06x faster than unpaired at 256 x 4096 x 14336, 1.01-1.03x at K = 8192
+//            and 0.96-0.97x at K = 4096 (a run 80 minutes before: 1.02-1.04x, 1.00-1.06x,
+//            0.97-0.99x), where the
 //            pair's later first load (after the cluster barrier) and lock step weigh more.
 //            Issuing the pair's own A loads before the cluster barrier made it slower
 //            (1.03-1.05x the time at N = 8192: the first k tile's B then queued behind the
@@ -147,7 +151,8 @@
 //   smem     dynamic STAGES * (BM*BK + BK*BN) * 2 + 1024 bytes (no C staging, so a fourth
 //            ring slot fits); static 2 * STAGES mbarriers
 //   parent   hgemm_fused_bias_act
-//   how      The same bias / activation / residual on the fp32 accumulators, then
+//   how      The same bias / activation / residual on the fp32 accumulators (the bias
+//            held in registers from halfway through the k loop for int8), then
 //            QUANT = 1: fp8 e4m3 with one per-tensor scale (*scale, read on the device so a
 //            previous step's amax can set it without a host round trip), and amax =
 //            max |x| over the outputs before scaling, reduced per warp (redux) and max-ed
@@ -378,11 +383,40 @@ __device__ __forceinline__ void prefetch_rows_l2(const T* base, int row0, int ro
         prefetch_l2(base + static_cast<long long>(r) * Ncols + col0, bytes);
 }
 
+// A persistent consumer's bias pairs for its current tile (load_bias_pairs' layout), loaded
+// into registers at one k tile of the tile's loop (the policies' kt_prefetch, halfway) so
+// that their latency passes under the wgmmas. Read where they are used, between two tiles
+// with the tensor pipe idle, the loads cost 2.2% of a 4096^3 bias-only run against the
+// plain stage on the H200, where adding a constant instead cost 0.5% (fused/README.md).
+// HOLD = false (the residual epilogues, whose 64 residual pairs a thread loads at once
+// leave no room for 32 more registers: ptxas spills) reads them where they are used.
+template <typename T, int BN, bool HOLD>
+struct HeldBias {
+    mutable unsigned pairs[HOLD ? BN / 8 : 1];
+    __device__ __forceinline__ void load(int kt, int kt_load, const T* bias, int n0, int N) const {
+        if constexpr (HOLD) {
+            if (kt == kt_load) load_bias_pairs<T, BN>(pairs, bias, n0, N);
+        }
+    }
+    __device__ __forceinline__ float2 operator()(int j) const { return Pair<T>::unpack(pairs[j]); }
+};
+
+// The epilogue of a persistent policy: with the bias held (HeldBias), or read where used.
+template <typename T, int ACT, int RESIDUAL, int N, bool HOLD>
+__device__ __forceinline__ void apply_epilogue_held(float (&d)[N / 2], const HeldBias<T, N, HOLD>& held,
+                                                    const T* bias, const T* residual, int row0,
+                                                    int col0, int M, int Ncols) {
+    if constexpr (HOLD)
+        apply_epilogue_with<T, ACT, RESIDUAL, N>(d, held, residual, row0, col0, M, Ncols);
+    else
+        apply_epilogue<T, ACT, RESIDUAL, N>(d, bias, residual, row0, col0, M, Ncols);
+}
+
 // hgemm_fused_bias_act's epilogue policy for hop::persistent_gemm (the interface is
-// described in hopper.cuh): with RESIDUAL, at k tile kt_prefetch of each tile warp 0 of
-// each consumer sends that consumer's residual rows to L2 while the k loop still runs;
-// then bias + activation (+ residual) on the fp32 accumulators, and the persistent stage's
-// TMA store.
+// described in hopper.cuh): at k tile kt_prefetch of each tile each consumer thread loads
+// its bias pairs into registers (HeldBias) or, with RESIDUAL, warp 0 of each consumer
+// sends that consumer's residual rows to L2 while the k loop still runs; then bias +
+// activation (+ residual) on the fp32 accumulators, and the persistent stage's TMA store.
 template <typename T, int BN, int ACT, int RESIDUAL>
 struct BiasActEpilogue {
     static constexpr unsigned STAGING_BYTES = 64 * BN * 2;   // the whole 64 x BN tile
@@ -394,6 +428,7 @@ struct BiasActEpilogue {
     const T* residual;
     int lane;
     bool prefetcher;   // warp 0 of this consumer
+    HeldBias<T, BN, !RESIDUAL> held;
 
     __device__ __forceinline__ BiasActEpilogue(const Args& args, int tid)
         : bias(args.bias), residual(args.residual), lane(tid % 32),
@@ -401,6 +436,7 @@ struct BiasActEpilogue {
 
     __device__ __forceinline__ void after_k_tile(int kt, int kt_prefetch, int row0, int n0, int M,
                                                  int N) const {
+        held.load(kt, kt_prefetch, bias, n0, N);
         if constexpr (RESIDUAL) {
             if (prefetcher && kt == kt_prefetch)
                 prefetch_rows_l2(residual, row0, min(row0 + 64, M), n0, min(n0 + BN, N), N, lane);
@@ -410,7 +446,7 @@ struct BiasActEpilogue {
     __device__ __forceinline__ void store(float (&acc)[BN / 2], unsigned staging,
                                           const TensorMap2D* tmap_c, int row0, int n0, int M, int N,
                                           unsigned bar_id) const {
-        apply_epilogue<T, ACT, RESIDUAL, BN>(acc, bias, residual, row0, n0, M, N);
+        apply_epilogue_held<T, ACT, RESIDUAL, BN>(acc, held, bias, residual, row0, n0, M, N);
         hop::store_tile_tma<T, BN>(acc, staging, tmap_c, row0, n0, bar_id);
     }
 };
@@ -434,15 +470,22 @@ struct QuantEpilogue {
     };
     Args a;
     float tensor_scale;
+    // The bias is held (HeldBias) for int8 only: with fp8 outputs holding it measured
+    // 0.86-0.95 of cublas+gelu+fp8 at M = 4096 against 0.97-1.03 reading it where used
+    // (2026-12-02, 15:11 UTC), a loss not yet explained (the k loops compile alike).
+    HeldBias<T, BN, !RESIDUAL && QUANT == quant::QUANT_INT8> held;
 
     __device__ __forceinline__ QuantEpilogue(const Args& args, int)
         : a(args), tensor_scale(QUANT == quant::QUANT_FP8 ? *args.scale : 0.f) {}
 
-    __device__ __forceinline__ void after_k_tile(int, int, int, int, int, int) const {}
+    __device__ __forceinline__ void after_k_tile(int kt, int kt_prefetch, int, int n0, int,
+                                                 int N) const {
+        held.load(kt, kt_prefetch, a.bias, n0, N);
+    }
 
     __device__ __forceinline__ void store(float (&acc)[BN / 2], unsigned, const TensorMap2D*,
                                           int row0, int n0, int M, int N, unsigned) const {
-        apply_epilogue<T, ACT, RESIDUAL, BN>(acc, a.bias, a.residual, row0, n0, M, N);
+        apply_epilogue_held<T, ACT, RESIDUAL, BN>(acc, held, a.bias, a.residual, row0, n0, M, N);
         const int t = threadIdx.x % 128, w = t / 32, l = t % 32, p = l % 4;
         const int r = row0 + 16 * w + l / 4;
         const bool odd = p % 2;

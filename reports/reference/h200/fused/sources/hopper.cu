@@ -62,7 +62,7 @@
 //
 // hgemm_tma_wgmma_persistent
 //   template <typename T, int BM = 128, int BN = 256, int BK = 64, int STAGES = 3,
-//             int GROUP = 8, int BOXES = 4, int STREAMK = 0>
+//             int GROUP = 8, int BOXES = 4, int STREAMK = 0, int DEFER = 0>
 //   threads  384, 1-D, roles as in hgemm_tma_wgmma_ws
 //   grid     dim3(min(tiles, multiprocessors)): each CTA walks tiles blockIdx.x,
 //            blockIdx.x + gridDim.x, ... in grouped order (GROUP tile rows at a time,
@@ -77,7 +77,7 @@
 //            through shared memory by TMA store (cp.async.bulk.tensor, bulk groups), so
 //            the epilogue no longer issues 64 scattered 4-byte stores per thread.
 //   seed     000 §4 (persistent kernels, TMA store epilogue)
-//   tuning   Two options for `perfscope tune`, off by default. BOXES < BN/64 (above).
+//   tuning   Three options for `perfscope tune`, off by default. BOXES < BN/64 (above).
 //            STREAMK (000 §5.1, §6.3: tail effects, stream-K): when the tiles are not a
 //            whole number of rounds of CTAs (512 tiles on 132 CTAs: 3.88 rounds, the last
 //            leaving 16 CTAs idle), the partial round is split by k iterations evenly over
@@ -92,6 +92,15 @@
 //            the cut pieces' partials (measured on the H200, 2026-12-02, tune/: 1.012-1.023
 //            of the unsplit kernel at 6144^3, 4096x14336x4096 and 8192^3; no split, and
 //            0.997-0.998 of it, at 512 or 256 tiles on 132 CTAs).
+//            DEFER 1 (the deferred store): between two tiles both consumers used to stage
+//            and store C while the tensor pipe waited (0.86 us of a 4096^3 tile's 42.8,
+//            tune/tail-split-probe.json.xz); now each consumer rounds its finished tile to
+//            T pairs in 64 spare registers and sends one 64 x 64 box of it per k tile of its
+//            next unit, after that k tile's wgmmas are issued and the slot before it freed.
+//            Sending the whole tile after the next tile's first k tile instead held that
+//            slot through the staging and measured 7-8% slower; the box per k tile gains most
+//            with one staging box and a fourth ring slot (BOXES 1, STAGES 4). tune/ holds the
+//            measurements.
 //
 // hgemm_tma_wgmma_streamk
 //   template hgemm_tma_wgmma_persistent's, at GROUP 16 and STREAMK 2
@@ -227,14 +236,15 @@ hgemm_tma_wgmma_ws(const __grid_constant__ TensorMap2D tmap_a, const __grid_cons
 // ========================================================================== stage 3
 // The persistent body (hop::persistent_gemm, hopper.cuh) with the plain TMA-store epilogue;
 // fused.cu's hgemm_fused_bias_act is the same body with the bias / activation / residual one.
-template <typename T, int BM, int BN, int BK, int STAGES, int GROUP, int BOXES, int STREAMK>
+template <typename T, int BM, int BN, int BK, int STAGES, int GROUP, int BOXES, int STREAMK,
+          int DEFER>
 __global__ void __launch_bounds__(384, 1)
 hgemm_tma_wgmma_persistent(const __grid_constant__ TensorMap2D tmap_a,
                            const __grid_constant__ TensorMap2D tmap_b,
                            const __grid_constant__ TensorMap2D tmap_c, T* __restrict__ C,
                            int M, int N, int K) {
-    hop::persistent_gemm<T, BM, BN, BK, STAGES, GROUP, hop::StoreEpilogue<T, BN, BOXES>, STREAMK>(
-        &tmap_a, &tmap_b, &tmap_c, M, N, K, {});
+    hop::persistent_gemm<T, BM, BN, BK, STAGES, GROUP, hop::StoreEpilogue<T, BN, BOXES, DEFER>,
+                         STREAMK>(&tmap_a, &tmap_b, &tmap_c, M, N, K, {});
 }
 
 // ========================================================================== stage 4

@@ -367,6 +367,10 @@ __device__ __forceinline__ void store_tile_tma_boxes(const float (&acc)[BN / 2],
 //   store(acc, staging, tmap_c, row0, n0, M, N, bar_id)
 //                           the tile's fp32 accumulators once its last wgmma group is done
 //                           and its ring slot released: to C, through store_tile_tma.
+//   DEFERRED, pack(acc, words), store_box(words, box, staging, tmap_c, row0, n0, bar_id)
+//                           optional: a policy with DEFERRED true has persistent_gemm pack
+//                           each tile instead of storing it and send it a box per k tile of
+//                           the next unit (StoreEpilogue at DEFER 1; fused.cu's do not).
 // row0 / n0 are the consumer's first C row (64 of them) and the tile's first column.
 // StoreEpilogue is hgemm_tma_wgmma_persistent's: nothing in the k loop, then the swizzled
 // staging (the whole 64 x BN tile when BOXES >= BN/64, else BOXES boxes in turn) + TMA store.
@@ -383,11 +387,65 @@ __device__ __forceinline__ void store_tile_staged(const float (&acc)[BN / 2], un
         store_tile_tma_boxes<T, BN, BOXES>(acc, staging, tmap_c, row0, n0, bar_id);
 }
 
-template <typename T, int BN, int MAX_BOXES = BN / 64>
+// A consumer's 64 x BN tile rounded to T pairs in registers, so that its accumulators are
+// free for the next tile's wgmmas while the pairs go to C (store_words_box): word 2j holds
+// row r's columns 8j + 2(l%4) and + 1, word 2j + 1 row r + 8's (r = 16w + l/4), the pairs
+// store_tile_tma writes.
+template <typename T, int BN>
+__device__ __forceinline__ void pack_tile(const float (&acc)[BN / 2], unsigned (&words)[BN / 4]) {
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+        words[2 * j] = tma::Pack<T>::two(acc[4 * j], acc[4 * j + 1]);
+        words[2 * j + 1] = tma::Pack<T>::two(acc[4 * j + 2], acc[4 * j + 3]);
+    }
+}
+
+// Box `box` (runtime, < BN/64) of pack_tile's words to C rows row0.., columns
+// n0 + 64 * box.., through staging box box % BOXES once the store that last read it is
+// done (as store_tile_tma_boxes sends a tile box by box). The loop over b is unrolled so
+// that the words are indexed at compile time and stay in registers.
+template <int BN, int BOXES>
+__device__ __forceinline__ void store_words_box(const unsigned (&words)[BN / 4], int box,
+                                                unsigned staging, const TensorMap2D* tmap_c,
+                                                int row0, int n0, unsigned bar_id) {
+    static_assert(BOXES >= 1 && BOXES <= BN / 64, "between one box and the whole tile");
+    constexpr unsigned BOX_BYTES = 64 * 64 * 2;
+    const int t = threadIdx.x % 128, w = t / 32, l = t % 32;
+    const int r = 16 * w + l / 4;
+#pragma unroll
+    for (int b = 0; b < BN / 64; ++b) {
+        if (b != box) continue;
+        const unsigned base = staging + (b % BOXES) * BOX_BYTES;
+        if (t == 0) tma::store_wait_read<BOXES - 1>();
+        named_sync(bar_id, 128);
+#pragma unroll
+        for (int jj = 0; jj < 8; ++jj) {
+            const int j = 8 * b + jj;
+            const unsigned at = base + (l % 4) * 4 + ((jj ^ (r % 8)) * 16);
+            asm volatile("st.shared.u32 [%0], %1;\n" :: "r"(at + r * 128), "r"(words[2 * j])
+                         : "memory");
+            asm volatile("st.shared.u32 [%0], %1;\n" :: "r"(at + (r + 8) * 128),
+                         "r"(words[2 * j + 1]) : "memory");
+        }
+        tma::fence_proxy_async();
+        named_sync(bar_id, 128);
+        if (t == 0) {
+            tma::store_2d(tmap_c, base, n0 + 64 * b, row0);
+            tma::store_commit();
+        }
+    }
+}
+
+// DEFER = 1: persistent_gemm packs each finished tile (pack) and sends it one 64 x 64 box
+// per k tile of the next unit (store_box), each after that k tile's wgmmas are issued and
+// the slot before it freed, so the staging and the TMA stores run under the wgmmas instead
+// of between two tiles' (64 more registers a consumer thread, inside setmaxnreg's 232).
+template <typename T, int BN, int MAX_BOXES = BN / 64, int DEFER = 0>
 struct StoreEpilogue {
     // BOXES >= BN/64 (BN 128 in a space that also holds BN 256) stages the whole tile.
     static constexpr int BOXES = MAX_BOXES < BN / 64 ? MAX_BOXES : BN / 64;
     static constexpr unsigned STAGING_BYTES = BOXES * 64 * 64 * 2;
+    static constexpr bool DEFERRED = DEFER != 0;
     struct Args {};
     __device__ __forceinline__ StoreEpilogue(const Args&, int) {}
     __device__ __forceinline__ void after_k_tile(int, int, int, int, int, int) const {}
@@ -396,7 +454,22 @@ struct StoreEpilogue {
                                           unsigned bar_id) const {
         store_tile_staged<T, BN, BOXES>(acc, staging, tmap_c, row0, n0, bar_id);
     }
+    __device__ __forceinline__ void pack(const float (&acc)[BN / 2], unsigned (&words)[BN / 4]) const {
+        pack_tile<T, BN>(acc, words);
+    }
+    __device__ __forceinline__ void store_box(const unsigned (&words)[BN / 4], int box,
+                                              unsigned staging, const TensorMap2D* tmap_c,
+                                              int row0, int n0, unsigned bar_id) const {
+        store_words_box<BN, BOXES>(words, box, staging, tmap_c, row0, n0, bar_id);
+    }
 };
+
+// Whether an epilogue policy defers its stores (E::DEFERRED); policies that do not say so
+// (fused.cu's) store each tile as soon as it is done.
+template <typename E, typename = void>
+struct Deferred { static constexpr bool value = false; };
+template <typename E>
+struct Deferred<E, decltype(void(E::DEFERRED))> { static constexpr bool value = E::DEFERRED; };
 
 // ------------------------------------------------------------------ stream-K
 // With STREAMK, persistent_gemm splits the tiles that do not fill a whole round of CTAs
@@ -594,7 +667,8 @@ __device__ __forceinline__ void for_each_unit(const StreamK<BN, STREAMK>& sk, F&
 // hopper.cu gives them), its epilogue an Epilogue policy: warpgroup 0 produces (thread 0
 // walks the CTA's tiles in grouped order and keeps the ring full, running ahead into the
 // next tile), warpgroups 1 and 2 consume 64 rows each and hand every finished tile to the
-// policy's store, whose TMA stores are waited for once, at the end. The kernels calling it
+// policy's store (a deferring policy's: to pack, and its boxes to store_box during the
+// next unit's first k tiles), whose TMA stores are waited for once, at the end. The kernels calling it
 // keep their own ABI and pass their __grid_constant__ tensor maps by address. Both stages
 // compile to the SASS they had as two bodies: the policy calls are shaped to inline to the
 // same code (the epilogue is built per consumer thread before the tile loop; kt_prefetch is
@@ -649,6 +723,17 @@ __device__ __forceinline__ void persistent_gemm(const TensorMap2D* tmap_a,
         const int half = wg - 1;
         const Epilogue epi(args, tid);
         const unsigned staging = staging0 + half * STAGING_BYTES;
+        constexpr bool DEFER = Deferred<Epilogue>::value;
+        constexpr int BOXES_N = BN / 64;
+        // DEFER: the last finished tile, packed, where it goes, and its next box to send
+        // (BOXES_N: all sent).
+        unsigned words[BN / 4];   // unused (and dropped) unless DEFER
+        int words_row0 = 0, words_n0 = 0, next_box = BOXES_N;
+        const auto send_box = [&]() {
+            if constexpr (DEFER)   // a policy that does not defer has no store_box
+                epi.store_box(words, next_box, staging, tmap_c, words_row0, words_n0, 1 + half);
+            ++next_box;
+        };
         int it = 0;
         const auto compute = [&](int tile, int k0, int k1) {
             int tm, tn;
@@ -659,7 +744,13 @@ __device__ __forceinline__ void persistent_gemm(const TensorMap2D* tmap_a,
             for (int j = 0; j < BN / 2; ++j) acc[j] = 0.f;
             for (int kt = k0; kt < k1; ++kt, ++it) {
                 ring.consume(it, kt > k0, acc, half);
+                if constexpr (DEFER) {
+                    if (next_box < BOXES_N) send_box();   // under this k tile's wgmmas
+                }
                 epi.after_k_tile(kt, KT / 2, row0, n0, M, N);
+            }
+            if constexpr (DEFER) {
+                while (next_box < BOXES_N) send_box();   // a unit of fewer k tiles than boxes
             }
             wgmma_wait<0>();
             ring.release(it - 1);
@@ -670,9 +761,19 @@ __device__ __forceinline__ void persistent_gemm(const TensorMap2D* tmap_a,
                 }
                 if (k1 != KT) sk.fixup(acc, tile, half, 1 + half);
             }
-            epi.store(acc, staging, tmap_c, row0, n0, M, N, 1 + half);
+            if constexpr (DEFER) {
+                epi.pack(acc, words);
+                words_row0 = row0;
+                words_n0 = n0;
+                next_box = 0;
+            } else {
+                epi.store(acc, staging, tmap_c, row0, n0, M, N, 1 + half);
+            }
         };
         for_each_unit<STREAMK>(sk, compute);
+        if constexpr (DEFER) {
+            while (next_box < BOXES_N) send_box();
+        }
         if (tid % 128 == 0) tma::store_wait_all();
     }
 }
