@@ -5,6 +5,7 @@ back to bench, profile and diff."""
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import sqlite3
 from pathlib import Path
@@ -118,7 +119,8 @@ def test_an_unknown_executor_is_refused_before_any_worker_starts(held_store):
 # ------------------------------------------------------------------ --config best
 
 
-def _store_with_best(path: Path, params: dict, shape: str = "4096x4096x4096") -> None:
+def _store_with_best(path: Path, params: dict, shape: str = "4096x4096x4096",
+                     source: str = "src") -> None:
     spec_defaults = {"BM": 128, "BN": 256, "BK": 64, "STAGES": 3, "GROUP": 8}
     full = {**spec_defaults, **params}
     task = TrialTask(1, STAGE, "bf16", *parse_shape(shape).__dict__.values(), full, "sm_90a")
@@ -126,7 +128,7 @@ def _store_with_best(path: Path, params: dict, shape: str = "4096x4096x4096") ->
 
     with Store.open(path) as s:
         key = TrialKey(STAGE, json.dumps(dict(sorted(full.items())), separators=(",", ":")),
-                       parse_shape(shape), "bf16", run_key(FAKE_ENV), "src")
+                       parse_shape(shape), "bf16", run_key(FAKE_ENV), source)
         s.record_trial(key, Measured(OK, timing=fake_timing(task, 1.03)))
 
 
@@ -141,6 +143,30 @@ def test_config_best_reads_the_store(tmp_path):
         configured.chosen_params(configured.ConfigChoice((), "worst", path, (STAGE,), (), "1x1x1"))
     with pytest.raises(PerfscopeError, match="--store is read by --config best"):
         configured.chosen_params(configured.ConfigChoice((), None, path, (STAGE,), (), "1x1x1"))
+
+
+def test_config_best_measured_on_another_source_is_taken_with_a_warning(tmp_path, caplog):
+    """The store's trials carry the hash of the stage's source and headers they ran: a best
+    configuration of another version (a comment edit changes it too) is still taken, and a
+    warning says which hashes differ; of the current source, nothing is said."""
+    from perfscope.digest import source_hash
+    from perfscope.kernels import get_spec
+
+    spec = get_spec(STAGE)
+    now = source_hash(spec.source_path().read_text(), spec.kernel_dir)
+    choice = lambda p: configured.ConfigChoice((), "best", p, (STAGE,), ("bf16",), "4096x4096x4096")  # noqa: E731
+    old, same = tmp_path / "old.sqlite", tmp_path / "same.sqlite"
+    _store_with_best(old, {"STAGES": 4}, source="0123456789abcdef")
+    _store_with_best(same, {"STAGES": 4}, source=now)
+    with caplog.at_level(logging.WARNING, logger="perfscope.tune.configured"):
+        assert configured.chosen_params(choice(old))["STAGES"] == 4
+    (rec,) = caplog.records
+    assert "measured on another version of hopper.cu" in rec.getMessage()
+    assert "0123456789abcdef" in rec.getMessage() and now in rec.getMessage()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="perfscope.tune.configured"):
+        assert configured.chosen_params(choice(same))["STAGES"] == 4
+    assert not caplog.records
 
 
 @pytest.mark.parametrize("command", ["bench", "profile"])

@@ -4,20 +4,25 @@
 the verified configuration with the highest ratio to cuBLAS (its confirmation when it has
 one). Explicit ``--param KEY=VALUE`` are laid over it. ``diff`` then names the stage's
 report for exactly those parameters (``<stage>@K=V,...-<dtype>-<shape>``, what `profile`
-writes for them).
+writes for them). A best configuration measured on another version of the stage's source
+(the source hash its trial carries) is still taken, with a warning that says so.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from perfscope.digest import source_hash
 from perfscope.errors import PerfscopeError
 from perfscope.kernels import get_spec, normalize_dtype, parse_shape
 from perfscope.kernels.spec import parse_params
 from perfscope.reader import REPORT_SUFFIXES
 from perfscope.runner import stem_for
-from perfscope.tune.store import DEFAULT_STORE, best_params
+from perfscope.tune.store import DEFAULT_STORE, best_trial
+
+log = logging.getLogger(__name__)
 
 CONFIGS = ("best",)
 
@@ -46,8 +51,16 @@ def chosen_params(choice: ConfigChoice) -> dict[str, int]:
         raise PerfscopeError(f"--config {choice.config!r} is not known; use --config best (the "
                              "best configuration the tune store holds for the stage and shape)")
     stage, dtype, shape = _one_stage(choice)
-    best = best_params(choice.store or DEFAULT_STORE, stage, dtype, parse_shape(shape))
-    return {**best, **explicit}
+    best = best_trial(choice.store or DEFAULT_STORE, stage, dtype, parse_shape(shape))
+    spec = get_spec(stage)
+    now = source_hash(spec.source_path().read_text(), spec.kernel_dir)
+    if best.key.source != now:
+        # A comment edit changes the hash too, so this is a warning, not a refusal.
+        log.warning("the tune store's best configuration of %s was measured on another version "
+                    "of %s and its headers (source hash %s, now %s): its ranking may not hold; "
+                    "`perfscope tune %s --dtype %s --shape %s` measures it again", stage,
+                    spec.source, best.key.source, now, stage, dtype, shape)
+    return {**best.params, **explicit}
 
 
 def _one_stage(choice: ConfigChoice) -> tuple[str, str, str]:

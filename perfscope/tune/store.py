@@ -515,14 +515,20 @@ class Store:
             dest.close()
 
 
-def best_params(path: str | Path, stage: str, dtype: str, shape: Shape,
-                gpu: str | None = None) -> dict[str, int]:
-    """The parameters of the best verified configuration in the store at path, or a
-    sentence saying there is none (what ``bench/profile/diff --config best`` read)."""
+def best_trial(path: str | Path, stage: str, dtype: str, shape: Shape,
+               gpu: str | None = None) -> TrialRow:
+    """The best verified trial in the store at path, or a sentence saying there is none
+    (what ``bench/profile/diff --config best`` read)."""
     with Store.open(path, create=False) as store:
         best = store.best(stage, dtype, shape, gpu)
     if best is None:
         raise PerfscopeError(f"the tune store {path} holds no verified, timed configuration of "
                              f"{stage} in {dtype} at {shape}; run `perfscope tune {stage} --dtype "
                              f"{dtype} --shape {shape}` first")
-    return best.params
+    return best
+
+
+def best_params(path: str | Path, stage: str, dtype: str, shape: Shape,
+                gpu: str | None = None) -> dict[str, int]:
+    """The parameters of best_trial."""
+    return best_trial(path, stage, dtype, shape, gpu).params
