@@ -34,7 +34,7 @@ from perfscope.stage import ResourceUsage
 log = logging.getLogger(__name__)
 
 # Bumped when the cached metadata's layout changes, so old entries are not misread.
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 ARCH_RE = re.compile(r"^sm_(\d+)([af]?)$")
 BASE_FLAGS: tuple[str, ...] = ("-lineinfo", "--ptxas-options=-v", "-std=c++17")
 
@@ -212,15 +212,23 @@ _USED_RE = re.compile(r"Used (\d+) registers")
 _BARRIERS_RE = re.compile(r"used (\d+) barriers")
 _SMEM_RE = re.compile(r"(\d+) bytes smem")
 _CMEM0_RE = re.compile(r"(\d+) bytes cmem\[0\]")
+# "ptxas info : (C7515) Potential Performance Loss: wgmma.mma_async instructions are
+# serialized due to <reason> in the function '<mangled>'" (C7510-C7520 name other reasons).
+_WGMMA_SERIAL_RE = re.compile(
+    r"wgmma\.mma_async instructions are serialized due to (.+?) in the function '([^']+)'")
 
 
 def parse_ptxas_log(text: str) -> dict[str, ResourceUsage]:
     """Resource usage per mangled entry name from ptxas's ``-v`` report."""
     frames: dict[str, tuple[int, int, int]] = {}
     used: dict[str, tuple[int, int, int, int]] = {}
+    serialized: dict[str, str] = {}
     entry: str | None = None
     props: str | None = None
     for line in text.splitlines():
+        if m := _WGMMA_SERIAL_RE.search(line):
+            serialized[m.group(2)] = m.group(1).strip()
+            continue
         if m := _ENTRY_RE.search(line):
             entry = m.group(1)
             continue
@@ -241,7 +249,8 @@ def parse_ptxas_log(text: str) -> dict[str, ResourceUsage]:
     for name, (regs, smem, bars, cmem) in used.items():
         stack, st, ld = frames.get(name, (0, 0, 0))
         out[name] = ResourceUsage(registers=regs, static_smem=smem, stack_frame=stack,
-                                  spill_stores=st, spill_loads=ld, barriers=bars, cmem0=cmem)
+                                  spill_stores=st, spill_loads=ld, barriers=bars, cmem0=cmem,
+                                  wgmma_serialized=serialized.get(name, ""))
     return out
 
 
@@ -334,6 +343,11 @@ def compile_cubin(req: CompileRequest, *, use_cache: bool = True) -> CompiledMod
     log.info("compiling %s for %s: %s", req.source_name, req.arch, " ".join(options))
     cubin, lowered, text = _run_nvrtc(req, options)
     resources = parse_ptxas_log(text)
+    for name, usage in resources.items():
+        if usage.wgmma_serialized:
+            log.warning("ptxas serialized the wgmma pipeline of %s (%s) due to %s: each wgmma "
+                        "waits for the one before it", name, req.source_name,
+                        usage.wgmma_serialized)
     missing = [m for m in lowered.values() if m not in resources]
     if missing:
         said = " | ".join(ln.strip() for ln in text.strip().splitlines()[-6:]) or "nothing"

@@ -79,12 +79,16 @@ class ResourceUsage:
     spill_loads: int
     barriers: int = 0
     cmem0: int = 0
+    # ptxas's reason when it serialized the entry's wgmma pipeline (its "Potential
+    # Performance Loss" info, C7515 and kin: every wgmma then waits for the one before); ""
+    # when it did not.
+    wgmma_serialized: str = ""
 
     @property
     def spills(self) -> bool:
         """Whether ptxas reported any spill store or load."""
         return self.spill_stores > 0 or self.spill_loads > 0
 
-    def to_dict(self) -> dict[str, int]:
+    def to_dict(self) -> dict[str, int | str]:
         """The usage as plain values, for the run manifest."""
         return asdict(self)

@@ -202,7 +202,7 @@ def test_tcgen05_sass_shows_the_blackwell_instructions(arch, dtype):
     assert a.label == "compiled, never run"
     # No counters-free rule condemns the tcgen05 path.
     assert not a.evaluation.findings
-    assert set(a.evaluation.silent) == {"PS130", "PS140", "PS141", "PS142"}
+    assert set(a.evaluation.silent) == {"PS130", "PS140", "PS141", "PS142", "PS144"}
 
 
 @pytest.mark.slow
@@ -242,12 +242,80 @@ def test_a_cubin_is_audited_as_given():
     [a] = audit(str(mod.cubin_path)).audits
     assert a.kind == "cubin" and a.arch == "sm_103a" and a.sass.base_opcodes["UTCHMMA"] > 0
     assert a.resources is None and a.sass.registers == mod.resources[a.kernel].registers
-    # Spills need ptxas -v, which a cubin lacks; the element type is read from its SASS.
-    assert {n.code for n in a.evaluation.not_evaluated} == {"PS130"}
+    # Spills and wgmma serialization need ptxas -v, which a cubin lacks; the element type
+    # is read from its SASS.
+    assert {n.code for n in a.evaluation.not_evaluated} == {"PS130", "PS144"}
     assert "PS140" in a.evaluation.silent
     with pytest.raises(PerfscopeError, match="not sm_90a"):
         audit(str(mod.cubin_path), arch="sm_90a")
     del tool
+
+
+# ------------------------------------------------------------ wgmma serialization
+
+# ptxas's reports of hgemm_fused_quant (fp8 output) as committed and with its bias pairs
+# held across the k loop (tests/fixtures/ptxas/README.md): the held build measured 1.11x
+# the cycles of the committed one.
+PTXAS = Path(__file__).parent / "fixtures" / "ptxas"
+HELD_FP8 = ("HeldBias<T, BN, !RESIDUAL && QUANT == quant::QUANT_INT8> held;",
+            "HeldBias<T, BN, !RESIDUAL> held;")
+
+
+def test_ptxas_wgmma_serialization_is_read_per_entry():
+    from perfscope.build import parse_ptxas_log
+
+    (name, usage), = parse_ptxas_log((PTXAS / "hgemm_fused_quant_fp8_held.log").read_text()).items()
+    assert name.startswith("_Z17hgemm_fused_quant") and usage.registers == 168
+    assert usage.wgmma_serialized == ("non wgmma instructions defining accumulator registers of "
+                                      "a wgmma between start and end of the pipeline stage")
+    clean = parse_ptxas_log((PTXAS / "hgemm_fused_quant_fp8.log").read_text())
+    assert clean[name].wgmma_serialized == "" and clean[name].registers == 168
+
+
+@pytest.mark.slow
+def test_serialized_wgmma_is_a_static_finding_and_no_stage_has_it(caplog):
+    """PS144 fires on the build ptxas serialized (the fp8 quant stage holding its bias),
+    with ptxas's reason as its evidence, and the compile logs a warning; every committed
+    wgmma stage compiles without serialization at its defaults, in both dtypes."""
+    import dataclasses
+    import logging
+
+    from conftest import benchmark_script
+
+    from perfscope.audit import static_profile
+    from perfscope.kernels.launch import compile_stage
+    from perfscope.rules import STATIC_REGISTRY, Context, evaluate
+
+    tool = disassembler_or_skip()
+    copy = benchmark_script("probed_copy")
+    folder = copy.patched_kernel_dir(
+        {"fused.cu": copy.patched((KERNEL_DIR / "fused.cu").read_text(), [HELD_FP8])}, "held-fp8-")
+    for kernel_dir, serialized in ((folder, True), (KERNEL_DIR, False)):
+        spec = dataclasses.replace(get_spec("hgemm_fused_quant"), kernel_dir=kernel_dir)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="perfscope.build"):
+            mod = compile_stage(spec, "bf16", "sm_90a")
+        mangled = mod.mangled(spec.name_expression("bf16"))
+        res = mod.resources[mangled]
+        sass = disasm.disassemble(mod.cubin_path, tool).kernel(mangled)
+        ev = evaluate(static_profile(sass, "sm_90a", res), None, Context(resources=res),
+                      rules=STATIC_REGISTRY)
+        codes = {f.code for f in ev.findings}
+        if serialized:
+            assert "PS144" in codes and res.wgmma_serialized.startswith("non wgmma instructions")
+            (f,) = [f for f in ev.findings if f.code == "PS144"]
+            assert f.evidence[0].value == res.wgmma_serialized and "{" not in f.fix
+            if not mod.from_cache:
+                assert any("serialized the wgmma pipeline" in r.getMessage() for r in caplog.records)
+        else:
+            assert "PS144" in ev.silent and not res.wgmma_serialized
+    wgmma = [s for s in audit_specs() if "gmma" in s.fingerprint and "sm_90a" in s.archs]
+    assert len(wgmma) >= 8
+    for spec in wgmma:
+        for dtype in spec.dtypes:
+            mod = compile_stage(spec, dtype, "sm_90a")
+            assert not mod.resources[mod.mangled(spec.name_expression(dtype))].wgmma_serialized, \
+                (spec.name, dtype)
 
 
 # ------------------------------------------------------------ bad input

@@ -25,7 +25,7 @@ from perfscope.rules.facts import (
     need_opcodes,
     total_instructions,
 )
-from perfscope.rules.model import Evidence, Hit, Inputs, NotCollected, Rule
+from perfscope.rules.model import Evidence, Hit, Inputs, NotCollected, Rule, need
 
 # -- thresholds --
 # Chips where mma.sync (HMMA) is the legacy path: wgmma (sm_90) or tcgen05 (sm_100/103)
@@ -196,6 +196,53 @@ NO_TMA = Rule(
     reference="CUDA C++ Programming Guide: Tensor Memory Accelerator (TMA); PTX ISA: "
               "cp.async.bulk.tensor, mbarrier",
 )
+
+def _check_wgmma_serialized(inputs: Inputs) -> Hit | None:
+    """Symptom: (the static audit's, from the compiler, no counters) ptxas reports that it
+    serialized the kernel's wgmma.mma_async pipeline ("Potential Performance Loss:
+    wgmma.mma_async instructions are serialized due to <reason>", info C7515 and its kin).
+    Why: wgmma runs asynchronously only while nothing but wgmmas writes its accumulator
+    registers between the warpgroup's fence/arrive and its wait; where ptxas cannot keep it
+    so (a non-wgmma instruction defining an accumulator register inside the pipeline stage,
+    too few registers, the pipeline crossing a call), it waits for each wgmma before issuing
+    the next, and the tensor pipe runs one at a time.
+    Fix: keep the accumulators untouched between wgmma_fence and wgmma_wait (initialise or
+    rescale them before the fence, read them after the wait), keep values that live across
+    the k loop (held epilogue operands, loop state) out of the registers ptxas needs for
+    the accumulators, and inline every call inside the pipeline; compile again until ptxas
+    prints no such line.
+    Estimate: none without counters: what serialization costs depends on how much of the
+    kernel's time the wgmmas take.
+    Example:
+        before: ptxas info : (C7515) Potential Performance Loss: wgmma.mma_async instructions
+                are serialized due to non wgmma instructions defining accumulator registers
+                of a wgmma between start and end of the pipeline stage in the function '...'
+        after:  no such line; the k loop's HGMMAs stay in flight together
+    Source: hgemm_fused_quant with fp8 outputs and its bias pairs held in registers across
+    the k loop (2026-12-02, H200): ptxas C7515, 1.11x the cycles of the same stage without
+    the held bias under ncu and 0.86-0.95 of cublas+gelu+fp8 against 0.99-1.03; PTX ISA:
+    wgmma.fence, wgmma.wait_group; seed 000 §4 (Hopper: wgmma)."""
+    res = need(inputs.context.resources, "the compiler's resource usage (ptxas -v)")
+    if not res.wgmma_serialized:
+        return None
+    return Hit((Evidence("ptxas: wgmma.mma_async instructions serialized due to",
+                         res.wgmma_serialized, "any"),), None,
+               fix_args=(("reason", "ptxas: " + res.wgmma_serialized),))
+
+
+WGMMA_SERIALIZED = Rule(
+    code="PS144", tag="mma-serialized", title="ptxas serialized the wgmma pipeline",
+    severity="warning",
+    metrics=("ptxas -v: wgmma serialization (C7515 and kin)",),
+    check=_check_wgmma_serialized,
+    fix="Keep the wgmma accumulators untouched between the fence and the wait (initialise or "
+        "scale them before it, read them after), keep values held across the k loop out of the "
+        "registers the accumulators need, and inline every call in the pipeline, until ptxas "
+        "no longer reports the serialization ({reason}).",
+    reference="PTX ISA: Asynchronous Warpgroup Level Matrix Instructions (wgmma.fence, "
+              "wgmma.commit_group, wgmma.wait_group)",
+)
+
 
 # -- PS143 thresholds --
 # FFMA is the kernel's math when at least this share of its instructions is FFMA.

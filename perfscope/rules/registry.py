@@ -7,7 +7,13 @@ from dataclasses import dataclass
 from perfscope.rules.cache import NO_GRID_SWIZZLE, PERSISTING_MISUSE
 from perfscope.rules.clock import CLOCK_HELD
 from perfscope.rules.correctness import INCORRECT, UNVERIFIED
-from perfscope.rules.instructions import ISSUE_OVERHEAD, LEGACY_MMA, NO_TENSOR_CORES, NO_TMA
+from perfscope.rules.instructions import (
+    ISSUE_OVERHEAD,
+    LEGACY_MMA,
+    NO_TENSOR_CORES,
+    NO_TMA,
+    WGMMA_SERIALIZED,
+)
 from perfscope.rules.latency import (
     BARRIER_BOUND,
     EPILOGUE_EXPOSED,
@@ -65,18 +71,25 @@ REGISTRY: tuple[Rule, ...] = (
     UNVERIFIED,              # PS191
 )
 
+# Rules only the compiler's report can decide (ptxas's own words), so only the static
+# audit runs them: an ncu report carries no ptxas log.
+COMPILER_ONLY: tuple[Rule, ...] = (
+    WGMMA_SERIALIZED,        # PS144
+)
+
 # The rules that need no counters, for `perfscope sass` (static SASS + ptxas resource
 # usage + the compile target): the same rules as above, PS130 reading ptxas's spill
-# report instead of executed spill instructions.
+# report instead of executed spill instructions, and the compiler-only ones.
 STATIC_REGISTRY: tuple[Rule, ...] = (
     SPILLS_STATIC,           # PS130
     NO_TENSOR_CORES,         # PS140
     LEGACY_MMA,              # PS141
     NO_TMA,                  # PS142
+    *COMPILER_ONLY,
 )
 
-BY_CODE: dict[str, Rule] = {r.code: r for r in REGISTRY}
-if len(BY_CODE) != len(REGISTRY):
+BY_CODE: dict[str, Rule] = {r.code: r for r in (*REGISTRY, *COMPILER_ONLY)}
+if len(BY_CODE) != len(REGISTRY) + len(COMPILER_ONLY):
     raise ImportError("two rules share a code")
 
 
@@ -89,5 +102,5 @@ def rule_metrics() -> frozenset[str]:
 class RuleTable:
     """What `perfscope rules` shows."""
 
-    rules: tuple[Rule, ...] = REGISTRY
+    rules: tuple[Rule, ...] = (*REGISTRY, *COMPILER_ONLY)
     kind: str = "rules"
