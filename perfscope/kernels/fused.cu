@@ -470,9 +470,11 @@ struct QuantEpilogue {
     };
     Args a;
     float tensor_scale;
-    // The bias is held (HeldBias) for int8 only: with fp8 outputs holding it measured
-    // 0.86-0.95 of cublas+gelu+fp8 at M = 4096 against 0.97-1.03 reading it where used
-    // (2026-12-02, 15:11 UTC), a loss not yet explained (the k loops compile alike).
+    // The bias is held (HeldBias) for int8 only: with fp8 outputs holding it, ptxas
+    // serializes the wgmma pipeline (C7515: non-wgmma instructions defining accumulator
+    // registers inside the pipeline stage; PS144 of `perfscope sass`), and the stage measured
+    // 0.86-0.95 of cublas+gelu+fp8 at M = 4096 against 0.98-1.03 reading it where used
+    // (fused/bench-fused-fp8-held.json against bench-fused.json, 2026-12-02).
     HeldBias<T, BN, !RESIDUAL && QUANT == quant::QUANT_INT8> held;
 
     __device__ __forceinline__ QuantEpilogue(const Args& args, int)
