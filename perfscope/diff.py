@@ -37,6 +37,7 @@ from perfscope.structure import (
     CONSUMERS,
     EPILOGUE,
     GRID,
+    PIPELINE,
     SPECIALISATION,
     TILE,
     Aspect,
@@ -435,10 +436,11 @@ def _aspect_claims(d: _Direction, findings: list[Finding], aspects: list[Aspect]
         parts = [v for v in (model, composed, growth) if v is not None]
         modelled = sum(parts) if parts else None
         mine += [g.cited[0] for g in grew]
-        # A finding's own fix would add what the slower side already has.
+        # A finding's own fix would add what the slower side already has; an aspect that
+        # causes the findings it absorbs gives its own fix.
         fix = (WITHOUT_FIX[a.name].format(fast=d.names[1], slow=d.names[0])
                if slow_side_has_it(a.name, *d.shapes) else
-               mine[0].fix if mine else STRUCTURE_FIX[a.name])
+               mine[0].fix if mine and a.name not in CAUSE_ASPECTS else STRUCTURE_FIX[a.name])
         out.append(_Claim(f"{a.name}: A {a.a}; B {a.b}", "", mine[0].code if mine else None,
                           fix, a.name, modelled,
                           # The tail model covers only the idle last wave: the rest of what
@@ -446,6 +448,10 @@ def _aspect_claims(d: _Direction, findings: list[Finding], aspects: list[Aspect]
                           composed is None or a.name == GRID, a.name, tuple(mine)))
     return out
 
+
+# Aspects that are the cause of the findings they absorb (a serialized wgmma pipeline is
+# why the tensor pipe idles), so their fix, not the findings', is the reason's.
+CAUSE_ASPECTS = (PIPELINE,)
 
 STRUCTURE_FIX = {
     GRID: "Launch one CTA per SM (or per SM slot) and let each walk the tiles in a loop "
@@ -459,6 +465,12 @@ STRUCTURE_FIX = {
                     "warpgroups (wgmma, setmaxnreg.inc) that meet on full/empty mbarriers.",
     EPILOGUE: "Stage C in shared memory and write it with TMA stores (cp.async.bulk.tensor), "
               "which the next tile's main loop can overlap.",
+    PIPELINE: "Keep several wgmmas in flight: fence, issue a k tile's wgmmas, commit them as one "
+              "group and wait for all but the newest group. A pipeline that waits on every "
+              "wgmma is what ptxas falls back to when it cannot keep the accumulators to the "
+              "wgmmas (its C7515 info; `perfscope sass` PS144 names the reason): keep them "
+              "untouched between fence and wait and the values held across the k loop out of "
+              "their registers.",
 }
 
 
@@ -488,6 +500,8 @@ WITHOUT_FIX = {
     EPILOGUE: "{fast} stores C from registers and is faster: {slow}'s shared-memory staging "
               "and TMA store cost more than they overlap here; check the staging's bank "
               "conflicts and the store wait before the next tile.",
+    PIPELINE: "{fast} waits on each wgmma and is still faster: {slow}'s time is not in its "
+              "wgmma issue; look at its operand waits (the full barrier) and its epilogue.",
 }
 
 

@@ -13,7 +13,10 @@ kernel's structure from its report (and run manifest, when there is one):
 - warp specialisation: warpgroups per CTA and register reallocation (USETMAXREG);
 - the consumers' tiles: whether the consumer warpgroups share each tile (cooperative) or
   each owns whole tiles (ping-pong), from the tile, the MMA shape and the warpgroups;
-- the epilogue: C written by TMA stores (UTMASTG) or by per-thread STG.
+- the epilogue: C written by TMA stores (UTMASTG) or by per-thread STG;
+- the wgmma pipeline: how many wgmmas issue per wait (WARPGROUP.DEPBAR per HGMMA/QGMMA
+  executed): one wait per wgmma is the serialized pipeline ptxas falls back to (its C7515
+  info, PS144 of `perfscope sass`), several per wait keep the tensor pipe fed.
 
 ``compare_structure`` sets two kernels side by side as ``Aspect`` rows, each with its
 evidence, the finding tags it explains (a finding and the structure behind it are one
@@ -39,8 +42,13 @@ ACCUMULATOR_REGISTERS_MAX = 255
 # A grid counts as one wave up to this many waves (ncu rounds waves per SM).
 ONE_WAVE = 1.0 + 1e-6
 
-GRID, TILE, CLUSTER, SPECIALISATION, CONSUMERS, EPILOGUE = (
-    "grid", "tile", "cluster", "warp specialisation", "consumer tiles", "epilogue")
+GRID, TILE, CLUSTER, SPECIALISATION, CONSUMERS, EPILOGUE, PIPELINE = (
+    "grid", "tile", "cluster", "warp specialisation", "consumer tiles", "epilogue",
+    "wgmma pipeline")
+# A kernel waits on (nearly) every wgmma alone from this many waits per wgmma on: the
+# serialized build measured 1.00, every pipelined wgmma kernel on the H200 0.125-0.5
+# (ours, cuBLAS, cuBLASLt's nvjet, Triton's 64x64), whose waits cover a k tile's 2-8 wgmmas.
+SERIAL_WAITS_PER_MMA = 0.9
 # Finding tags (perfscope.rules.model.TAGS) each aspect explains.
 ABSORBS: dict[str, tuple[str, ...]] = {
     GRID: ("tail-effect", "small-grid", "epilogue-exposed"),
@@ -49,10 +57,13 @@ ABSORBS: dict[str, tuple[str, ...]] = {
     SPECIALISATION: ("latency-exposed",),
     CONSUMERS: ("epilogue-exposed",),
     EPILOGUE: ("store-inefficiency",),
+    # A serialized pipeline idles the tensor pipe between wgmmas: the idle PS124 and PS120
+    # read is its cost, not a second reason.
+    PIPELINE: ("epilogue-exposed", "latency-exposed"),
 }
 # Aspects that only exist on the TMA/wgmma path: when one kernel lacks that path, they
 # are part of the path's reason, not reasons of their own.
-ON_PATH = (CLUSTER, SPECIALISATION, CONSUMERS, EPILOGUE)
+ON_PATH = (CLUSTER, SPECIALISATION, CONSUMERS, EPILOGUE, PIPELINE)
 
 
 @dataclass(frozen=True)
@@ -72,6 +83,12 @@ class LaunchShape:
     tma_stores: float
     stg_stores: float
     stsm: float
+    mma_waits: float | None = None        # WARPGROUP.DEPBAR per wgmma executed; None: no wgmma
+
+    @property
+    def serialized(self) -> bool | None:
+        """Whether the kernel waits on each wgmma alone (None without wgmma)."""
+        return None if self.mma_waits is None else self.mma_waits >= SERIAL_WAITS_PER_MMA
 
     @property
     def cluster_size(self) -> int:
@@ -183,12 +200,17 @@ def launch_shape(kp: KernelProfile, manifest: RunManifest | None) -> LaunchShape
     block = kp.identity.block
     threads = math.prod(block) if block else None
     fast = kp.opcodes.has("gmma") or kp.opcodes.has("tma")
+    mmas = sum(n for op, n in kp.opcodes.with_modifiers.items()
+               if op.startswith(("HGMMA", "QGMMA", "IGMMA", "BGMMA")))
+    waits = sum(n for op, n in kp.opcodes.with_modifiers.items()
+                if op.startswith("WARPGROUP.DEPBAR"))
     return LaunchShape(
         ctas=ctas, waves=waves, persistent=_persistent(ctas, waves, tile, shape), tile=tile,
         tile_source=source, mma=_mma(kp), cluster=kp.identity.cluster, multicast=multicast,
         warpgroups=threads // WARPGROUP if threads and fast and threads % WARPGROUP == 0 else None,
         setmaxreg=_count(kp, "USETMAXREG") > 0, tma_stores=_count(kp, "UTMASTG"),
-        stg_stores=_count(kp, "STG"), stsm=_count(kp, "STSM"))
+        stg_stores=_count(kp, "STG"), stsm=_count(kp, "STSM"),
+        mma_waits=waits / mmas if mmas else None)
 
 
 # ------------------------------------------------------------------------ comparing
@@ -259,6 +281,15 @@ def _epilogue_text(s: LaunchShape) -> str:
     return "no global stores executed"
 
 
+def _pipeline_text(s: LaunchShape) -> str:
+    if s.mma_waits is None:
+        return "no wgmma"
+    if s.serialized:
+        return (f"{s.mma_waits:.2f} waits (WARPGROUP.DEPBAR) per wgmma: each waits for the one "
+                "before it (a serialized pipeline)")
+    return f"{1 / s.mma_waits:.1f} wgmmas per wait (WARPGROUP.DEPBAR): several in flight"
+
+
 def compare_structure(a: LaunchShape, b: LaunchShape) -> tuple[Aspect, ...]:
     """The aspects of A and B's launch structure, in a fixed order."""
     out = [Aspect(GRID, _grid_text(a), _grid_text(b),
@@ -292,6 +323,11 @@ def compare_structure(a: LaunchShape, b: LaunchShape) -> tuple[Aspect, ...]:
         out.append(Aspect(EPILOGUE, _epilogue_text(a), _epilogue_text(b),
                           bool(a.tma_stores) != bool(b.tma_stores),
                           "UTMASTG, STSM and STG executed", ABSORBS[EPILOGUE]))
+    # Shown only where one side is serialized: every pipelined pair would otherwise carry a
+    # row that says nothing.
+    if a.serialized is not None and b.serialized is not None and a.serialized != b.serialized:
+        out.append(Aspect(PIPELINE, _pipeline_text(a), _pipeline_text(b), True,
+                          "WARPGROUP.DEPBAR and HGMMA/QGMMA executed", ABSORBS[PIPELINE]))
     return tuple(out)
 
 
@@ -304,7 +340,8 @@ def has_feature(name: str, s: LaunchShape) -> bool | None:
     # (a split-K reduction in distributed shared memory) do not have it.
     return {GRID: s.persistent, CLUSTER: s.cluster_size > 1 and bool(s.multicast),
             SPECIALISATION: s.specialised,
-            CONSUMERS: s.consumers_own_tiles, EPILOGUE: bool(s.tma_stores)}.get(name)
+            CONSUMERS: s.consumers_own_tiles, EPILOGUE: bool(s.tma_stores),
+            PIPELINE: None if s.serialized is None else not s.serialized}.get(name)
 
 
 def larger_tile(slow: LaunchShape, fast: LaunchShape) -> bool | None:

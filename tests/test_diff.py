@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import report
+from conftest import FIXTURES, report
 from typer.testing import CliRunner
 
 from perfscope import diff as d
@@ -427,6 +427,29 @@ def test_the_consumers_tiles_are_read_off_the_tile_and_the_mma_shape():
     assert shape((64, 256), warpgroups=2).consumers_own_tiles is None      # one consumer
     assert shape((64, 256), setmaxreg=False).consumers_own_tiles is None   # not specialised
     assert shape(None).consumers_own_tiles is None
+
+
+def test_a_serialized_wgmma_pipeline_is_the_reason_not_the_idle_it_causes():
+    """hgemm_fused_quant (fp8) holding its bias across the k loop, which ptxas serialized
+    (C7515), against the committed stage (fixtures/h200/wgmma-serialized): 1.11x the cycles
+    with one WARPGROUP.DEPBAR per HGMMA against one per 3.9. The lead reason is the pipeline,
+    with its own fix (keep wgmmas in flight; PS144 names ptxas's reason), PS124's larger idle
+    folded into it rather than blamed; the other way round it is what A improved. Pipelined
+    pairs show no such row."""
+    folder = FIXTURES / "wgmma-serialized"
+    held = resolve(str(folder / "held" / "hgemm_fused_quant-bf16-4096x4096x4096.ncu-rep.xz"))
+    committed = resolve(str(folder / "committed" / "hgemm_fused_quant-bf16-4096x4096x4096.ncu-rep.xz"))
+    result = d.compare(held, committed)
+    first = result.verdict[0]
+    assert not result.improved and first.kind == "wgmma pipeline"
+    assert "1.00 waits (WARPGROUP.DEPBAR) per wgmma" in first.sentence
+    assert "3.9 wgmmas per wait" in first.sentence
+    assert first.fix.startswith("Keep several wgmmas in flight") and "PS144" in first.fix
+    assert "PS124" not in {r.code for r in result.verdict[1:]}
+    back = d.compare(committed, held)
+    assert back.improved and back.verdict[0].kind == "wgmma pipeline"
+    assert d.PIPELINE not in {a.name for a in d.compare(committed, committed).structure}
+    _claims_fit(result)
 
 
 @needs_reference
