@@ -285,8 +285,10 @@ def _pipeline_text(s: LaunchShape) -> str:
     if s.mma_waits is None:
         return "no wgmma"
     if s.serialized:
-        return (f"{s.mma_waits:.2f} waits (WARPGROUP.DEPBAR) per wgmma: each waits for the one "
-                "before it (a serialized pipeline)")
+        # One wait per wgmma is also what a pipelined k step of a single wgmma (BK 16)
+        # executes; the counts cannot tell the two apart, so the text says both.
+        return (f"{s.mma_waits:.2f} waits (WARPGROUP.DEPBAR) per wgmma: each wgmma waited on "
+                "alone (a serialized pipeline, or one wgmma per k step)")
     return f"{1 / s.mma_waits:.1f} wgmmas per wait (WARPGROUP.DEPBAR): several in flight"
 
 
