@@ -7,16 +7,18 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from fakes.tune_fakes import FakeExecutor
+from fakes.tune_fakes import FakeExecutor, fake_timing
 
 from perfscope.errors import PerfscopeError
 from perfscope.kernels import parse_shape
 from perfscope.manifest import OK, WRONG
 from perfscope.tune import workflow
 from perfscope.tune.store import Store
+from perfscope.tune.worker import synthetic_ratio
 
 STAGE = "hgemm_tma_wgmma_persistent"
 SHAPES = (parse_shape("4096x4096x4096"), parse_shape("1024x8192x8192"))
@@ -127,7 +129,7 @@ def test_resume_after_a_crash_mid_sweep(tmp_path):
     store = tmp_path / "tune.sqlite"
     script = textwrap.dedent(f"""
         from pathlib import Path
-        from fakes.tune_fakes import FakeExecutor
+        from fakes.tune_fakes import FakeExecutor, fake_timing
         from perfscope.kernels import parse_shape
         from perfscope.tune import workflow
         shapes = tuple(parse_shape(s) for s in {[str(s) for s in SHAPES]!r})
@@ -158,6 +160,34 @@ def test_confirm_times_the_best_again_and_the_table_shows_it(tmp_path):
     again = FakeExecutor()
     workflow.run(request(store, shapes=SHAPES[:1], confirm=3, resume=True), again)
     assert again.submitted == []
+
+
+class _ShrinkingConfirmations(FakeExecutor):
+    """The longer confirmation measures each of the best screens 10% slower, below the
+    configurations that were screened only (the luckiest short screens win the screening)."""
+
+    def outcome(self, task):
+        out = super().outcome(task)
+        if task.phase != "confirm" or out.timing is None:
+            return out
+        return replace(out, timing=fake_timing(task, 0.9 * synthetic_ratio(task.stage, task.params,
+                                                                           task.shape)))
+
+
+def test_the_document_and_config_best_name_the_same_configuration(tmp_path):
+    """A confirmation outranks a screening (perfscope.tune.store.rank) in the document's order
+    as in Store.best, so the table's best is the one `--config best` runs, even where a
+    configuration screened only has the higher ratio."""
+    store = tmp_path / "t.sqlite"
+    doc = workflow.run(request(store, shapes=SHAPES[:1], confirm=2), _ShrinkingConfirmations())
+    (result,) = doc.results
+    screened = [t for t in result.timed if t.phase != "confirm"]
+    assert max(t.ratio.median for t in screened) > result.best.ratio.median   # the trap is set
+    assert result.best.phase == "confirm"
+    with Store.open(store) as s:
+        best = s.best(result.stage, result.dtype, SHAPES[0])
+    assert best.phase == "confirm" and best.ratio == pytest.approx(result.best.ratio.median)
+    assert [t.phase for t in result.timed[:2]] == ["confirm", "confirm"]
 
 
 def test_a_deadline_stops_the_search_and_resume_finishes_it(tmp_path):

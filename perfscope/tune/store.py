@@ -443,13 +443,12 @@ class Store:
         return int(self._db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
 
     def best(self, stage: str, dtype: str, shape: Shape, gpu: str | None = None) -> TrialRow | None:
-        """The verified trial with the highest median ratio to cuBLAS (its confirmation when
-        it has one); None when nothing of that stage, dtype and shape was timed."""
+        """The verified trial ranked first by ``rank`` (the latest of equals); None when
+        nothing of that stage, dtype and shape was timed."""
         rows = [r for r in self.trials(stage, dtype, shape)
                 if r.verdict == OK and r.ratio is not None and r.key.run.gpu != DRY_GPU
                 and (gpu is None or r.key.run.gpu == gpu)]
-        # A confirmed measurement outranks a screening one: it is the longer of the two.
-        return max(rows, key=lambda r: (r.phase == "confirm", r.ratio, r.id), default=None)
+        return min(rows, key=lambda r: (*rank(r.phase, r.ratio), -r.id), default=None)
 
     # ------------------------------------------------------------------ profiles
 
@@ -513,6 +512,15 @@ class Store:
             self._db.backup(dest)
         finally:
             dest.close()
+
+
+def rank(phase: str | None, ratio: float | None) -> tuple[bool, bool, float]:
+    """A trial's place among its shape's trials, best first when sorted ascending: timed
+    before untimed, a confirmation before a screening (it is the longer measurement, and
+    the highest of many short screens is the luckiest), then the higher ratio to cuBLAS.
+    The store's best, the tune document's order and its profiled best all follow it, so
+    `--config best` runs the configuration the document names."""
+    return (ratio is None, phase != "confirm", -(ratio or 0.0))
 
 
 def best_trial(path: str | Path, stage: str, dtype: str, shape: Shape,

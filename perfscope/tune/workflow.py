@@ -62,6 +62,7 @@ from perfscope.tune.store import (
     Store,
     TrialKey,
     TrialRow,
+    rank,
     run_key,
 )
 from perfscope.tune.tasks import CONFIRM, SCREEN, TrialOutcome, TrialTask, WorkerInfo
@@ -583,7 +584,7 @@ def _profile_pairs(sweep: _Sweep) -> list[tuple[Study, TrialRow, TrialRow]]:
         rows = sorted((r for r in sweep.store.trials(sp.spec.name, sp.dtype, study.shape, sweep.run,
                                                       sweep.sources[sp.spec.name])
                        if r.verdict == OK and r.ratio is not None),
-                      key=lambda r: -(r.ratio or 0.0))
+                      key=lambda r: rank(r.phase, r.ratio))
         n = min(k, len(rows) // 2)
         pairs += [(study, rows[i], rows[-1 - i]) for i in range(n)]
     return pairs
@@ -681,7 +682,7 @@ def document(store: Store, plan: TunePlan, run: RunKey, sources: Mapping[str, st
                    if r.key.source == source and r.key.arch == plan.arch}
         rows = store.trials(spec.name, sp.dtype, study.shape, run, source)
         trials = [_trial_of(r, spec, configs.get(r.key.params)) for r in rows]
-        trials.sort(key=lambda t: (t.ratio is None, -(t.ratio.median if t.ratio else 0.0), t.config))
+        trials.sort(key=lambda t: (*rank(t.phase, t.ratio.median if t.ratio else None), t.config))
         wanted = {c.key for c in sp.configs}
         pruned = tuple((Config.from_key(spec, k).label(spec.param_dict), r.reason)
                        for k, r in configs.items() if not r.ok and k in wanted)
