@@ -204,11 +204,24 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if not doc.stats.stopped else 1
 
 
-def write(out: Path, doc, timings: dict, started: float) -> None:
-    # The renderers load Nsight Compute's report reader: only now, once no worker runs.
+def write_document(out: Path, doc, run: dict | None) -> None:
+    """The document's three files in out: results.json.xz (with the run's phase times under
+    "run" when given), tune.md and tune.html (benchmarks/tune_rerank.py rewrites them too)."""
+    # The renderers load Nsight Compute's report reader: only once no worker runs.
     from perfscope.render import render
     from perfscope.render.jsondoc import tune_document
     from perfscope.render.tune import html_page
+
+    results = {**tune_document(doc), **({"run": run} if run is not None else {})}
+    (out / "results.json.xz").write_bytes(
+        lzma.compress((json.dumps(results, indent=1, allow_nan=False) + "\n").encode()))
+    (out / "tune.md").write_text(render(doc, "markdown"))
+    (out / "tune.html").write_text(html_page(doc, "perfscope tune: hgemm_tma_wgmma_persistent on H200"))
+
+
+def write(out: Path, doc, timings: dict, started: float) -> None:
+    # The renderers load Nsight Compute's report reader: only now, once no worker runs.
+    from perfscope.render import render
 
     timings["wall_s"] = round(time.monotonic() - started, 1)
     timings["sweep_stats"] = dataclasses.asdict(doc.stats)
@@ -230,11 +243,7 @@ def write(out: Path, doc, timings: dict, started: float) -> None:
     # are no review aid (the table is tune.md).
     with lzma.open(out / "tune-store.json.xz", "wt", preset=9) as f:
         f.write(text)
-    results = {**tune_document(doc), "run": timings}
-    (out / "results.json.xz").write_bytes(
-        lzma.compress((json.dumps(results, indent=1, allow_nan=False) + "\n").encode()))
-    (out / "tune.md").write_text(render(doc, "markdown"))
-    (out / "tune.html").write_text(html_page(doc, "perfscope tune: hgemm_tma_wgmma_persistent on H200"))
+    write_document(out, doc, timings)
     print(render(doc, "console", width=200))
     speed = timings.get("compile_speed")
     if speed:

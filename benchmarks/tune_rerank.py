@@ -20,11 +20,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from tune_h200 import write_document  # noqa: E402
 
 from perfscope.documents import TuneDocument  # noqa: E402
-from perfscope.render import render  # noqa: E402
-from perfscope.render.jsondoc import tune_document  # noqa: E402
-from perfscope.render.tune import html_page  # noqa: E402
 from perfscope.tune.store import rank  # noqa: E402
 
 
@@ -47,11 +47,7 @@ def rerank(out: Path, when: str) -> list[str]:
                  "now outranks a screening in this document as in `--config best` "
                  "(perfscope.tune.store.rank); the best changed at " + ", ".join(changed)
                  + ", whose ncu diffs are of the sweep's screening best.")
-    doc = dataclasses.replace(doc, results=tuple(results), notes=notes)
-    body = {**tune_document(doc), **({"run": run} if run is not None else {})}
-    path.write_bytes(lzma.compress((json.dumps(body, indent=1, allow_nan=False) + "\n").encode()))
-    (out / "tune.md").write_text(render(doc, "markdown"))
-    (out / "tune.html").write_text(html_page(doc, "perfscope tune: hgemm_tma_wgmma_persistent on H200"))
+    write_document(out, dataclasses.replace(doc, results=tuple(results), notes=notes), run)
     return changed
 
 

@@ -185,6 +185,8 @@ TUNE_SCHEMA = "perfscope.tune/1"
 TUNE_RESULTS = Path("tune") / "results.json"
 # The committed reference run keeps it xz-compressed (3,840 trials: over 2 MB as text).
 TUNE_RESULTS_XZ = Path("tune") / "results.json.xz"
+# Where a folder's tune results are looked for, in order.
+TUNE_RESULT_FILES = (TUNE_RESULTS_XZ, TUNE_RESULTS)
 
 
 @dataclass(frozen=True)

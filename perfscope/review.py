@@ -23,7 +23,7 @@ from perfscope.bandwidth import FUSED_CHECK, BandwidthPanel, read_panels
 from perfscope.calibration import Calibration, calibrate
 from perfscope.diagnosis import default_catalogue, diagnose
 from perfscope.diff import ProfileDiff, compare
-from perfscope.documents import TUNE_RESULTS, TUNE_RESULTS_XZ, TuneDocument
+from perfscope.documents import TUNE_RESULT_FILES, TuneDocument
 from perfscope.errors import PerfscopeError
 from perfscope.hardware import math_kind, peak_flops
 from perfscope.manifest import BENCH_NAME, BenchFile, Environment, RunManifest, Spread, run_key
@@ -281,7 +281,7 @@ def _find_bench(paths: Sequence[Path]) -> Path | None:
 
 
 def _find_tune(paths: Sequence[Path]) -> Path | None:
-    return _find_beside(paths, TUNE_RESULTS_XZ) or _find_beside(paths, TUNE_RESULTS)
+    return next((f for name in TUNE_RESULT_FILES if (f := _find_beside(paths, name))), None)
 
 
 def _peak(env: Environment | None, dtype: str, clock_mhz: float | None,

@@ -32,6 +32,7 @@ from markupsafe import Markup
 
 from perfscope.bandwidth import TARGET_SHARE, BandwidthPanel
 from perfscope.calibration import SIGNIFICANT_SAVING
+from perfscope.documents import TUNE_RESULT_FILES
 from perfscope.errors import PerfscopeError
 from perfscope.families import FAMILY_BY_KEY
 from perfscope.reader import REPORT_SUFFIXES, reader_version
@@ -709,8 +710,7 @@ def reference_page(folder: str | os.PathLike[str]) -> str:
     own, not its subfolders': fused/ has a page of its own) and the bench.json in folder."""
     root = Path(folder)
     bench = root / "bench.json"
-    tune = next((t for t in (root / "tune" / "results.json.xz", root / "tune" / "results.json")
-                 if t.is_file()), None)
+    tune = next((root / name for name in TUNE_RESULT_FILES if (root / name).is_file()), None)
     return build_report(folder_reports(root), bench=bench if bench.is_file() else None,
                         tune=tune, title=REFERENCE_TITLE,
                         command=REFERENCE_COMMAND)
