@@ -17,7 +17,7 @@ from typing import Any
 
 from perfscope.documents import BenchSummary
 from perfscope.environment import collect_environment
-from perfscope.errors import PerfscopeError
+from perfscope.errors import PerfscopeError, one_line
 from perfscope.kernels import REFERENCE_FOR_DTYPE, all_specs, get_spec, launch
 from perfscope.kernels.epilogue import epilogue_of
 from perfscope.kernels.fused_specs import small_m_for
@@ -41,6 +41,7 @@ from perfscope.manifest import (
     RunManifest,
     Timing,
     Verification,
+    layout_for,
 )
 from perfscope.stage import at_defaults
 from perfscope.timing import BenchOptions, time_stage
@@ -155,7 +156,8 @@ def make_manifest(job: Job, verification: Verification, **kw: Any) -> RunManifes
     return RunManifest(stage=job.spec.name, family=job.spec.family, dtype=job.dtype,
                        m=s.m, n=s.n, k=s.k, params=job.spec.param_dict,
                        verification=verification, parent=job.spec.parent,
-                       variant=job.spec.variant, created=_now(), **kw)
+                       variant=job.spec.variant, layout=layout_for(job.dtype), created=_now(),
+                       **kw)
 
 
 def is_context_fatal(exc: BaseException) -> bool:
@@ -184,15 +186,27 @@ def _run_one(job: Job, opts: BenchOptions, refs: dict) -> tuple[Prepared, Verifi
         rspec = reference_spec(job.dtype, job.spec)
         key = (rspec.name, job.dtype, job.shape)
         if key not in refs:
-            rprep = prepare(rspec, job.dtype, job.shape)
-            refs[key] = (rprep, verify(rprep, opts.seed, quant_scale=opts.quant_scale))
+            refs[key] = _prepared_reference(rspec, job, opts)
         rprep, rver = refs[key]
         if rver.verdict == OK:
             ref = rprep
         else:
-            log.warning("%s failed its own check (%s); no ratio for %s",
-                        rprep.spec.name, rver.detail, job.spec.name)
+            log.warning("%s %s (%s); no ratio for %s", rspec.name,
+                        "refused the shape" if rver.verdict == REFUSED else "failed its own check",
+                        rver.detail, job.spec.name)
     return prep, verdict, time_stage(prep, ref, opts)
+
+
+def _prepared_reference(rspec: KernelSpec, job: Job,
+                        opts: BenchOptions) -> tuple[Prepared | None, Verification]:
+    """The reference prepared and checked at the job's shape, or refused where it cannot take
+    that shape (cuBLASLt's FP8 GEMM: dimensions divisible by 16): the stage is still timed."""
+    try:
+        rspec.check_shape(job.shape)
+    except PerfscopeError as exc:
+        return None, Verification(REFUSED, detail=str(exc))
+    rprep = prepare(rspec, job.dtype, job.shape)
+    return rprep, verify(rprep, opts.seed, quant_scale=opts.quant_scale)
 
 
 def run_jobs(jobs: Sequence[Job], opts: BenchOptions,
@@ -224,12 +238,6 @@ def run_jobs(jobs: Sequence[Job], opts: BenchOptions,
             continue
         yield make_manifest(job, verdict, timing=timing, compile=compile_info(prep),
                         environment=env)
-
-
-def one_line(exc: BaseException) -> str:
-    """The first line of an exception's message, or its type name when it has none."""
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 
 

@@ -294,7 +294,7 @@ def profile(
     stages: list[str] | None = typer.Argument(None, help="Stage names or 'all'."),
     shape: str | None = typer.Option(None, "--shape", help="Problem size MxNxK (stages: default "
                                      "4096x4096x4096; a program: its kernel's GEMM)."),
-    dtype: list[str] | None = typer.Option(None, "--dtype", help="fp32, fp16 or bf16 (repeat for "
+    dtype: list[str] | None = typer.Option(None, "--dtype", help="fp32, fp16, bf16 or fp8 (repeat for "
                                            "stages; one for a program's kernel)."),
     param: list[str] | None = typer.Option(None, "--param", help="Template parameter, e.g. STAGES=4."),
     out: Path | None = typer.Option(None, "--out", help="Stages: the output folder (default "
@@ -398,7 +398,7 @@ def profile(
 def bench(
     stages: list[str] | None = typer.Argument(None, help="Stage names, or 'all' (the default)."),
     shape: str = typer.Option("4096x4096x4096", "--shape", help="Problem size MxNxK."),
-    dtype: list[str] | None = typer.Option(None, "--dtype", help="fp32, fp16 or bf16 (repeat)."),
+    dtype: list[str] | None = typer.Option(None, "--dtype", help="fp32, fp16, bf16 or fp8 (repeat)."),
     param: list[str] | None = typer.Option(None, "--param", help="Template parameter, e.g. STAGES=4."),
     out: Path | None = typer.Option(None, "--out", help="Write the bench file (the run manifests) "
                                     "here."),
@@ -478,7 +478,7 @@ def tune(
                                            "default 4096x4096x4096)."),
     shapes_file: Path | None = typer.Option(None, "--shapes", help="A file of shapes, one MxNxK "
                                             "per line (# starts a comment)."),
-    dtype: list[str] | None = typer.Option(None, "--dtype", help="fp32, fp16 or bf16 (repeat; "
+    dtype: list[str] | None = typer.Option(None, "--dtype", help="fp32, fp16, bf16 or fp8 (repeat; "
                                            "default the stage's first)."),
     param: list[str] | None = typer.Option(None, "--param", help="Hold a parameter at one of its "
                                            "declared values, e.g. BN=256 (repeat)."),

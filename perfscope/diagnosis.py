@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from perfscope.errors import PerfscopeError
-from perfscope.kernels import DTYPES, stage_catalogue
+from perfscope.kernels import DTYPES, REFERENCE_FOR_DTYPE, stage_catalogue
 from perfscope.locations import LOCAL_ROOT
 from perfscope.manifest import RunManifest, manifest_beside, manifest_path
 from perfscope.profile import KernelProfile, compile_kernel_regex, load
@@ -312,9 +312,10 @@ def _reference_of(alias: str, like: Diagnosed | None, options: ResolveOptions) -
 
 def reference_stage(alias: str, dtype: str) -> str:
     """The stage that stands for cublas/cublaslt at an element type."""
-    base = {"fp32": "cublas_sgemm", "fp16": "cublas_hgemm", "bf16": "cublas_bgemm"}.get(dtype)
+    base = REFERENCE_FOR_DTYPE.get(dtype)
     if base is None:
         raise PerfscopeError(f"no cuBLAS reference is known for dtype {dtype!r}.")
+    # fp8's reference is cuBLASLt's already (cuBLAS through CuPy has no FP8): both aliases.
     return base if alias == "cublas" else base.replace("cublas_", "cublaslt_")
 
 

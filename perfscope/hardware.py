@@ -43,6 +43,14 @@ DRAM_PRACTICAL_SHARE = 0.89
 
 # Element sizes in bytes.
 ELEMENT_BYTES: Mapping[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
+# The C a GEMM of an element type writes, where it is not that type: perfscope's fp8 GEMMs
+# (kernels/fp8.py) take e4m3 inputs and write bf16, as cuBLASLt's FP8 GEMM does by default.
+OUTPUT_DTYPE: Mapping[str, str] = {"fp8": "bf16"}
+
+
+def output_element_bytes(dtype: str | None) -> int | None:
+    """The size of one element of C in a GEMM of this (input) element type."""
+    return ELEMENT_BYTES.get(OUTPUT_DTYPE.get(dtype or "", dtype or ""))
 
 
 def math_kind(dtype: str | None) -> str | None:

@@ -30,6 +30,13 @@ log = logging.getLogger(__name__)
 
 MANIFEST_VERSION = 1
 LAYOUT = "row-major: C[M][N] = A[M][K] * B[K][N]"
+# The fp8 dtype's GEMMs take B transposed, K contiguous (kernels/fp8.py), and write bf16.
+FP8_LAYOUT = "row-major TN: C[M][N] = A[M][K] * Bt[N][K]^T (e4m3 A and Bt, bf16 C)"
+
+
+def layout_for(dtype: str) -> str:
+    """The layout perfscope's own stages and references of an element type run in."""
+    return FP8_LAYOUT if dtype == "fp8" else LAYOUT
 
 # Verdicts. Only OK (and UNVERIFIED, a program's kernel) may carry a speed.
 OK = "ok"

@@ -45,7 +45,6 @@ from perfscope.kernels.epilogue import ELEMENTWISE_SOURCE, ELEMENTWISE_SOURCE_NA
 from perfscope.kernels.launch import driver_device_count
 from perfscope.locations import LOCAL_ROOT
 from perfscope.manifest import (
-    LAYOUT,
     PROGRAM,
     UNKNOWN_LAYOUT,
     UNVERIFIED,
@@ -54,6 +53,7 @@ from perfscope.manifest import (
     Spread,
     Timing,
     Verification,
+    layout_for,
     manifest_path,
 )
 from perfscope.profile import load
@@ -629,10 +629,11 @@ def make_reference(missing: diagnosis.MissingReference,
         raise PerfscopeError(f"{what}; A was profiled on an {there} and this machine has an {here}, "
                              f"so a reference made here would not be comparable: run {command} on "
                              f"an {there}.")
-    layout = missing.like.manifest.layout if missing.like.manifest is not None else LAYOUT
-    if layout not in (LAYOUT, UNKNOWN_LAYOUT):
-        raise PerfscopeError(f"{what}, and perfscope profiles references only as {LAYOUT}, not as "
-                             f"A's {layout}.")
+    ours = layout_for(dtype)
+    layout = missing.like.manifest.layout if missing.like.manifest is not None else ours
+    if layout not in (ours, UNKNOWN_LAYOUT):
+        raise PerfscopeError(f"{what}, and perfscope profiles {dtype} references only as {ours}, "
+                             f"not as A's {layout}.")
     req = ProfileRequest(stages=(stage,), dtypes=(dtype,), shape=shape, out=folder,
                          ncu=ncu_mod.NcuOptions(clock_control="none"), timeout=timeout)
     if on_start is not None:

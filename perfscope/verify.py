@@ -5,12 +5,14 @@ before the launch, and the result must pass two checks against ``A·B`` computed
 float64 from the same (already rounded) inputs:
 
 * relative Frobenius error ``||C - ref|| / ||ref||`` under 1e-5 (fp32) or 1e-2 (fp16,
-  bf16), and
+  bf16, and fp8 inputs with their bf16 C), and
 * elementwise ``|C - ref| <= acc_tol·(|A|·|B|) + out_tol·|ref| + abs_tol``: the first term
   bounds the fp32 accumulation error, the second the rounding of C to its dtype, so one
   wrong element (a missed k-tile, a race) fails even when the norm barely moves.
 
-NaN or infinity anywhere fails.
+NaN or infinity anywhere fails. For fp8 (kernels/fp8.py) the inputs are standard-normal
+values rounded to e4m3, decoded exactly to float64, and the reference is
+``scale_a * scale_b * A·Btᵀ``.
 
 A stage with a fused epilogue (and its unfused group reference) is checked against
 ``act(A·B + bias) (+ residual)`` in float64, with A scaled by 1/sqrt(K) so that A·B is of
@@ -45,6 +47,8 @@ from perfscope.kernels.epilogue import (
     decoded,
     e4m3_step,
 )
+from perfscope.kernels.fp8 import FP8, fp8_operands_f64, make_fp8_inputs, scale_product
+from perfscope.kernels.fused_specs import output_dtype
 from perfscope.kernels.launch import Prepared, numpy_dtype, output_array, require_gpu
 from perfscope.kernels.spec import Shape
 from perfscope.manifest import OK, WRONG, Verification
@@ -55,6 +59,8 @@ TOLERANCES: dict[str, tuple[float, float, float, float]] = {
     # fp16 rounds C to 11 significant bits (2^-11 relative), bf16 to 8 (2^-8); twice that.
     "fp16": (1e-2, 2e-3, 1e-3, 1e-5),
     "bf16": (1e-2, 2e-3, 8e-3, 1e-5),
+    # e4m3 inputs (exact in float64 once decoded), C rounded to bf16: bf16's bounds.
+    "fp8": (1e-2, 2e-3, 8e-3, 1e-5),
 }
 # A quantised C: e4m3 keeps 4 significant bits (relative rounding error up to 2^-4, about
 # 2.4% RMS over many values), int8 steps of 1 on values of order 16-100.
@@ -73,6 +79,8 @@ def make_inputs(cp: Any, shape: Shape, dtype: str, seed: int | None,
                 scaled: bool = False) -> tuple[Any, Any]:
     """Seeded standard-normal A (MxK) and B (KxN) in the element type, contiguous on the GPU;
     ``scaled``: A divided by sqrt(K), so A·B is of order one (for the epilogues)."""
+    if dtype == FP8:   # e4m3 codes, B as Bt (N x K); no fp8 stage has an epilogue
+        return make_fp8_inputs(cp, shape.m, shape.n, shape.k, seed)
     rng = cp.random.default_rng(seed)
     nd = numpy_dtype(dtype)
     a = rng.standard_normal((shape.m, shape.k), dtype=cp.float32)
@@ -117,8 +125,22 @@ class Reference:
 def reference(cp: Any, shape: Shape, dtype: str, seed: int | None) -> Reference:
     """Seeded inputs with their float64 A·B and |A|·|B|."""
     a, b = make_inputs(cp, shape, dtype, seed)
-    a64, b64 = a.astype(cp.float64), b.astype(cp.float64)
-    return Reference(a, b, a64 @ b64, cp.abs(a64) @ cp.abs(b64))
+    product, scale = _products(cp, a, b, dtype)
+    return Reference(a, b, product, scale)
+
+
+def _products(cp: Any, a: Any, b: Any, dtype: str) -> tuple[Any, Any]:
+    """A·B and |A|·|B| in float64 from a GEMM's operands as it takes them (fp8: e4m3 codes
+    of A and Bt, the product carrying scale_a * scale_b)."""
+    if dtype == FP8:
+        a64, b64 = fp8_operands_f64(cp, a, b)
+        factor = scale_product()
+    else:
+        a64, b64, factor = a.astype(cp.float64), b.astype(cp.float64), 1.0
+    product, scale = a64 @ b64, cp.abs(a64) @ cp.abs(b64)
+    if factor != 1.0:
+        product, scale = factor * product, factor * scale
+    return product, scale
 
 
 def _poisoned(cp: Any, shape: Shape, dtype: str) -> Any:
@@ -133,10 +155,7 @@ def check_result(cp: Any, a: Any, b: Any, c: Any, dtype: str,
     if expected is not None:
         ref, scale = expected.product, expected.scale
     else:
-        a64, b64 = a.astype(cp.float64), b.astype(cp.float64)
-        ref = a64 @ b64
-        scale = cp.abs(a64) @ cp.abs(b64)
-        del a64, b64
+        ref, scale = _products(cp, a, b, dtype)
     return _compare(cp, c, ref, Bound(dtype, scale))
 
 
@@ -280,7 +299,7 @@ def verify(prep: Prepared, seed: int | None = None, expected: Reference | None =
         a, b = expected.a, expected.b
     else:
         a, b = make_inputs(cp, prep.shape, prep.dtype, seed)
-    c = _poisoned(cp, prep.shape, prep.dtype)
+    c = _poisoned(cp, prep.shape, output_dtype(prep.spec, prep.dtype))
     prep.launch(a, b, c)
     cp.cuda.get_current_stream().synchronize()
     return check_result(cp, a, b, c, prep.dtype, expected)

@@ -31,9 +31,9 @@ pytestmark = pytest.mark.usefixtures("private_cubin_cache")
 
 
 def test_names_are_unique():
-    from perfscope.kernels.registry import EPILOGUE_STAGES, GROUP_REFERENCES
+    from perfscope.kernels.registry import EPILOGUE_STAGES, FP8_STAGES, GROUP_REFERENCES
 
-    runnable = REGISTRY + EPILOGUE_STAGES + GROUP_REFERENCES
+    runnable = REGISTRY + EPILOGUE_STAGES + GROUP_REFERENCES + FP8_STAGES
     assert len(set(names())) == len(names()) == len(runnable)
 
 

@@ -14,6 +14,7 @@
 #pragma once
 
 #include "tma.cuh"
+#include <cuda_fp8.h>
 
 namespace hop {
 
@@ -61,22 +62,23 @@ __device__ __forceinline__ void named_sync(unsigned id, unsigned count) {
     asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(count) : "memory");
 }
 
-// D[64 x N] (+)= A[64 x 16] * B[16 x N]: A K-major and B N-major, both from shared memory
-// through descriptors; scale_d == 0 overwrites D. One operand register per accumulator.
+// D[64 x N] (+)= A[64 x 16] * B[16 x N] (fp8: A[64 x 32] * B[32 x N]), both operands from
+// shared memory through descriptors; scale_d == 0 overwrites D. One operand register per
+// accumulator.
 template <typename T, int N> struct Wgmma;
 
-#define PS_WGMMA_SS_N128(CXX_T, PTX_T) \
+#define PS_WGMMA_SS_N128(CXX_T, KIND, TRANS) \
 template <> struct Wgmma<CXX_T, 128> { \
     static __device__ __forceinline__ void mma(float (&d)[64], unsigned long long da, \
                                                unsigned long long db, int scale_d) { \
         asm volatile( \
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32." PTX_T "." PTX_T " {" \
+        "wgmma.mma_async.sync.aligned.m64n128" KIND " {" \
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
         "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
         "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63" \
-        "}, %64, %65, p, 1, 1, 0, 1;\n}\n" \
+        "}, %64, %65, p, 1, 1" TRANS ";\n}\n" \
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
@@ -89,13 +91,13 @@ template <> struct Wgmma<CXX_T, 128> { \
     } \
 };
 
-#define PS_WGMMA_SS_N256(CXX_T, PTX_T) \
+#define PS_WGMMA_SS_N256(CXX_T, KIND, TRANS) \
 template <> struct Wgmma<CXX_T, 256> { \
     static __device__ __forceinline__ void mma(float (&d)[128], unsigned long long da, \
                                                unsigned long long db, int scale_d) { \
         asm volatile( \
         "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n" \
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32." PTX_T "." PTX_T " {" \
+        "wgmma.mma_async.sync.aligned.m64n256" KIND " {" \
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
         "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
@@ -104,7 +106,7 @@ template <> struct Wgmma<CXX_T, 256> { \
         "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
         "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
         "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127" \
-        "}, %128, %129, p, 1, 1, 0, 1;\n}\n" \
+        "}, %128, %129, p, 1, 1" TRANS ";\n}\n" \
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
@@ -125,10 +127,15 @@ template <> struct Wgmma<CXX_T, 256> { \
     } \
 };
 
-PS_WGMMA_SS_N128(__half, "f16")
-PS_WGMMA_SS_N128(__nv_bfloat16, "bf16")
-PS_WGMMA_SS_N256(__half, "f16")
-PS_WGMMA_SS_N256(__nv_bfloat16, "bf16")
+// 16-bit inputs: k16, A K-major (imm-trans-a 0) and B N-major (imm-trans-b 1). fp8 e4m3
+// inputs: k32 (32 bytes of K either way), both operands K-major, which is the only layout
+// the PTX ISA allows them (the instruction has no transpose immediates).
+PS_WGMMA_SS_N128(__half, "k16.f32.f16.f16", ", 0, 1")
+PS_WGMMA_SS_N128(__nv_bfloat16, "k16.f32.bf16.bf16", ", 0, 1")
+PS_WGMMA_SS_N256(__half, "k16.f32.f16.f16", ", 0, 1")
+PS_WGMMA_SS_N256(__nv_bfloat16, "k16.f32.bf16.bf16", ", 0, 1")
+PS_WGMMA_SS_N128(__nv_fp8_e4m3, "k32.f32.e4m3.e4m3", "")
+PS_WGMMA_SS_N256(__nv_fp8_e4m3, "k32.f32.e4m3.e4m3", "")
 #undef PS_WGMMA_SS_N128
 #undef PS_WGMMA_SS_N256
 
@@ -140,6 +147,7 @@ struct Slot {
     static constexpr unsigned A_BYTES = BM * BK * 2;
     static constexpr unsigned B_ATOM_BYTES = BK * 64 * 2;
     static constexpr unsigned BYTES = A_BYTES + BK * BN * 2;
+    static constexpr int K_STEPS = BK / 16;   // wgmma k16 steps per k tile
 
     // A rows 64*i .. 64*i+63, k16 step k.
     static __device__ __forceinline__ unsigned long long a_desc(unsigned slot, int i, int k) {
@@ -173,6 +181,11 @@ struct Slot {
     }
 };
 
+// The slot layout of an element type: Slot for the 16-bit types; a stage with other
+// inputs (fp8.cu) specialises it, and the ring and the persistent body take theirs from here.
+template <typename T, int BM, int BN, int BK>
+struct SlotOf { using type = Slot<BM, BN, BK>; };
+
 __device__ __forceinline__ unsigned align1024(unsigned addr) { return (addr + 1023u) & ~1023u; }
 
 // The warp-specialised stages' ring: STAGES slots, each with a "full" mbarrier (the
@@ -184,7 +197,7 @@ __device__ __forceinline__ unsigned align1024(unsigned addr) { return (addr + 10
 template <typename T, int BM, int BN, int BK, int STAGES, int CLUSTER = 1>
 struct Ring {
     static_assert(CLUSTER == 1 || CLUSTER == 2, "one CTA, or a pair sharing B");
-    using S = Slot<BM, BN, BK>;
+    using S = typename SlotOf<T, BM, BN, BK>::type;
     static constexpr unsigned CONSUMERS = CLUSTER == 1 ? 256 : 8 * CLUSTER;
     unsigned ring, full0, empty0;
 
@@ -214,7 +227,7 @@ struct Ring {
         tma::mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
         wgmma_fence();
 #pragma unroll
-        for (int k = 0; k < BK / 16; ++k)
+        for (int k = 0; k < S::K_STEPS; ++k)
             Wgmma<T, BN>::mma(acc, S::a_desc(slot, half, k), S::b_desc(slot, k), 1);
         wgmma_commit();
         wgmma_wait<1>();
@@ -691,7 +704,7 @@ __device__ __forceinline__ void persistent_gemm(const TensorMap2D* tmap_a,
     extern __shared__ unsigned char dyn_smem[];
     const Ring<T, BM, BN, BK, STAGES> ring{align1024(smem_u32(dyn_smem)), smem_u32(&bars[0]),
                                            smem_u32(&bars[STAGES])};
-    const unsigned staging0 = ring.ring + STAGES * Slot<BM, BN, BK>::BYTES;
+    const unsigned staging0 = ring.ring + STAGES * SlotOf<T, BM, BN, BK>::type::BYTES;
     const int tid = threadIdx.x, wg = tid / 128;
     const int KT = (K + BK - 1) / BK;
     const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from perfscope.build import CompiledModule, CompileRequest, check_arch, compile_cubin
-from perfscope.errors import PerfscopeError
+from perfscope.errors import PerfscopeError, one_line
 from perfscope.kernels.epilogue import (
     ELEMENTWISE_SOURCE,
     ELEMENTWISE_SOURCE_NAME,
@@ -32,8 +32,9 @@ from perfscope.kernels.epilogue import (
     elementwise_grid,
     epilogue_of,
 )
+from perfscope.kernels.fp8 import FP8, FP8_SCALES
 from perfscope.kernels.fused_specs import fused_geometry, output_dtype
-from perfscope.kernels.registry import LT_REFERENCES
+from perfscope.kernels.registry import LT_FP8_FAST_ACCUMULATION, LT_REFERENCES
 from perfscope.kernels.spec import KERNEL_DIR, KernelSpec, Shape
 from perfscope.kernels.tensormap import Driver, TensorMapLauncher, persistent_grid, plan_maps
 from perfscope.locations import install_hint
@@ -192,6 +193,9 @@ class Prepared:
     elementwise: Any = None
     # Set for a quantising group: cuBLAS's C of the GEMM's dtype, which the pass reads.
     scratch: Any = None
+    # Set for an fp8 stage: scale_a and scale_b (fp8.FP8_SCALES) on the device, the kernel's
+    # last pointer argument.
+    scales: Any = None
 
     @property
     def expression(self) -> str:
@@ -229,6 +233,8 @@ class Prepared:
             import cupy
 
             ptrs = () if extra is None else _operand_pointers(extra, self.epilogue)
+            if self.scales is not None:
+                ptrs = (*ptrs, self.scales.data.ptr)
             self.tensormap(a.data.ptr, b.data.ptr, c.data.ptr,
                            cupy.cuda.get_current_stream().ptr, ptrs)
             return
@@ -270,7 +276,11 @@ def prepare(spec: KernelSpec, dtype: str, shape: Shape) -> Prepared:
     if spec.is_reference:
         if epilogue is not None:
             return _group(cupy, spec, dtype, shape, epilogue, arch)
-        lt = LtMatmul(nvmath_advanced()) if spec.name in _LT_NAMES else None
+        lt = None
+        if spec.name in LT_FP8_FAST_ACCUMULATION:
+            lt = LtFp8Matmul(nvmath_advanced(), LT_FP8_FAST_ACCUMULATION[spec.name])
+        elif spec.name in _LT_NAMES:
+            lt = LtMatmul(nvmath_advanced())
         return Prepared(spec, dtype, shape, None, None, (0, 0, 0), (0, 0, 0), 0, library=lt)
     module = compile_stage(spec, dtype, arch)
     raw = cupy.RawModule(path=str(module.cubin_path))
@@ -291,8 +301,9 @@ def prepare(spec: KernelSpec, dtype: str, shape: Shape) -> Prepared:
             grid = (persistent_grid(grid[0] * grid[1] * grid[2], capacity, spec.cluster), 1, 1)
         launcher = TensorMapLauncher(plan_maps(spec, dtype, shape), fn.kernel.ptr,
                                      (grid, block, smem), shape, driver, cluster)
+    scales = cupy.asarray(FP8_SCALES, dtype=cupy.float32) if dtype == FP8 else None
     return Prepared(spec, dtype, shape, module, fn, grid, block, smem, raw, launcher,
-                    epilogue=epilogue)
+                    epilogue=epilogue, scales=scales)
 
 
 def _group(cupy: Any, spec: KernelSpec, dtype: str, shape: Shape, epilogue: Epilogue,
@@ -433,3 +444,53 @@ class LtMatmul:
         for mm in self._plans.values():
             mm.free()
         self._plans.clear()
+
+
+class LtFp8Matmul(LtMatmul):
+    """C = bf16(scale_a * scale_b * A·Btᵀ) through cuBLASLt's FP8 GEMM, planned once per
+    (A, Bt, C) and executed in place per call, as LtMatmul.
+
+    CuPy has no fp8 type and nvmath reads FP8 only from torch's float8 tensors, so the plan
+    is made on torch views of the same device bytes (A's and Bt's codes, C's bf16 halves):
+    A row-major M x K, B = Btᵀ (K x N, K contiguous: the layout cuBLASLt's FP8 GEMM takes),
+    the scales those of fp8.FP8_SCALES. ``fast``: cuBLASLt's fast accumulation (the tensor
+    cores' fp32 accumulators over the whole K) instead of its default promotion of the
+    partial sums to fp32 on the CUDA cores.
+    """
+
+    def __init__(self, advanced: Any, fast: bool) -> None:
+        super().__init__(advanced)
+        self._fast = fast
+
+    def _plan(self, a: Any, b: Any, c: Any) -> Any:
+        torch = _torch()
+        import cupy
+
+        fp8 = torch.float8_e4m3fn
+        ta = torch.from_dlpack(a.view(cupy.uint8)).view(fp8)
+        tb = torch.from_dlpack(b.view(cupy.uint8)).view(fp8).t()
+        tc = torch.from_dlpack(c.view(cupy.uint16)).view(torch.bfloat16)
+        scale_a, scale_b = FP8_SCALES
+        try:
+            mm = self._advanced.Matmul(ta, tb, c=tc, alpha=1.0, beta=0.0,
+                                       quantization_scales={"a": scale_a, "b": scale_b},
+                                       options={"inplace": True, "logger": self._log,
+                                                "fast_accumulation": self._fast})
+        except (TypeError, ValueError) as exc:
+            raise PerfscopeError(f"nvmath-python cannot plan cuBLASLt's FP8 GEMM for this "
+                                 f"problem ({one_line(exc)})") from None
+        mm.plan()
+        return mm
+
+
+def _torch() -> Any:
+    """torch, or a one-sentence refusal: the FP8 reference needs its float8 tensors."""
+    try:
+        import torch
+    except Exception as exc:  # ImportError, or a CUDA library missing behind it
+        raise PerfscopeError(f"the cuBLASLt FP8 reference needs torch for its float8 tensors, "
+                             f"which does not import here ({type(exc).__name__}: {exc})") from None
+    if not hasattr(torch, "float8_e4m3fn"):
+        raise PerfscopeError("this torch has no float8_e4m3fn type; the cuBLASLt FP8 reference "
+                             "needs torch 2.1 or newer")
+    return torch

@@ -19,6 +19,7 @@ from perfscope.errors import PerfscopeError
 from perfscope.kernels.epilogue import epilogue_of
 from perfscope.kernels.fused_specs import FUSED, GROUPS
 from perfscope.kernels.spec import (
+    FP8,
     KernelSpec,
     Params,
     SearchSpace,
@@ -429,14 +430,80 @@ REGISTRY: tuple[KernelSpec, ...] = (
 # cuBLASLt through nvmath-python's stateful Matmul (planned once, executed per call), for
 # `perfscope diff A cublaslt`: profiled on demand, never under "all" (nvmath is optional).
 # REFERENCE_FOR_DTYPE stays cuBLAS: these are a second opinion, not the ladder's line.
-LT_REFERENCES: tuple[KernelSpec, ...] = tuple(
+# cuBLASLt's FP8 GEMM is the fp8 dtype's only reference: cuBLAS through CuPy has no FP8.
+# Two builds of it: with fast accumulation, the tensor cores' own fp32 accumulators over the
+# whole K, as hgemm_fp8 accumulates (the reference it is timed against), and cuBLASLt's
+# default, which promotes the partial sums to fp32 on the CUDA cores every few k steps
+# (slower and more precise: the one to hold hgemm_fp8's accuracy against).
+_LT_FP8_SHAPES = tuple(ShapeConstraint(d, 16, "cuBLASLt's FP8 GEMM takes only M, N and K "
+                                              "divisible by 16") for d in "MNK")
+LT_FP8_FAST_ACCUMULATION: Mapping[str, bool] = {"cublaslt_fp8gemm": True,
+                                                "cublaslt_fp8gemm_precise": False}
+_LT_FP8_REFERENCES = tuple(
+    KernelSpec(name=name, family="cublas", dtypes=(FP8,), constraints=_LT_FP8_SHAPES,
+               change="cuBLASLt FP8 GEMM (e4m3 A and Bt, the per-tensor scales of A and B, bf16 "
+                      f"C) {how}, through nvmath-python's stateful Matmul on torch float8 views "
+                      "of the same bytes, planned once, in place.",
+               seed="000 §6", fingerprint=("gmma",))
+    for name, how in (("cublaslt_fp8gemm", "with fast accumulation (fp32 in the tensor cores "
+                                           "over the whole K, as hgemm_fp8)"),
+                      ("cublaslt_fp8gemm_precise", "as cuBLASLt does by default (partial sums "
+                                                   "promoted to fp32 on the CUDA cores)")))
+LT_REFERENCES: tuple[KernelSpec, ...] = (*(
     KernelSpec(name=f"cublaslt_{letter}gemm", family="cublas", dtypes=(dtype,),
                change=f"cuBLASLt {what} GEMM (fp32 accumulate, no epilogue) through nvmath-python's "
                       "stateful Matmul, planned once, written in place into row-major C.",
                seed="000 §6", fingerprint=fingerprint)
     for letter, dtype, what, fingerprint in (("s", "fp32", "FP32", ("ffma",)),
                                              ("h", "fp16", "FP16", ("gmma",)),
-                                             ("b", "bf16", "BF16", ("gmma",))))
+                                             ("b", "bf16", "BF16", ("gmma",)))
+), *_LT_FP8_REFERENCES)
+
+# ------------------------------------------------------------------ fp8 inputs
+# e4m3 A and Bt (N x K) with per-tensor scales, bf16 C (perfscope/kernels/fp8.py). Run by
+# name and never under "all": its reference is cuBLASLt's FP8 GEMM through nvmath-python
+# (an optional package) on torch's float8 tensors, since cuBLAS through CuPy has no FP8.
+_K16_FP8 = ShapeConstraint("K", 16, "TMA needs the rows of A and Bt (K one-byte elements) to "
+                                    "be multiples of 16 bytes")
+
+
+def _fp8_tma_boxes(p: Params) -> TmaBoxes:
+    # A in BK x BM boxes, Bt in BK x BN (both K-major, 128 one-byte elements of K), C in 64 x 64.
+    return TmaBoxes(a=TmaBox(p["BM"], p["BK"]), b=TmaBox(p["BN"], p["BK"]), c=TmaBox(64, 64))
+
+
+def _fp8_smem(p: Params) -> int:
+    return (p["STAGES"] * (p["BM"] + p["BN"]) * p["BK"]
+            + 2 * min(p["BOXES"], p["BN"] // 64) * 64 * 64 * 2 + 1024)
+
+
+_fp8_smem.__doc__ = ("STAGES * (BM + BN) * BK + 2 * min(BOXES, BN/64) * 64 * 64 * 2 + 1024 (the "
+                     "one-byte ring, the bf16 C staging boxes of each consumer, realignment)")
+
+_SPACE_FP8 = SearchSpace(values=(
+    ("BM", (128,)), ("BN", _WGMMA_N), ("BK", (128,)), ("STAGES", _RING_STAGES),
+    ("GROUP", (1, 2, 4, 8, 16)), ("BOXES", (1, 2, 4)), ("DEFER", (0, 1))))
+
+FP8_STAGES: tuple[KernelSpec, ...] = (
+    KernelSpec(name="hgemm_fp8", entry="hgemm_fp8", family="fp8", dtypes=(FP8,),
+               source="fp8.cu", parent="hgemm_tma_wgmma_persistent",
+               params=(("BM", 128), ("BN", 256), ("BK", 128), ("STAGES", 4), ("GROUP", 16),
+                       ("BOXES", 1), ("DEFER", 1)),
+               block=_threads(384), grid=_persistent_tiles, persistent=True,
+               dynamic_smem=_fp8_smem, static_smem=_mbarriers(2),
+               min_cc=90, only_cc=(90,), archs=("sm_90a",), abi="tensormap",
+               tma_boxes=_fp8_tma_boxes, constraints=(_K16_FP8, _N8_TMA),
+               fingerprint=("tma", "gmma", "setmaxreg"), absent=("hmma", "ldgsts"),
+               change="e4m3 inputs on the persistent body: A and Bt both K-major in a one-byte "
+                      "ring (BK 128), wgmma m64n256k32 e4m3 (QGMMA, twice the bf16 rate), and "
+                      "the per-tensor scales of A and B applied to the fp32 tile as it is "
+                      "rounded to bf16 and stored by TMA.",
+               seed="000 §4, §7.1", space=_SPACE_FP8,
+               notes="Issue 19's stretch stage, at the configuration `perfscope tune` chose "
+                     "for its parent at 4096^3 (STAGES 4, GROUP 16, one staging box, the "
+                     "deferred store). Held against cuBLASLt's FP8 GEMM (cublaslt_fp8gemm) "
+                     "with the same scales."),
+)
 
 # ------------------------------------------------------------------ compiled, never run
 COMPILED_ONLY: tuple[KernelSpec, ...] = (
@@ -460,8 +527,10 @@ COMPILED_ONLY: tuple[KernelSpec, ...] = (
                      "K); the root of the Blackwell family, after hgemm_bcf_dbf_rw."),
 )
 
+# fp8's is cuBLASLt: cuBLAS through CuPy has no FP8 GEMM.
 REFERENCE_FOR_DTYPE: Mapping[str, str] = {
-    "fp32": "cublas_sgemm", "fp16": "cublas_hgemm", "bf16": "cublas_bgemm"}
+    "fp32": "cublas_sgemm", "fp16": "cublas_hgemm", "bf16": "cublas_bgemm",
+    FP8: "cublaslt_fp8gemm"}
 
 # The fused-epilogue stages (kernels/fused_specs.py) take bias/residual pointers after the
 # tensor-map ABI, and their references are groups of launches (cuBLAS, then an elementwise
@@ -470,7 +539,8 @@ REFERENCE_FOR_DTYPE: Mapping[str, str] = {
 EPILOGUE_STAGES: tuple[KernelSpec, ...] = FUSED
 GROUP_REFERENCES: tuple[KernelSpec, ...] = GROUPS
 
-_EVERY = REGISTRY + LT_REFERENCES + COMPILED_ONLY + EPILOGUE_STAGES + GROUP_REFERENCES
+_EVERY = (REGISTRY + LT_REFERENCES + COMPILED_ONLY + EPILOGUE_STAGES + GROUP_REFERENCES
+          + FP8_STAGES)
 _BY_NAME: Mapping[str, KernelSpec] = {s.name: s for s in _EVERY}
 if len(_BY_NAME) != len(_EVERY):
     raise ImportError("two stages share a name")
@@ -485,12 +555,13 @@ def all_specs() -> tuple[KernelSpec, ...]:
 
 def audit_specs() -> tuple[KernelSpec, ...]:
     """Every stage with CUDA source, runnable or compiled-only: what `perfscope sass` audits."""
-    return tuple(s for s in REGISTRY + COMPILED_ONLY + EPILOGUE_STAGES if not s.is_reference)
+    return tuple(s for s in REGISTRY + COMPILED_ONLY + EPILOGUE_STAGES + FP8_STAGES
+                 if not s.is_reference)
 
 
 def names() -> tuple[str, ...]:
     """The runnable stages (what reports and bench results can come from)."""
-    return tuple(s.name for s in REGISTRY + EPILOGUE_STAGES + GROUP_REFERENCES)
+    return tuple(s.name for s in REGISTRY + EPILOGUE_STAGES + GROUP_REFERENCES + FP8_STAGES)
 
 
 def get_spec(name: str) -> KernelSpec:
@@ -554,4 +625,4 @@ def stage_catalogue() -> dict[str, StageInfo]:
     """StageInfo of every runnable stage (the cuBLASLt references, the fused stages and their
     groups included), by name, in registry order."""
     return {s.name: stage_info(s) for s in REGISTRY + LT_REFERENCES + EPILOGUE_STAGES
-            + GROUP_REFERENCES}
+            + GROUP_REFERENCES + FP8_STAGES}

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from perfscope.errors import PerfscopeError
+from perfscope.hardware import OUTPUT_DTYPE
 
 KERNEL_DIR = Path(__file__).resolve().parent
 
@@ -31,11 +32,17 @@ ABIS = ("pointers", "tensormap")
 NEVER_RUN_LABEL = "compiled, never run"
 
 # dtype name -> (C++ element type in the name expression, what users may type)
-DTYPES: Mapping[str, str] = {"fp32": "float", "fp16": "__half", "bf16": "__nv_bfloat16"}
+# fp8: e4m3 inputs (A and B transposed, K contiguous) with per-tensor scales and a bf16 C
+# (perfscope/kernels/fp8.py), the one dtype whose C is not of its inputs' type.
+FP8 = "fp8"
+FP8_OUTPUT = OUTPUT_DTYPE[FP8]
+DTYPES: Mapping[str, str] = {"fp32": "float", "fp16": "__half", "bf16": "__nv_bfloat16",
+                             "fp8": "__nv_fp8_e4m3"}
 DTYPE_ALIASES: Mapping[str, str] = {
     "fp32": "fp32", "float32": "fp32", "float": "fp32", "f32": "fp32",
     "fp16": "fp16", "float16": "fp16", "half": "fp16", "f16": "fp16",
     "bf16": "bf16", "bfloat16": "bf16",
+    "fp8": "fp8", "e4m3": "fp8", "float8_e4m3fn": "fp8",
 }
 
 Params = Mapping[str, int]

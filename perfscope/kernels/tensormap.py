@@ -32,7 +32,7 @@ from typing import Any
 from perfscope.errors import PerfscopeError
 from perfscope.hardware import ELEMENT_BYTES
 from perfscope.kernels.fused_specs import output_dtype
-from perfscope.kernels.spec import KernelSpec, Shape, TmaBox
+from perfscope.kernels.spec import FP8, KernelSpec, Shape, TmaBox
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ def plan_map(operand: str, rows: int, cols: int, box: TmaBox, dtype: str) -> Map
     Refuses in one sentence what the TMA unit cannot describe.
     """
     if dtype not in DATA_TYPE:
-        raise PerfscopeError(f"tensor maps are built for fp16 and bf16 (and a one-byte C) "
+        raise PerfscopeError(f"tensor maps are built for fp16, bf16 and fp8 (and a one-byte C) "
                              f"here, not {dtype}")
     width = ELEMENT_BYTES[dtype]
     stride = cols * width
@@ -105,11 +105,12 @@ def plan_map(operand: str, rows: int, cols: int, box: TmaBox, dtype: str) -> Map
 
 
 def plan_maps(spec: KernelSpec, dtype: str, shape: Shape) -> tuple[MapPlan, MapPlan, MapPlan]:
-    """The maps of A (M x K), B (K x N) and C (M x N) for a tensor-map stage (C in its
-    own element type: one byte for a quantising stage)."""
+    """The maps of A (M x K), B (K x N; fp8: Bt, N x K) and C (M x N) for a tensor-map
+    stage (C in its own element type: one byte for a quantising stage, bf16 for fp8)."""
     boxes = spec.boxes()
+    b_rows, b_cols = (shape.n, shape.k) if dtype == FP8 else (shape.k, shape.n)
     return (plan_map("A", shape.m, shape.k, boxes.a, dtype),
-            plan_map("B", shape.k, shape.n, boxes.b, dtype),
+            plan_map("B", b_rows, b_cols, boxes.b, dtype),
             plan_map("C", shape.m, shape.n, boxes.c, output_dtype(spec, dtype)))
 
 

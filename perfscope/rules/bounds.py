@@ -29,7 +29,13 @@ import re
 from dataclasses import dataclass
 
 from perfscope.families import base_opcode
-from perfscope.hardware import ELEMENT_BYTES, hmma_share, math_kind, peak_flops
+from perfscope.hardware import (
+    ELEMENT_BYTES,
+    hmma_share,
+    math_kind,
+    output_element_bytes,
+    peak_flops,
+)
 from perfscope.metrics import M_DRAM_READ, M_DRAM_WRITE, SECTOR_BYTES
 from perfscope.profile import KernelProfile
 from perfscope.rules.model import Evidence, Inputs
@@ -122,6 +128,8 @@ def infer_dtype(p: KernelProfile) -> tuple[str | None, str]:
         if base in ("HGMMA", "HMMA"):
             return ("bf16" if any(m in op for m in _BF16_MARKS) else "fp16",
                     f"inferred from the SASS ({op})")
+        if base == "QGMMA":   # e4m3 / e5m2 inputs: held to the 8-bit tensor peak
+            return "fp8", f"inferred from the SASS ({op})"
     for op in ops:
         if op.startswith("F2FP.BF16"):
             return "bf16", f"inferred from the SASS ({op}: bf16 results packed)"
@@ -150,7 +158,8 @@ def work_of(inputs: Inputs) -> Work:
         m = None
     if m is not None:
         flops, flops_source = 2.0 * m.m * m.n * m.k, f"2·M·N·K of {m.shape} (run manifest)"
-        nbytes = (m.m * m.k + m.k * m.n + m.m * m.n) * elem if elem else None
+        out = output_element_bytes(dtype)
+        nbytes = (m.m * m.k + m.k * m.n) * elem + m.m * m.n * out if elem and out else None
         bytes_source = "A, B read once and C written once (run manifest)"
     else:
         flops, flops_source = counted, "executed SASS (MMA shapes, FFMA lanes)"

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from perfscope.errors import PerfscopeError
+from perfscope.hardware import ELEMENT_BYTES
 from perfscope.kernels import REGISTRY, get_spec
 from perfscope.kernels.spec import KernelSpec
 from perfscope.stage import ResourceUsage
@@ -34,7 +35,6 @@ REGISTERS_PER_BLOCK = 65536
 TMA_BOX_LIMIT = 256
 # Every tensor map perfscope encodes uses the 128B swizzle, whose box row is at most 128 B.
 SWIZZLE_ROW_BYTES = 128
-ELEMENT_BYTES: Mapping[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2}
 
 
 @dataclass(frozen=True)
