@@ -45,6 +45,7 @@ from perfscope.manifest import (
 )
 from perfscope.stage import at_defaults
 from perfscope.timing import BenchOptions, time_stage
+from perfscope.tune.space import Config, limits_for, static_prune
 from perfscope.verify import verify
 
 log = logging.getLogger(__name__)
@@ -102,6 +103,10 @@ def plan(stages: Sequence[str], dtypes: Sequence[str], shape: Shape,
                 jobs.append(Job(spec, dtype, shape, refusal=str(exc)))
                 continue
             unfit = capability_refusal(spec, cc) if cc is not None else None
+            beyond = _beyond_limits(spec, dtype) if params else None
+            if beyond and not everything:
+                raise PerfscopeError(beyond)
+            unfit = unfit or beyond
             if unfit:
                 # Under "all", a stage this GPU cannot run (wgmma off Hopper) is a row.
                 jobs.append(Job(spec, dtype, shape, refusal=unfit))
@@ -110,6 +115,20 @@ def plan(stages: Sequence[str], dtypes: Sequence[str], shape: Shape,
     if not jobs:
         raise PerfscopeError(f"no stage takes dtype {', '.join(dts)}")
     return jobs
+
+
+def _beyond_limits(spec: KernelSpec, dtype: str) -> str | None:
+    """Why the stage at its --param values cannot launch, as tune prunes it before compiling
+    (a ring larger than a block's shared memory, too many threads, a TMA box too wide), so
+    the user reads the limit rather than the driver's CUDA_ERROR_INVALID_VALUE."""
+    if spec.space is None:
+        return None
+    why = static_prune(spec, Config.of(spec, spec.param_dict), dtype, limits_for(spec.archs[0]))
+    if why is None:
+        return None
+    defaults = get_spec(spec.name).param_dict
+    changed = " ".join(f"{k}={v}" for k, v in spec.params if defaults.get(k) != v)
+    return f"{spec.name} with {changed or 'its defaults'} ({dtype}) cannot launch: {why}"
 
 
 def _apply_params(specs: list[KernelSpec], params: dict[str, int], strict: bool) -> list[KernelSpec]:

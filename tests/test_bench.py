@@ -309,3 +309,22 @@ def test_a_record_without_a_later_parameter_is_at_the_defaults():
     assert not at_defaults({**defaults, "DEFER": 1}, defaults)
     assert not at_defaults({**before, "STAGES": 4}, defaults)
     assert not at_defaults({**defaults, "SPLITK": 2}, defaults)   # not the stage's parameter
+
+
+def test_plan_refuses_params_beyond_the_limits_before_launching():
+    # 8 stages of 128x256x64 fp16 tiles need 786 KB of shared memory: the limit, in one
+    # sentence, not the driver's CUDA_ERROR_INVALID_VALUE after compiling.
+    with pytest.raises(PerfscopeError, match=r"hgemm_tma_wgmma_persistent with STAGES=8 "
+                       r"\(fp16\) cannot launch: \d+ bytes of shared memory exceed"):
+        bench.plan(["hgemm_tma_wgmma_persistent"], ["fp16"], Shape(4096, 4096, 4096),
+                   {"STAGES": 8})
+    jobs = bench.plan(["all"], ["fp16"], Shape(4096, 4096, 4096), {"STAGES": 8})
+    by_name = {j.spec.name: j.refusal for j in jobs}
+    assert "cannot launch" in by_name["hgemm_tma_wgmma_persistent"]
+    assert by_name["cublas_hgemm"] is None
+
+
+def test_plan_keeps_params_within_the_limits():
+    (job,) = bench.plan(["hgemm_tma_wgmma_persistent"], ["fp16"], Shape(4096, 4096, 4096),
+                        {"STAGES": 3})
+    assert job.refusal is None and job.spec.param_dict["STAGES"] == 3
