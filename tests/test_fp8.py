@@ -8,6 +8,8 @@ refusals. Correctness and speed on the GPU: tests/test_gpu_fp8.py and benchmarks
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -184,3 +186,58 @@ def test_an_fp8_manifest_names_its_tn_layout():
     assert "Bt[N][K]" in bench.make_manifest(job, Verification(OK)).layout
     (job,) = bench.plan(["hgemm_tma_wgmma_persistent"], ["bf16"], Shape(256, 256, 256))
     assert bench.make_manifest(job, Verification(OK)).layout == LAYOUT
+
+
+# ------------------------------------------------- the fp8 reports of the reference run
+FP8_RUN = Path(__file__).resolve().parents[1] / "reports" / "reference" / "h200" / "fp8"
+
+
+def _fp8_record(stage: str, folder: Path = FP8_RUN):
+    from perfscope.diagnosis import diagnose
+
+    (record,) = diagnose([folder / f"{stage}-fp8-4096x4096x4096.ncu-rep.xz"])
+    return record
+
+
+def test_the_fp8_stage_is_held_to_the_8_bit_peak_with_a_bf16_c():
+    """4096^3 e4m3 A and B, bf16 C: 16 + 16 + 32 MiB compulsory, the FP8 tensor peak at
+    the clock ncu measured (8192 FLOP per SM per cycle), the bound the math."""
+    r = _fp8_record("hgemm_fp8")
+    h = r.evaluation.headroom
+    assert h.work.dtype == "fp8" and h.work.dtype_source == "run manifest"
+    assert h.work.bytes == 4096 * 4096 * (1 + 1 + 2)
+    assert h.bound == "math (tensor8)"
+    clock_hz = r.profile.identity.sm_clock_hz
+    assert h.t_math_ns == pytest.approx(2 * 4096**3 / (8192 * 132 * clock_hz) * 1e9, rel=1e-3)
+    # 0.87 of the FP8 peak at the 1562 MHz ncu measured (93.7 us for 81.4 us of math).
+    assert 0.85 < h.t_min_ns / h.t_ns < 0.90
+
+
+def test_cublaslt_fp8_without_its_manifest_is_inferred_fp8_from_qgmma(tmp_path):
+    """The report alone (no run manifest beside it), as a user's own capture would be."""
+    import shutil
+
+    name = "cublaslt_fp8gemm_precise-fp8-4096x4096x4096.ncu-rep.xz"
+    shutil.copy(FP8_RUN / name, tmp_path / name)
+    r = _fp8_record("cublaslt_fp8gemm_precise", tmp_path)
+    assert r.manifest is None
+    h = r.evaluation.headroom
+    assert h.work.dtype == "fp8" and "QGMMA" in h.work.dtype_source
+    assert h.bound == "math (tensor8)"
+    # Without M x N the k loop's promotion cannot be told from an epilogue: PS124 says so.
+    (f,) = [f for f in r.evaluation.findings if f.code == "PS124"]
+    assert any("PS125" in str(e.threshold) for e in f.evidence)
+
+
+def test_the_k_loop_promotion_is_not_called_an_epilogue():
+    codes = {f.code for f in _fp8_record("cublaslt_fp8gemm_precise").evaluation.findings}
+    assert "PS125" in codes and "PS124" not in codes
+    fast = {f.code for f in _fp8_record("cublaslt_fp8gemm").evaluation.findings}
+    assert "PS125" not in fast
+
+
+def test_diff_of_the_fp8_stage_against_cublaslt_runs_on_the_real_reports():
+    result = CliRunner().invoke(app, ["diff", str(FP8_RUN / "hgemm_fp8-fp8-4096x4096x4096.ncu-rep.xz"),
+                                      str(FP8_RUN / "cublaslt_fp8gemm-fp8-4096x4096x4096.ncu-rep.xz")])
+    assert result.exit_code == 0, result.output
+    assert "QGMMA" in result.output and "0.97x" in result.output

@@ -31,8 +31,9 @@ ISSUE_TAGS = {
     "tail-effect", "small-grid", "l2-locality", "dram-bound", "store-inefficiency",
     "incorrect-result", "issue-overhead",
     # Not in the first vocabulary: the clock a kernel runs at (PS171, the power cap), and
-    # ptxas serializing the wgmma pipeline (PS144, the static audit's).
-    "clock-held", "mma-serialized",
+    # ptxas serializing the wgmma pipeline (PS144, the static audit's), and FP math in the
+    # k loop (PS125: an fp8 kernel promoting its partial sums).
+    "clock-held", "mma-serialized", "k-loop-math",
 }
 
 
@@ -136,6 +137,12 @@ def reference(stage: str, dtype: str):
 def fused(name: str, index: int = 0):
     """A launch of the committed reference run's fused folder (issue 19), with its manifest."""
     r = _records(str(REFERENCE / "fused" / f"{name}.ncu-rep.xz"))[index]
+    return r.profile, {"manifest": r.manifest, "context": Context(stage=r.stage)}
+
+
+def fp8(stage: str):
+    """An fp8 report of the committed reference run's fp8 folder (issue 19), with its manifest."""
+    r = _records(str(REFERENCE / "fp8" / f"{stage}-fp8-4096x4096x4096.ncu-rep.xz"))[0]
     return r.profile, {"manifest": r.manifest, "context": Context(stage=r.stage)}
 
 
@@ -288,6 +295,16 @@ CASES: tuple[Case, ...] = (
     Case("PS124", False, "real", "hgemm_small_m at 256x8192x8192: 64 tiles x split-K 2 on 128 "
          "CTAs, one tile each: no next tile waits on its epilogue (tensor pipe 79.4%)",
          lambda: fused(SMALL_M_256)),
+    Case("PS124", False, "real", "cuBLASLt's default e4m3 nvjet: 34 FP operations per output "
+         "element at K = 4096, its partial sums promoted in the k loop (PS125's)",
+         lambda: fp8("cublaslt_fp8gemm_precise")),
+    Case("PS125", True, "real", "cuBLASLt's default e4m3 nvjet promotes its partial sums every "
+         "128 of K: 34 FP operations per output element, tensor pipe 86.8%",
+         lambda: fp8("cublaslt_fp8gemm_precise")),
+    Case("PS125", False, "real", "cuBLASLt's e4m3 nvjet with fast accumulation: 2 per element, "
+         "the scale", lambda: fp8("cublaslt_fp8gemm")),
+    Case("PS125", False, "real", "hgemm_fused_bias_act's bias + GELU: 7 per element, an "
+         "epilogue (PS124's)", lambda: fused("hgemm_fused_bias_act-bf16-4096x4096x4096")),
     Case("PS144", True, "real", "ptxas serialized the fp8 quant stage's wgmmas (C7515) when it "
          "held its bias across the k loop", lambda: _ptxas("hgemm_fused_quant_fp8_held.log")),
     Case("PS144", False, "real", "the committed fp8 quant stage: no such line",

@@ -9,6 +9,8 @@ loads of the same k-step shows exactly that.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from perfscope.hardware import TENSOR_PIPE_ACTIVE_PRACTICAL, TENSOR_PIPE_PRACTICAL
 from perfscope.metrics import (
     M_CYCLES,
@@ -62,6 +64,11 @@ PERSISTENT_WAVES_MAX = 1.05
 # epilogues (hgemm_fused_bias_act, hgemm_fused_quant, cuBLASLt's GELU_BIAS nvjet), 0.4%
 # for nvjet's bias-only epilogue, 0.0% for the plain GEMMs (a convert and a store).
 EPILOGUE_MATH_MIN = 0.01
+# FP math operations per output element beyond which the math is not an epilogue's but
+# the k loop's (PS125): bias + GELU-tanh measured 7, fp8 quantisation with its amax 8,
+# cuBLASLt's scale 2 (H200, 4096^3); cuBLASLt's e4m3 promotion 34 at K = 4096 (K / 128 + 2),
+# so from K of about 2048 on with its 128-deep interval.
+EPILOGUE_OPS_PER_ELEMENT_MAX = 16
 # Warp schedulers (SM sub-partitions) per multiprocessor, sm_70 onwards: each issues one
 # warp-instruction per cycle; a warp-instruction is WARP_LANES operations.
 SCHEDULERS_PER_SM = 4
@@ -339,6 +346,34 @@ def _check_epilogue_math_exposed(inputs: Inputs) -> Hit | None:
     H200, which no rule explained before this one; cuBLASLt's GELU_BIAS nvjet pays 1.05x
     its plain kernel the same way); seed 000 §7.1 (fused epilogues), §4 (persistent,
     warp-specialised kernels)."""
+    m = _fp_math_idle(inputs)
+    if m is None or (m.per_element is not None and m.per_element > EPILOGUE_OPS_PER_ELEMENT_MAX):
+        return None     # math that grows with K runs in the k loop: PS125's
+    ev = list(m.evidence)
+    if m.per_element is None and m.mma.startswith("QGMMA"):
+        ev.append(Evidence("MMA instruction (no run manifest: FP math per output element "
+                           "unknown)", m.mma, "QGMMA: an fp8 k loop's partial-sum promotion "
+                           "(PS125) reads the same"))
+    how = _TMEM_HOW if m.tcgen05 else _PINGPONG_HOW
+    return Hit(tuple(ev), m.idle, fix_args=(("how", how),))
+
+
+@dataclass(frozen=True)
+class _FpMath:
+    """A persistent asynchronous-MMA kernel's FP math and its tensor pipe's idle share."""
+
+    evidence: tuple[Evidence, ...]
+    idle: float                     # 1 - tensor pipe busy per active cycle / practical
+    share: float                    # FP math issue cycles per scheduler / active cycles
+    per_element: float | None       # FP math operations per output element (None: no shape)
+    mma: str                        # the MMA instruction, e.g. QGMMA.64x256x32 ("" unknown)
+    tcgen05: bool
+
+
+def _fp_math_idle(inputs: Inputs) -> _FpMath | None:
+    """PS124's and PS125's shared reading: None unless a persistent asynchronous-MMA kernel
+    issues FP math worth EPILOGUE_MATH_MIN of its active cycles with its tensor pipe below
+    the practical busy share and no second consumer to hide it under."""
     p = inputs.profile
     need_opcodes(p)
     if not is_async_mma(p):
@@ -362,9 +397,9 @@ def _check_epilogue_math_exposed(inputs: Inputs) -> Hit | None:
         return None
     shape = launch_shape(p, inputs.manifest)
     if shape.persistent is False:
-        return None     # one tile per CTA: no next tile whose MMAs could wait on this epilogue
+        return None     # one tile per CTA: no next tile whose MMAs could wait on this math
     if shape.consumers_own_tiles:
-        return None     # ping-pong already: one consumer's epilogue runs under the other's MMAs
+        return None     # ping-pong already: one consumer's math runs under the other's MMAs
     ev = [
         Evidence("FP math (FFMA, FMUL, FADD, MUFU, ...) issue cycles per scheduler / active SM "
                  "cycles", round(math_share, 4), f">= {EPILOGUE_MATH_MIN}"),
@@ -373,12 +408,71 @@ def _check_epilogue_math_exposed(inputs: Inputs) -> Hit | None:
         Evidence(M_WAVES, round(waves, 2), f"<= {PERSISTENT_WAVES_MAX} (persistent)"),
     ]
     m = inputs.manifest
+    per_element = None
     if m is not None and m.m and m.n:
         # An epilogue's math is a few operations per output element whatever K is.
+        per_element = math_ops * WARP_LANES / (m.m * m.n)
         ev.append(Evidence("FP math operations per output element (run manifest's M x N)",
-                           round(math_ops * WARP_LANES / (m.m * m.n), 1), "-"))
-    how = _TMEM_HOW if p.opcodes.has("utcmma") else _PINGPONG_HOW
-    return Hit(tuple(ev), idle, fix_args=(("how", how),))
+                           round(per_element, 1), f"<= {EPILOGUE_OPS_PER_ELEMENT_MAX} an "
+                           "epilogue's, more grows with K"))
+    return _FpMath(tuple(ev), idle, math_share, per_element, shape.mma or "",
+                   p.opcodes.has("utcmma"))
+
+
+def _check_k_loop_math(inputs: Inputs) -> Hit | None:
+    """Symptom: a persistent asynchronous-MMA kernel issues FP math worth at least 1% of its
+    active cycles on every scheduler, more of it per output element than any epilogue
+    needs (over EPILOGUE_OPS_PER_ELEMENT_MAX: the count grows with K), and its tensor pipe
+    is busy for less of its active cycles than the best GEMMs sustain.
+    Why: math in the k loop between the wgmmas, most often an fp8 kernel's partial sums
+    promoted from the tensor core's accumulator into fp32 registers every few k tiles
+    (cuBLASLt's default for e4m3, which keeps its error from growing with K; its fast
+    accumulation mode does not), or weights dequantised in registers. The warpgroup must
+    wait for its wgmmas (WARPGROUP.DEPBAR) before it may read their accumulators, so the
+    tensor pipe idles while the adds issue, once per promotion rather than once per tile.
+    Fix: promote less often (every 2 to 4 k tiles, error growing with the interval);
+    issue the next k tile's wgmmas into a second accumulator set before adding the first
+    (registers permitting: a 128 x 128 cooperative tile holds 64 fp32 per thread); or
+    take fast accumulation where the error budget allows it.
+    Not this rule's: an epilogue's few operations per element (PS124), and without the
+    run manifest's M x N the two cannot be told apart (PS124 fires and says so for QGMMA).
+    Estimate: the lesser of the tensor pipe's idle share (1 - busy per active cycle /
+    0.96, as PS124) and the math's own issue share: hidden perfectly, the adds cost no
+    more than their issue slots, and they cannot give back more than the idle pipe.
+    Example:
+        before: k tile t: wgmma x4 -> wait -> acc32 += partial (FADD per element) -> k tile t+1
+        after:  k tile t: wgmma x4 into partial[t % 2] -> wait for t - 1 -> acc32 += partial[(t - 1) % 2]
+    cuBLASLt's e4m3 nvjet at 4096^3 on the H200, default against fast accumulation: 34
+    against 2 FP operations per output element (4096 / 128 promotions), tensor pipe 86.8%
+    against 89.6% of active cycles, 1326 against 1419 TFLOP/s (1.07x the time); relative
+    error 0.0017 against 0.0021.
+    Source: seed 000 §7.1 (quantised GEMMs); the PTX ISA's wgmma.wait_group; DeepSeek-V3's
+    fp8 GEMM note on promoting partial sums to fp32 every 128 elements of K."""
+    m = _fp_math_idle(inputs)
+    if m is None or m.per_element is None or m.per_element <= EPILOGUE_OPS_PER_ELEMENT_MAX:
+        return None
+    return Hit(m.evidence, min(m.idle, m.share))
+
+
+K_LOOP_MATH = Rule(
+    code="PS125", tag="k-loop-math",
+    title="FP math in the k loop (fp8 partial sums promoted, or dequantisation) idles the "
+          "tensor pipe",
+    severity="warning",
+    metrics=(M_TENSOR_PIPE, M_WAVES, M_SM_ACTIVE_AVG, M_CYCLES, M_SM_COUNT, *OPCODE_METRICS),
+    check=_check_k_loop_math,
+    fix="Promote the partial sums less often (every 2 to 4 k tiles: the error grows with the "
+        "interval), or issue the next k tile's wgmmas into a second accumulator set before "
+        "adding the first (registers permitting), or take fast accumulation where the error "
+        "budget allows (cuBLASLt's at 4096^3 on the H200: 1.07x faster, relative error "
+        "0.0021 against 0.0017).",
+    reference="PTX ISA: wgmma.wait_group; NCU Profiling Guide: Instruction Statistics; "
+              "DeepSeek-V3 technical report (fp8 GEMM: promotion to fp32 every 128 of K)",
+    thresholds=(("PERSISTENT_WAVES_MAX", PERSISTENT_WAVES_MAX),
+                ("EPILOGUE_MATH_MIN", EPILOGUE_MATH_MIN),
+                ("EPILOGUE_OPS_PER_ELEMENT_MAX", EPILOGUE_OPS_PER_ELEMENT_MAX),
+                ("TENSOR_PIPE_ACTIVE_PRACTICAL", TENSOR_PIPE_ACTIVE_PRACTICAL)),
+)
 
 
 # PS124's fix, by where the accumulators live.
@@ -410,4 +504,4 @@ EPILOGUE_MATH_EXPOSED = Rule(
 )
 
 RULES = (LOADS_NOT_OVERLAPPED, PARTLY_EXPOSED, BARRIER_BOUND, EPILOGUE_EXPOSED,
-         EPILOGUE_MATH_EXPOSED)
+         EPILOGUE_MATH_EXPOSED, K_LOOP_MATH)

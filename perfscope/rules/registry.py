@@ -18,6 +18,7 @@ from perfscope.rules.latency import (
     BARRIER_BOUND,
     EPILOGUE_EXPOSED,
     EPILOGUE_MATH_EXPOSED,
+    K_LOOP_MATH,
     LOADS_NOT_OVERLAPPED,
     PARTLY_EXPOSED,
 )
@@ -52,6 +53,7 @@ REGISTRY: tuple[Rule, ...] = (
     PARTLY_EXPOSED,          # PS122
     EPILOGUE_EXPOSED,        # PS123
     EPILOGUE_MATH_EXPOSED,   # PS124
+    K_LOOP_MATH,             # PS125
     SPILLS,                  # PS130
     REGISTER_OCCUPANCY,      # PS131
     SMEM_OCCUPANCY,          # PS132
