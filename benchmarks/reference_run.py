@@ -205,18 +205,26 @@ def write_index(out: Path) -> None:
     profiles and timings above are the run's real product.
     """
     from perfscope.errors import PerfscopeError
-    from perfscope.render.html import FUSED_DIR, fused_page, reference_page, write_atomic
+    from perfscope.render.html import (
+        FP8_DIR,
+        FUSED_DIR,
+        fp8_page,
+        fused_page,
+        reference_page,
+        write_atomic,
+    )
 
     try:
         write_atomic(out / "index.html", reference_page(out))
     except PerfscopeError as exc:
         log.error("index.html not written: %s", exc)
-    fused = out / FUSED_DIR
-    if fused.is_dir() and any(p.name.endswith(".ncu-rep.xz") for p in fused.iterdir()):
-        try:
-            write_atomic(fused / "index.html", fused_page(fused))
-        except PerfscopeError as exc:
-            log.error("fused/index.html not written: %s", exc)
+    for name, page in ((FUSED_DIR, fused_page), (FP8_DIR, fp8_page)):
+        sub = out / name
+        if sub.is_dir() and any(p.name.endswith(".ncu-rep.xz") for p in sub.iterdir()):
+            try:
+                write_atomic(sub / "index.html", page(sub))
+            except PerfscopeError as exc:
+                log.error("%s/index.html not written: %s", name, exc)
 
 
 def large_clock_lines(out: Path) -> list[str]:

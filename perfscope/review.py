@@ -35,7 +35,7 @@ from perfscope.source import SourceView, source_view
 
 log = logging.getLogger(__name__)
 
-DTYPE_ORDER = ("fp32", "fp16", "bf16")
+DTYPE_ORDER = ("fp32", "fp16", "bf16", "fp8")
 
 @dataclass(frozen=True)
 class Entry:

@@ -210,6 +210,18 @@ def test_committed_reference_page_is_regenerated_unchanged():
                       "perfscope.render.html.reference_page (benchmarks/reference_run.py)")
 
 
+@pytest.mark.slow
+def test_committed_fp8_page_is_regenerated_unchanged_with_its_fp8_ladder():
+    from perfscope.render.html import FP8_DIR, fp8_page
+
+    folder = REFERENCE / FP8_DIR
+    page = fp8_page(folder)
+    _assert_unchanged(folder / "index.html", page,
+                      "perfscope.render.html.fp8_page (benchmarks/reference_run.py)")
+    # fp8 is a ladder of its own: hgemm_fp8 against cuBLASLt's fast build at 4096^3.
+    assert "fp8: TFLOP/s per stage" in page and "1,456.2" in page
+
+
 # ------------------------------------------------------------ source view (issue 17)
 
 

@@ -705,6 +705,14 @@ FUSED_COMMAND = ("PYTHONPATH=. python3 benchmarks/bench_fused.py; perfscope prof
                  "hgemm_small_m cublas+gelu --dtype bf16 --shape 64x8192x8192")
 
 
+FP8_DIR = "fp8"
+FP8_TITLE = "perfscope FP8 inputs on NVIDIA H200: hgemm_fp8 against cuBLASLt's fp8 matmul"
+FP8_COMMAND = ("perfscope profile hgemm_fp8 cublaslt_fp8gemm cublaslt_fp8gemm_precise --dtype fp8; "
+               "perfscope bench hgemm_fp8 --dtype fp8 --shape 4096x4096x4096 --rounds 5")
+# The bench file whose ratios the fp8 page shows: the shape its reports were profiled at.
+FP8_BENCH = "bench-fp8-4096x4096x4096.json"
+
+
 def reference_page(folder: str | os.PathLike[str]) -> str:
     """The committed reference run's index.html, from the ladder's reports (the folder's
     own, not its subfolders': fused/ has a page of its own) and the bench.json in folder."""
@@ -724,3 +732,12 @@ def fused_page(folder: str | os.PathLike[str]) -> str:
     bench = root / "bench-fused.json"
     return build_report([root], bench=bench if bench.is_file() else None, title=FUSED_TITLE,
                         command=FUSED_COMMAND)
+
+
+def fp8_page(folder: str | os.PathLike[str]) -> str:
+    """fp8/index.html of the reference run: hgemm_fp8's and cuBLASLt's two fp8 builds'
+    reports, with the 4096^3 bench file (hgemm_fp8 against cuBLASLt's fast accumulation)."""
+    root = Path(folder)
+    bench = root / FP8_BENCH
+    return build_report([root], bench=bench if bench.is_file() else None, title=FP8_TITLE,
+                        command=FP8_COMMAND)
