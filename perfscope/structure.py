@@ -58,8 +58,8 @@ ABSORBS: dict[str, tuple[str, ...]] = {
     CONSUMERS: ("epilogue-exposed",),
     EPILOGUE: ("store-inefficiency",),
     # A serialized pipeline idles the tensor pipe between wgmmas: the idle PS124 and PS120
-    # read is its cost, not a second reason.
-    PIPELINE: ("epilogue-exposed", "latency-exposed"),
+    # read is its cost, not a second reason, and PS145 is this aspect read from one report.
+    PIPELINE: ("epilogue-exposed", "latency-exposed", "mma-serialized"),
 }
 # Aspects that only exist on the TMA/wgmma path: when one kernel lacks that path, they
 # are part of the path's reason, not reasons of their own.

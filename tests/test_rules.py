@@ -146,6 +146,14 @@ def fp8(stage: str):
     return r.profile, {"manifest": r.manifest, "context": Context(stage=r.stage)}
 
 
+def wgmma_pipeline(build: str):
+    """hgemm_fused_quant at 4096^3 as committed, or built with the bias held across the k
+    loop, which ptxas serialized (tests/fixtures/h200/wgmma-serialized/)."""
+    path = FIXTURES / "wgmma-serialized" / build / "hgemm_fused_quant-bf16-4096x4096x4096.ncu-rep.xz"
+    r = _records(str(path))[0]
+    return r.profile, {"manifest": r.manifest, "context": Context(stage=r.stage)}
+
+
 def tail_split(name: str):
     """A report of the tail-split pairs (fixtures/h200/tail-split/), with its manifest."""
     r = _records(str(FIXTURES / "tail-split" / f"{name}.ncu-rep.xz"))[0]
@@ -305,6 +313,14 @@ CASES: tuple[Case, ...] = (
          "the scale", lambda: fp8("cublaslt_fp8gemm")),
     Case("PS125", False, "real", "hgemm_fused_bias_act's bias + GELU: 7 per element, an "
          "epilogue (PS124's)", lambda: fused("hgemm_fused_bias_act-bf16-4096x4096x4096")),
+    Case("PS124", False, "real", "hgemm_fused_quant with its bias held: one wait per wgmma, the "
+         "idle pipe is the serialization's (PS145)", lambda: wgmma_pipeline("held")),
+    Case("PS145", True, "real", "hgemm_fused_quant with its bias held: 1.00 WARPGROUP.DEPBAR per "
+         "HGMMA, tensor pipe 78.9% of active cycles", lambda: wgmma_pipeline("held")),
+    Case("PS145", False, "real", "the committed hgemm_fused_quant: 0.25 waits per HGMMA",
+         lambda: wgmma_pipeline("committed")),
+    Case("PS145", False, "real", "cuBLASLt's default e4m3 nvjet keeps its wgmmas in flight",
+         lambda: fp8("cublaslt_fp8gemm_precise")),
     Case("PS144", True, "real", "ptxas serialized the fp8 quant stage's wgmmas (C7515) when it "
          "held its bias across the k loop", lambda: _ptxas("hgemm_fused_quant_fp8_held.log")),
     Case("PS144", False, "real", "the committed fp8 quant stage: no such line",

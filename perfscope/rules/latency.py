@@ -38,7 +38,7 @@ from perfscope.rules.facts import (
     total_instructions,
 )
 from perfscope.rules.model import Evidence, Hit, Inputs, Rule, need
-from perfscope.structure import launch_shape
+from perfscope.structure import SERIAL_WAITS_PER_MMA, launch_shape
 
 # -- thresholds --
 # Long-scoreboard waits above this share of stall time: loads are not overlapped.
@@ -282,6 +282,8 @@ def _check_epilogue_exposed(inputs: Inputs) -> Hit | None:
     waves = need(p.launch.waves_per_sm, M_WAVES)
     if waves <= PERSISTENT_WAVES_MAX:
         return None
+    if _serialized(inputs):
+        return None     # the wgmmas wait one by one: the idle pipe is PS145's
     busy = need(p.metric(M_TENSOR_PIPE), M_TENSOR_PIPE)
     if stall_share(p, ("barrier",)) >= BARRIER_MIN and not is_warp_specialised(p):
         return None     # the synchronous loop is what idles the pipe (PS121)
@@ -396,6 +398,8 @@ def _fp_math_idle(inputs: Inputs) -> _FpMath | None:
     if idle <= 0:
         return None
     shape = launch_shape(p, inputs.manifest)
+    if shape.serialized:
+        return None     # the wgmmas wait one by one: the idle pipe is PS145's
     if shape.persistent is False:
         return None     # one tile per CTA: no next tile whose MMAs could wait on this math
     if shape.consumers_own_tiles:
@@ -503,5 +507,77 @@ EPILOGUE_MATH_EXPOSED = Rule(
                 ("TENSOR_PIPE_ACTIVE_PRACTICAL", TENSOR_PIPE_ACTIVE_PRACTICAL)),
 )
 
+def _serialized(inputs: Inputs) -> bool:
+    return bool(launch_shape(inputs.profile, inputs.manifest).serialized)
+
+
+def _check_mma_serialized(inputs: Inputs) -> Hit | None:
+    """Symptom: an asynchronous-MMA kernel executes a warpgroup wait (WARPGROUP.DEPBAR) for
+    nearly every wgmma (SERIAL_WAITS_PER_MMA or more per HGMMA/QGMMA), and its tensor pipe is
+    busy for less of its active cycles than the best GEMMs sustain.
+    Why: a pipelined k loop issues a k tile's 2-8 wgmmas and waits once (0.125-0.5 waits
+    per wgmma in every pipelined kernel measured on the H200: ours, cuBLAS's and
+    cuBLASLt's nvjet, Triton's); one wait per wgmma is the serialized pipeline ptxas falls
+    back to when something other than a wgmma writes the accumulator registers inside the
+    pipeline stage (its C7515 info, PS144 of `perfscope sass`), and the tensor pipe then
+    runs one wgmma at a time. The counter twin of PS144, for a report whose build log is
+    not at hand.
+    Fix: keep the accumulators untouched between the fence and the wait, keep values held
+    across the k loop out of the registers the accumulators need, inline every call in the
+    pipeline; `perfscope sass` (PS144) prints ptxas's reason.
+    Not this rule's epilogue or load findings: with the pipeline serialized, the tensor
+    pipe's idle is this rule's (PS123, PS124 and PS125 stay silent, so one idle is never
+    counted twice).
+    Estimate: 1 - (tensor pipe busy per active SM cycle) / 0.96, the idle share PS124 reads;
+    an upper bound, since the kernel's epilogue would leave some of it.
+    Example:
+        before: wgmma(k0); wait 0; wgmma(k1); wait 0; ... (1.00 waits per HGMMA)
+        after:  wgmma(k0); wgmma(k1); wgmma(k2); wgmma(k3); wait 1 (0.25 per HGMMA)
+    hgemm_fused_quant (fp8 outputs) with its bias held across the k loop on the H200: 1.00
+    waits per HGMMA against 0.25 committed, 1.11x the cycles under ncu; this rule estimates
+    0.18 where PS124 used to claim it as epilogue time with a ping-pong fix.
+    Source: PTX ISA: wgmma.fence, wgmma.commit_group, wgmma.wait_group; seed 000 §4
+    (Hopper: wgmma); tests/fixtures/h200/wgmma-serialized."""
+    p = inputs.profile
+    need_opcodes(p)
+    if not is_async_mma(p):
+        return None
+    shape = launch_shape(p, inputs.manifest)
+    if not shape.serialized:
+        return None
+    active = need(p.metric(M_SM_ACTIVE_AVG), M_SM_ACTIVE_AVG)
+    elapsed = need(p.metric(M_CYCLES), M_CYCLES)
+    busy = need(p.metric(M_TENSOR_PIPE), M_TENSOR_PIPE)
+    if active <= 0:
+        return None
+    busy_active = busy / 100 * elapsed / active
+    idle = 1 - busy_active / TENSOR_PIPE_ACTIVE_PRACTICAL
+    if idle <= 0:
+        return None
+    return Hit((
+        Evidence("WARPGROUP.DEPBAR per wgmma executed", round(shape.mma_waits, 2),
+                 f">= {SERIAL_WAITS_PER_MMA} (pipelined kernels: 0.125-0.5)"),
+        Evidence("tensor pipe busy per active SM cycle", round(100 * busy_active, 1),
+                 f"< {100 * TENSOR_PIPE_ACTIVE_PRACTICAL:.0f}"),
+    ), idle)
+
+
+MMA_SERIALIZED = Rule(
+    code="PS145", tag="mma-serialized",
+    title="The wgmmas wait one by one: the pipeline is serialized",
+    severity="warning",
+    metrics=(M_TENSOR_PIPE, M_SM_ACTIVE_AVG, M_CYCLES, *OPCODE_METRICS),
+    check=_check_mma_serialized,
+    fix="Keep the wgmma accumulators untouched between the fence and the wait (initialise or "
+        "scale them before it, read them after), keep values held across the k loop out of the "
+        "registers the accumulators need, and inline every call in the pipeline; `perfscope "
+        "sass` names ptxas's reason (PS144).",
+    reference="PTX ISA: Asynchronous Warpgroup Level Matrix Instructions (wgmma.fence, "
+              "wgmma.commit_group, wgmma.wait_group)",
+    thresholds=(("SERIAL_WAITS_PER_MMA", SERIAL_WAITS_PER_MMA),
+                ("TENSOR_PIPE_ACTIVE_PRACTICAL", TENSOR_PIPE_ACTIVE_PRACTICAL)),
+)
+
+
 RULES = (LOADS_NOT_OVERLAPPED, PARTLY_EXPOSED, BARRIER_BOUND, EPILOGUE_EXPOSED,
-         EPILOGUE_MATH_EXPOSED, K_LOOP_MATH)
+         EPILOGUE_MATH_EXPOSED, K_LOOP_MATH, MMA_SERIALIZED)

@@ -20,6 +20,7 @@ from perfscope.rules.latency import (
     EPILOGUE_MATH_EXPOSED,
     K_LOOP_MATH,
     LOADS_NOT_OVERLAPPED,
+    MMA_SERIALIZED,
     PARTLY_EXPOSED,
 )
 from perfscope.rules.launch import SMALL_GRID, TAIL, TILE_WASTE, UNEVEN_SMS
@@ -61,6 +62,7 @@ REGISTRY: tuple[Rule, ...] = (
     LEGACY_MMA,              # PS141
     NO_TMA,                  # PS142
     ISSUE_OVERHEAD,          # PS143
+    MMA_SERIALIZED,          # PS145
     TAIL,                    # PS150
     TILE_WASTE,              # PS151
     SMALL_GRID,              # PS152
