@@ -384,16 +384,14 @@ def _fp_math_idle(inputs: Inputs) -> _FpMath | None:
     if waves > PERSISTENT_WAVES_MAX:
         return None     # not persistent: each CTA's epilogue is PS123's
     sms = need(p.identity.sm_count, M_SM_COUNT)
-    active = need(p.metric(M_SM_ACTIVE_AVG), M_SM_ACTIVE_AVG)
-    elapsed = need(p.metric(M_CYCLES), M_CYCLES)
-    busy = need(p.metric(M_TENSOR_PIPE), M_TENSOR_PIPE)
-    if not sms or active <= 0:
+    busy_active = _tensor_busy_per_active_cycle(p)
+    if not sms or busy_active is None:
         return None
+    active = need(p.metric(M_SM_ACTIVE_AVG), M_SM_ACTIVE_AVG)
     math_ops = sum(p.opcodes.executed.get(op, 0.0) for op in EPILOGUE_MATH_OPCODES)
     math_share = math_ops / (sms * SCHEDULERS_PER_SM) / active
     if math_share < EPILOGUE_MATH_MIN:
         return None
-    busy_active = busy / 100 * elapsed / active
     idle = 1 - busy_active / TENSOR_PIPE_ACTIVE_PRACTICAL
     if idle <= 0:
         return None
@@ -507,6 +505,15 @@ EPILOGUE_MATH_EXPOSED = Rule(
                 ("TENSOR_PIPE_ACTIVE_PRACTICAL", TENSOR_PIPE_ACTIVE_PRACTICAL)),
 )
 
+def _tensor_busy_per_active_cycle(p) -> float | None:
+    """The tensor pipe's busy share of the SMs' *active* cycles (0-1), so that the last
+    round's idle SMs stay PS153's; None when no SM was active."""
+    active = need(p.metric(M_SM_ACTIVE_AVG), M_SM_ACTIVE_AVG)
+    elapsed = need(p.metric(M_CYCLES), M_CYCLES)
+    busy = need(p.metric(M_TENSOR_PIPE), M_TENSOR_PIPE)
+    return busy / 100 * elapsed / active if active > 0 else None
+
+
 def _serialized(inputs: Inputs) -> bool:
     return bool(launch_shape(inputs.profile, inputs.manifest).serialized)
 
@@ -545,12 +552,9 @@ def _check_mma_serialized(inputs: Inputs) -> Hit | None:
     shape = launch_shape(p, inputs.manifest)
     if not shape.serialized:
         return None
-    active = need(p.metric(M_SM_ACTIVE_AVG), M_SM_ACTIVE_AVG)
-    elapsed = need(p.metric(M_CYCLES), M_CYCLES)
-    busy = need(p.metric(M_TENSOR_PIPE), M_TENSOR_PIPE)
-    if active <= 0:
+    busy_active = _tensor_busy_per_active_cycle(p)
+    if busy_active is None:
         return None
-    busy_active = busy / 100 * elapsed / active
     idle = 1 - busy_active / TENSOR_PIPE_ACTIVE_PRACTICAL
     if idle <= 0:
         return None
