@@ -16,9 +16,9 @@ from __future__ import annotations
 from typing import Any
 
 from perfscope.kernels.epilogue import e4m3_values, round_e4m3
-from perfscope.kernels.spec import FP8, FP8_OUTPUT
+from perfscope.kernels.spec import FP8
 
-__all__ = ["FP8", "FP8_OUTPUT", "FP8_SCALES", "decode_e4m3", "encode_e4m3", "fp8_operands_f64",
+__all__ = ["FP8", "FP8_SCALES", "decode_e4m3", "encode_e4m3", "fp8_operands_f64",
            "make_fp8_inputs", "scale_product"]
 # scale_a, scale_b: not powers of two, so a kernel that drops one (or applies one twice)
 # is off by a factor the check sees; their product 0.234375 is exact in fp32.

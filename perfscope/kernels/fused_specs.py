@@ -22,9 +22,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from perfscope.errors import PerfscopeError
+from perfscope.hardware import OUTPUT_DTYPE
 from perfscope.kernels.spec import (
-    FP8,
-    FP8_OUTPUT,
     KernelSpec,
     Params,
     Shape,
@@ -91,7 +90,7 @@ def quant_of(spec: KernelSpec) -> str | None:
 def output_dtype(spec: KernelSpec, dtype: str) -> str:
     """The element type of C: the quantised type of a QUANT stage, bf16 for fp8 inputs,
     else the GEMM's dtype."""
-    return quant_of(spec) or (FP8_OUTPUT if dtype == FP8 else dtype)
+    return quant_of(spec) or OUTPUT_DTYPE.get(dtype, dtype)
 
 
 _N8_PASS = ShapeConstraint("N", 8, "the elementwise pass reads C and the bias in 16-byte vectors")

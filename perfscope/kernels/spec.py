@@ -20,7 +20,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from perfscope.errors import PerfscopeError
-from perfscope.hardware import OUTPUT_DTYPE
 
 KERNEL_DIR = Path(__file__).resolve().parent
 
@@ -32,10 +31,9 @@ ABIS = ("pointers", "tensormap")
 NEVER_RUN_LABEL = "compiled, never run"
 
 # dtype name -> (C++ element type in the name expression, what users may type)
-# fp8: e4m3 inputs (A and B transposed, K contiguous) with per-tensor scales and a bf16 C
+# fp8: e4m3 inputs (A, and B transposed as Bt, both K contiguous) with per-tensor scales, bf16 C
 # (perfscope/kernels/fp8.py), the one dtype whose C is not of its inputs' type.
 FP8 = "fp8"
-FP8_OUTPUT = OUTPUT_DTYPE[FP8]
 DTYPES: Mapping[str, str] = {"fp32": "float", "fp16": "__half", "bf16": "__nv_bfloat16",
                              "fp8": "__nv_fp8_e4m3"}
 DTYPE_ALIASES: Mapping[str, str] = {
