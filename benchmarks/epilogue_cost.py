@@ -50,10 +50,10 @@ PLAIN, FUSED = "hgemm_tma_wgmma_persistent", "hgemm_fused_bias_act"
 
 # Anchors in the committed fused.cu (BiasActEpilogue); each must stand exactly once.
 _HELD = "    HeldBias<T, BN, !RESIDUAL> held;\n\n    __device__ __forceinline__ BiasActEpilogue("
-_LOAD = "        held.load(kt, kt_prefetch, bias, n0, N);\n"
+_LOAD = "        if constexpr (!DEFER) held.load(kt, kt_prefetch, bias, n0, N);\n"
 _APPLY = ("        apply_epilogue_held<T, ACT, RESIDUAL, BN>(acc, held, bias, residual, row0, n0, M, N);\n"
-          "        hop::store_tile_tma<T, BN>(acc, staging, tmap_c, row0, n0, bar_id);")
-_STORE = "        hop::store_tile_tma<T, BN>(acc, staging, tmap_c, row0, n0, bar_id);"
+          "        hop::store_tile_staged<T, BN, BOXES>(acc, staging, tmap_c, row0, n0, bar_id);")
+_STORE = "        hop::store_tile_staged<T, BN, BOXES>(acc, staging, tmap_c, row0, n0, bar_id);"
 _CONSTANT = ("#pragma unroll\n        for (int j = 0; j < BN / 2; ++j) acc[j] += 0.25f * (j % 3);\n"
              + _STORE)
 _LOADED = "    HeldBias<T, BN, false> held;\n\n    __device__ __forceinline__ BiasActEpilogue("

@@ -66,7 +66,7 @@ _UNIT_START_PROBED = (
 _FIXUP = ("            if constexpr (STREAMK != 0) {\n"
           "                if (k0 != 0) {   // another CTA finishes this tile\n"
           "                    sk.write(acc, sk.slot(tile), half, 1 + half);\n")
-_STORE = ("            if constexpr (DEFER) {\n                epi.pack(acc, words);\n"
+_STORE = ("            if constexpr (DEFER) {\n                epi.pack(acc, words, row0, n0, M, N);\n"
           "                words_row0 = row0;\n                words_n0 = n0;\n"
           "                next_box = 0;\n            } else {\n"
           "                epi.store(acc, staging, tmap_c, row0, n0, M, N, 1 + half);\n"

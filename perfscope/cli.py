@@ -473,7 +473,8 @@ def diagnose(
 def tune(
     ctx: typer.Context,
     stages: list[str] = typer.Argument(..., help="Stages to tune (those that declare a search "
-                                       "space: sgemm_pipe, hgemm_bcf_dbf_rw, hgemm_ring, hgemm_tma_wgmma*)."),
+                                       "space: sgemm_pipe, hgemm_bcf_dbf_rw, hgemm_ring, "
+                                       "hgemm_tma_wgmma*, hgemm_fp8, hgemm_fused_bias_act)."),
     shape: list[str] | None = typer.Option(None, "--shape", help="Problem size MxNxK (repeat; "
                                            "default 4096x4096x4096)."),
     shapes_file: Path | None = typer.Option(None, "--shapes", help="A file of shapes, one MxNxK "

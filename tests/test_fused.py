@@ -86,9 +86,14 @@ def test_the_fused_family_continues_from_the_persistent_stage():
     assert text.count("//   seed     000 §7.1") == 4
 
 
-def test_name_expressions_put_the_epilogue_last():
+def test_name_expressions_follow_the_template_parameters():
+    """The epilogue after the tile, then (hgemm_fused_bias_act) the parent's staging boxes,
+    stream-K mode and deferred store, in the template's order."""
     spec = BY_NAME["hgemm_fused_bias_act"].with_params(ACT=ACTIVATIONS["silu"], RESIDUAL=1)
-    assert spec.name_expression("bf16") == "hgemm_fused_bias_act<__nv_bfloat16, 128, 256, 64, 3, 8, 2, 1>"
+    assert spec.name_expression("bf16") == \
+        "hgemm_fused_bias_act<__nv_bfloat16, 128, 256, 64, 3, 8, 2, 1, 4, 0, 0>"
+    tuned = spec.with_params(BOXES=1, STREAMK=3, DEFER=1)
+    assert tuned.name_expression("bf16").endswith(", 2, 1, 1, 3, 1>")
     assert BY_NAME["hgemm_small_m"].name_expression("fp16") == \
         "hgemm_small_m<__half, 64, 128, 64, 8, 1, 0, 64, 1, 1>"
     assert BY_NAME["hgemm_fused_quant"].name_expression("fp16") == \

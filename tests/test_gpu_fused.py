@@ -126,6 +126,28 @@ def test_small_m_pairs_sharing_b_are_correct(shape, tile, epi, dtype):
         assert v.verdict == OK, f"MPAIR=2 {tile} {epi.label} {dtype} {shape}: {v.detail}"
 
 
+# hgemm_fused_bias_act with its parent's tuning options: the deferred store (DEFER=1, the
+# epilogue applied as each tile is packed, its bias loaded under the last k tile), fewer C
+# staging boxes, stream-K (1) and the tail split (3), and BN 128. 2050 x 4104 x 4104 makes
+# 289 tiles of 128 x 256 (561 of 128 x 128) on 132 CTAs, whose last round both modes split
+# (65 k tiles); 300 x 4104 x 1032 is one partial round, which neither splits.
+TUNED = ({"DEFER": 1}, {"DEFER": 1, "BOXES": 1, "STAGES": 4}, {"STREAMK": 1}, {"STREAMK": 3},
+         {"STREAMK": 1, "DEFER": 1, "BOXES": 2},
+         {"BN": 128, "STREAMK": 3, "DEFER": 1, "STAGES": 6, "BOXES": 1})
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("epi", [Epilogue("gelu"), Epilogue("silu", True)], ids=lambda e: e.label)
+@pytest.mark.parametrize("shape", (Shape(300, 4104, 1032), Shape(2050, 4104, 4104)), ids=str)
+@pytest.mark.parametrize("tuned", TUNED, ids=lambda p: ",".join(f"{k}={v}" for k, v in p.items()))
+def test_bias_act_with_the_parents_options_is_correct(tuned, shape, epi, dtype):
+    (job,) = bench.plan(["hgemm_fused_bias_act"], [dtype], shape, {**tuned, **epi.params})
+    prep = prepare(job.spec, dtype, shape)
+    for seed in (1, 2):
+        v = verify.verify(prep, seed)
+        assert v.verdict == OK, f"{tuned} {epi.label} {dtype} {shape}: {v.detail}"
+
+
 @pytest.mark.parametrize("stage", ["hgemm_fused_bias_act", "hgemm_small_m", "hgemm_fused_pingpong"])
 def test_the_residual_may_alias_c(stage):
     cp = require_gpu()

@@ -58,3 +58,18 @@ def test_pointer_abi_stage_sweep(tmp_path):
     pins = {"BM": 128, "BN": 128, "BK": 8, "WM": 32, "WN": 64, "TM": 8, "TN": 8}
     _, result = _sweep(tmp_path, "sgemm_pipe", "fp32", pins, "1024x1024x1024")
     assert len(result.trials) == 3 and all(t.verdict == OK for t in result.trials)
+
+
+def test_fused_stage_sweep_is_timed_against_its_group(tmp_path):
+    # hgemm_fused_bias_act's stream-K modes with and without the deferred store (STAGES 3,
+    # GROUP 8, BN 256, BOXES 4 held; ptxas spills, and so prunes, two of the six):
+    # every trial is verified on its own epilogue inputs and timed against cublas+gelu, not
+    # against the plain cuBLAS GEMM (time_stage refuses a reference of another epilogue).
+    stage = "hgemm_fused_bias_act"
+    store, result = _sweep(tmp_path, stage, "fp16", {"BN": 256, "GROUP": 8, "STAGES": 3,
+                                                     "BOXES": 4}, "1024x4096x2048")
+    assert len(result.trials) == 4 and all(t.verdict == OK for t in result.trials)
+    assert all(t.ratio is not None and 0.3 < t.ratio.median < 2.0 for t in result.trials)
+    with Store.open(store) as s:
+        best = s.best(stage, "fp16", parse_shape("1024x4096x2048"))
+    assert best is not None and best.timing.reference == "cublas+gelu"

@@ -91,6 +91,7 @@ struct ScaledStoreEpilogue {
     __device__ __forceinline__ ScaledStoreEpilogue(const Args& args, int)
         : scale(args.scales[0] * args.scales[1]) {}
     __device__ __forceinline__ void after_k_tile(int, int, int, int, int, int) const {}
+    __device__ __forceinline__ void before_last_wait(int, int, int, int) const {}
     __device__ __forceinline__ void store(float (&acc)[BN / 2], unsigned staging,
                                           const TensorMap2D* tmap_c, int row0, int n0, int, int,
                                           unsigned bar_id) const {
@@ -98,7 +99,8 @@ struct ScaledStoreEpilogue {
         for (int j = 0; j < BN / 2; ++j) acc[j] *= scale;
         store_tile_staged<__nv_bfloat16, BN, BOXES>(acc, staging, tmap_c, row0, n0, bar_id);
     }
-    __device__ __forceinline__ void pack(const float (&acc)[BN / 2], unsigned (&words)[BN / 4]) const {
+    __device__ __forceinline__ void pack(const float (&acc)[BN / 2], unsigned (&words)[BN / 4], int,
+                                         int, int, int) const {
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j) {
             words[2 * j] = tma::Pack<__nv_bfloat16>::two(scale * acc[4 * j], scale * acc[4 * j + 1]);

@@ -38,11 +38,19 @@
 //
 // hgemm_fused_bias_act
 //   template <typename T, int BM = 128, int BN = 256, int BK = 64, int STAGES = 3,
-//             int GROUP = 8, int ACT = 1, int RESIDUAL = 0>
+//             int GROUP = 8, int ACT = 1, int RESIDUAL = 0, int BOXES = BN / 64,
+//             int STREAMK = 0, int DEFER = 0>
 //   threads  384, 1-D: warpgroup 0 produces (one thread issues TMA), 1 and 2 consume
 //   grid     dim3(min(tiles, multiprocessors)), persistent, grouped tile order
-//   smem     dynamic STAGES * (BM*BK + BK*BN) * 2 + 2 * 64 * BN * 2 + 1024 bytes (as the
-//            parent); static 2 * STAGES mbarriers
+//   smem     dynamic STAGES * (BM*BK + BK*BN) * 2 + 2 * min(BOXES, BN/64) * 8192 + 1024
+//            bytes (as the parent); static 2 * STAGES mbarriers
+//   options  The parent's tuning options, with its meaning (hopper.cuh): BOXES C staging
+//            boxes per consumer, STREAMK 1 (stream-K of the last round) or 3 (the tail
+//            split), DEFER 1 (the deferred store: the epilogue runs as each finished tile
+//            is packed to T pairs, which go out a box per k tile of the next unit, under
+//            its wgmmas; the bias pairs are then loaded after the unit's last wgmmas are
+//            issued, not halfway, since the k loop may still hold the last tile's pairs).
+//            The defaults compile to the SASS of the stage before the options existed.
 //   parent   hgemm_tma_wgmma_persistent
 //   how      The parent's TMA-store epilogue, preceded by bias + activation (+ residual)
 //            on the fp32 accumulators. Halfway through each tile's k loop every consumer
@@ -416,10 +424,15 @@ __device__ __forceinline__ void apply_epilogue_held(float (&d)[N / 2], const Hel
 // described in hopper.cuh): at k tile kt_prefetch of each tile each consumer thread loads
 // its bias pairs into registers (HeldBias) or, with RESIDUAL, warp 0 of each consumer
 // sends that consumer's residual rows to L2 while the k loop still runs; then bias +
-// activation (+ residual) on the fp32 accumulators, and the persistent stage's TMA store.
-template <typename T, int BN, int ACT, int RESIDUAL>
+// activation (+ residual) on the fp32 accumulators, and the persistent stage's TMA store
+// through BOXES staging boxes (the whole tile at BOXES >= BN/64). DEFER = 1 (the parent's
+// deferred store): pack applies the epilogue and rounds the tile into 64 words, which
+// persistent_gemm sends a box per k tile of the next unit, under its wgmmas.
+template <typename T, int BN, int ACT, int RESIDUAL, int MAX_BOXES = BN / 64, int DEFER = 0>
 struct BiasActEpilogue {
-    static constexpr unsigned STAGING_BYTES = 64 * BN * 2;   // the whole 64 x BN tile
+    static constexpr int BOXES = MAX_BOXES < BN / 64 ? MAX_BOXES : BN / 64;
+    static constexpr unsigned STAGING_BYTES = BOXES * 64 * 64 * 2;
+    static constexpr bool DEFERRED = DEFER != 0;
     struct Args {
         const T* bias;
         const T* residual;
@@ -436,18 +449,35 @@ struct BiasActEpilogue {
 
     __device__ __forceinline__ void after_k_tile(int kt, int kt_prefetch, int row0, int n0, int M,
                                                  int N) const {
-        held.load(kt, kt_prefetch, bias, n0, N);
+        if constexpr (!DEFER) held.load(kt, kt_prefetch, bias, n0, N);
         if constexpr (RESIDUAL) {
             if (prefetcher && kt == kt_prefetch)
                 prefetch_rows_l2(residual, row0, min(row0 + 64, M), n0, min(n0 + BN, N), N, lane);
             __syncwarp();
         }
     }
+    // DEFER: the k loop may still send the last tile's words, so 32 held bias registers
+    // there would spill (ptxas: 44-172 spill stores at BN 256); they are loaded here, once
+    // the words are sent, under the last k tile's wgmmas.
+    __device__ __forceinline__ void before_last_wait(int, int n0, int, int N) const {
+        if constexpr (DEFER) held.load(0, 0, bias, n0, N);
+    }
     __device__ __forceinline__ void store(float (&acc)[BN / 2], unsigned staging,
                                           const TensorMap2D* tmap_c, int row0, int n0, int M, int N,
                                           unsigned bar_id) const {
         apply_epilogue_held<T, ACT, RESIDUAL, BN>(acc, held, bias, residual, row0, n0, M, N);
-        hop::store_tile_tma<T, BN>(acc, staging, tmap_c, row0, n0, bar_id);
+        hop::store_tile_staged<T, BN, BOXES>(acc, staging, tmap_c, row0, n0, bar_id);
+    }
+    // DEFER: the epilogue in fp32, then C rounded to pairs.
+    __device__ __forceinline__ void pack(float (&acc)[BN / 2], unsigned (&words)[BN / 4], int row0,
+                                         int n0, int M, int N) const {
+        apply_epilogue_held<T, ACT, RESIDUAL, BN>(acc, held, bias, residual, row0, n0, M, N);
+        hop::pack_tile<T, BN>(acc, words);
+    }
+    __device__ __forceinline__ void store_box(const unsigned (&words)[BN / 4], int box,
+                                              unsigned staging, const TensorMap2D* tmap_c,
+                                              int row0, int n0, unsigned bar_id) const {
+        hop::store_words_box<BN, BOXES>(words, box, staging, tmap_c, row0, n0, bar_id);
     }
 };
 
@@ -484,6 +514,7 @@ struct QuantEpilogue {
                                                  int N) const {
         held.load(kt, kt_prefetch, a.bias, n0, N);
     }
+    __device__ __forceinline__ void before_last_wait(int, int, int, int) const {}
 
     __device__ __forceinline__ void store(float (&acc)[BN / 2], unsigned, const TensorMap2D*,
                                           int row0, int n0, int M, int N, unsigned) const {
@@ -600,15 +631,16 @@ __device__ __forceinline__ void store_box_tma(const float (&acc)[32], unsigned s
 // ====================================================================== fused stage 1
 // hgemm_tma_wgmma_persistent's body (hop::persistent_gemm, hopper.cuh) with the
 // bias / activation / residual epilogue in place of the plain TMA store.
-template <typename T, int BM, int BN, int BK, int STAGES, int GROUP, int ACT, int RESIDUAL>
+template <typename T, int BM, int BN, int BK, int STAGES, int GROUP, int ACT, int RESIDUAL,
+          int BOXES = BN / 64, int STREAMK = 0, int DEFER = 0>
 __global__ void __launch_bounds__(384, 1)
 hgemm_fused_bias_act(const __grid_constant__ TensorMap2D tmap_a,
                      const __grid_constant__ TensorMap2D tmap_b,
                      const __grid_constant__ TensorMap2D tmap_c, T* C, int M, int N, int K,
                      const T* bias, const T* residual) {
-    using Epilogue = fused::BiasActEpilogue<T, BN, ACT, RESIDUAL>;
-    hop::persistent_gemm<T, BM, BN, BK, STAGES, GROUP, Epilogue>(&tmap_a, &tmap_b, &tmap_c, M, N,
-                                                                 K, {bias, residual});
+    using Epilogue = fused::BiasActEpilogue<T, BN, ACT, RESIDUAL, BOXES, DEFER>;
+    hop::persistent_gemm<T, BM, BN, BK, STAGES, GROUP, Epilogue, STREAMK>(
+        &tmap_a, &tmap_b, &tmap_c, M, N, K, {bias, residual});
 }
 
 // ====================================================================== fused stage 2

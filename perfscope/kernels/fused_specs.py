@@ -26,6 +26,7 @@ from perfscope.hardware import OUTPUT_DTYPE
 from perfscope.kernels.spec import (
     KernelSpec,
     Params,
+    SearchSpace,
     Shape,
     ShapeConstraint,
     TmaBox,
@@ -130,11 +131,13 @@ _bias_act_block.__doc__ = "(384, 1, 1)"
 
 
 def _bias_act_smem(p: Params) -> int:
-    # The ring, one swizzled 64 x BN C staging tile per consumer, 1024 bytes of realignment.
-    return p["STAGES"] * _slot_bytes(p) + 2 * 64 * p["BN"] * 2 + 1024
+    # The ring, min(BOXES, BN/64) swizzled 64 x 64 C staging boxes per consumer (the whole
+    # 64 x BN tile by default), 1024 bytes of realignment.
+    boxes = min(p.get("BOXES", p["BN"] // 64), p["BN"] // 64)
+    return p["STAGES"] * _slot_bytes(p) + 2 * boxes * 64 * 64 * 2 + 1024
 
 
-_bias_act_smem.__doc__ = "STAGES * (BM*BK + BK*BN) * 2 + 128 * BN * 2 + 1024"
+_bias_act_smem.__doc__ = "STAGES * (BM*BK + BK*BN) * 2 + 2 * min(BOXES, BN/64) * 8192 + 1024"
 
 
 def _bias_act_grid(p: Params, shape: Shape) -> tuple[int, int, int]:
@@ -379,12 +382,24 @@ _COMMON = {"family": "fused", "dtypes": HALF, "source": SOURCE, "seed": SEED,
            "constraints": (_K8_TMA, _N8_TMA), "absent": ("hmma", "ldgsts"),
            "static_smem": _mbarriers}
 
+# What `perfscope tune` may vary in hgemm_fused_bias_act: its parent's space
+# (registry._SPACE_PERSISTENT: the ring, the tile order, the staging boxes, stream-K or the
+# tail split, the deferred store); the epilogue (ACT, RESIDUAL) is held at the stage's, or
+# at what --param pins.
+_SPACE_BIAS_ACT = SearchSpace(values=(
+    ("BM", (128,)), ("BN", (128, 256)), ("BK", (64,)), ("STAGES", (2, 3, 4, 5, 6)),
+    ("GROUP", (1, 2, 4, 8, 16)), ("ACT", tuple(ACTIVATIONS.values())), ("RESIDUAL", (0, 1)),
+    ("BOXES", (1, 2, 4)), ("STREAMK", (0, 1, 3)), ("DEFER", (0, 1))),
+    held=("ACT", "RESIDUAL"))
+
 FUSED: tuple[KernelSpec, ...] = (
     KernelSpec(name="hgemm_fused_bias_act", entry="hgemm_fused_bias_act",
                params=(("BM", 128), ("BN", 256), ("BK", 64), ("STAGES", 3), ("GROUP", 8),
-                       ("ACT", ACTIVATIONS["gelu"]), ("RESIDUAL", 0)),
+                       ("ACT", ACTIVATIONS["gelu"]), ("RESIDUAL", 0), ("BOXES", 4),
+                       ("STREAMK", 0), ("DEFER", 0)),
                block=_bias_act_block, grid=_bias_act_grid, persistent=True,
                dynamic_smem=_bias_act_smem, fingerprint=("tma", "gmma", "setmaxreg"),
+               space=_SPACE_BIAS_ACT,
                change="Applies + bias[n], the activation (GELU-tanh or SiLU, in fp32) and an "
                       "optional + residual[m][n] to the fp32 accumulators before the TMA-store "
                       "epilogue, so C is written once instead of being re-read by elementwise "
@@ -395,7 +410,9 @@ FUSED: tuple[KernelSpec, ...] = (
                      "consumer thread loads its bias pairs into registers (without a residual: "
                      "read between the tiles they cost 2.2% at 4096^3, "
                      "benchmarks/epilogue_cost.py) or, with one, the residual rows are "
-                     "prefetched into L2.", **_COMMON),
+                     "prefetched into L2. BOXES, STREAMK and DEFER are the parent's tuning "
+                     "options (staging boxes, stream-K or the tail split, the deferred store), "
+                     "searched by `perfscope tune` with the epilogue held.", **_COMMON),
     KernelSpec(name="hgemm_small_m", entry="hgemm_small_m",
                params=(("BM", 64), ("BN", 128), ("BK", 64), ("STAGES", 8),
                        ("ACT", ACTIVATIONS["gelu"]), ("RESIDUAL", 0), ("AROWS", 64),

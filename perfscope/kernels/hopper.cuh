@@ -377,13 +377,19 @@ __device__ __forceinline__ void store_tile_tma_boxes(const float (&acc)[BN / 2],
 //                           after every k tile kt of a tile; kt_prefetch = KT / 2 is the
 //                           k tile at which an epilogue that reads global memory should
 //                           start fetching it (half a tile of math before it is needed);
+//   before_last_wait(row0, n0, M, N)
+//                           after the unit's last wgmmas are issued (and, with DEFER, the
+//                           last tile's boxes sent), before they are waited for: loads
+//                           issued here pass under the last k tile's math;
 //   store(acc, staging, tmap_c, row0, n0, M, N, bar_id)
 //                           the tile's fp32 accumulators once its last wgmma group is done
 //                           and its ring slot released: to C, through store_tile_tma.
-//   DEFERRED, pack(acc, words), store_box(words, box, staging, tmap_c, row0, n0, bar_id)
+//   DEFERRED, pack(acc, words, row0, n0, M, N), store_box(words, box, staging, tmap_c,
+//                           row0, n0, bar_id)
 //                           optional: a policy with DEFERRED true has persistent_gemm pack
 //                           each tile instead of storing it and send it a box per k tile of
-//                           the next unit (StoreEpilogue at DEFER 1; fused.cu's do not).
+//                           the next unit (StoreEpilogue and fused.cu's BiasActEpilogue
+//                           at DEFER 1).
 // row0 / n0 are the consumer's first C row (64 of them) and the tile's first column.
 // StoreEpilogue is hgemm_tma_wgmma_persistent's: nothing in the k loop, then the swizzled
 // staging (the whole 64 x BN tile when BOXES >= BN/64, else BOXES boxes in turn) + TMA store.
@@ -462,12 +468,14 @@ struct StoreEpilogue {
     struct Args {};
     __device__ __forceinline__ StoreEpilogue(const Args&, int) {}
     __device__ __forceinline__ void after_k_tile(int, int, int, int, int, int) const {}
+    __device__ __forceinline__ void before_last_wait(int, int, int, int) const {}
     __device__ __forceinline__ void store(float (&acc)[BN / 2], unsigned staging,
                                           const TensorMap2D* tmap_c, int row0, int n0, int, int,
                                           unsigned bar_id) const {
         store_tile_staged<T, BN, BOXES>(acc, staging, tmap_c, row0, n0, bar_id);
     }
-    __device__ __forceinline__ void pack(const float (&acc)[BN / 2], unsigned (&words)[BN / 4]) const {
+    __device__ __forceinline__ void pack(const float (&acc)[BN / 2], unsigned (&words)[BN / 4], int,
+                                         int, int, int) const {
         pack_tile<T, BN>(acc, words);
     }
     __device__ __forceinline__ void store_box(const unsigned (&words)[BN / 4], int box,
@@ -478,7 +486,7 @@ struct StoreEpilogue {
 };
 
 // Whether an epilogue policy defers its stores (E::DEFERRED); policies that do not say so
-// (fused.cu's) store each tile as soon as it is done.
+// (fused.cu's QuantEpilogue) store each tile as soon as it is done.
 template <typename E, typename = void>
 struct Deferred { static constexpr bool value = false; };
 template <typename E>
@@ -765,6 +773,7 @@ __device__ __forceinline__ void persistent_gemm(const TensorMap2D* tmap_a,
             if constexpr (DEFER) {
                 while (next_box < BOXES_N) send_box();   // a unit of fewer k tiles than boxes
             }
+            epi.before_last_wait(row0, n0, M, N);
             wgmma_wait<0>();
             ring.release(it - 1);
             if constexpr (STREAMK != 0) {
@@ -775,7 +784,7 @@ __device__ __forceinline__ void persistent_gemm(const TensorMap2D* tmap_a,
                 if (k1 != KT) sk.fixup(acc, tile, half, 1 + half);
             }
             if constexpr (DEFER) {
-                epi.pack(acc, words);
+                epi.pack(acc, words, row0, n0, M, N);
                 words_row0 = row0;
                 words_n0 = n0;
                 next_box = 0;

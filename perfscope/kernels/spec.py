@@ -174,13 +174,17 @@ class SearchSpace:
     """The values ``perfscope tune`` may give each template parameter of a stage.
 
     Every parameter of the stage is named, a fixed one with its single value, so a pinned
-    ``--param`` is checked against the same table. Limits that hold for every stage
-    (shared memory, TMA boxes, threads, registers and spills) are not repeated here: the
-    tuner derives them from the spec and from ptxas.
+    ``--param`` is checked against the same table. ``held`` names parameters that choose
+    what the kernel computes (a fused stage's epilogue), not how: a sweep keeps them at the
+    stage's value, and ``--param`` may pin any of their declared values instead, but they are
+    never searched (configurations of different epilogues compute different things). Limits
+    that hold for every stage (shared memory, TMA boxes, threads, registers and spills) are
+    not repeated here: the tuner derives them from the spec and from ptxas.
     """
 
     values: tuple[tuple[str, tuple[int, ...]], ...]
     rules: tuple[SpaceRule, ...] = ()
+    held: tuple[str, ...] = ()
 
     @property
     def names(self) -> tuple[str, ...]:

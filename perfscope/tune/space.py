@@ -130,13 +130,17 @@ def check_pins(spec: KernelSpec, pins: Mapping[str, int]) -> None:
 
 
 def configurations(spec: KernelSpec, pins: Mapping[str, int] | None = None) -> tuple[Config, ...]:
-    """Every configuration of the declared values, pinned parameters fixed (not pruned)."""
+    """Every configuration of the declared values, pinned parameters fixed and held ones at
+    the stage's value unless pinned (not pruned)."""
     space = spec.space
     if space is None:
         raise PerfscopeError(f"{spec.name} declares no search space")
     pins = dict(pins or {})
     check_pins(spec, pins)
-    axes = [(name, (pins[name],) if name in pins else vals) for name, vals in space.values]
+    defaults = spec.param_dict
+    axes = [(name, (pins[name],) if name in pins
+             else (defaults[name],) if name in space.held else vals)
+            for name, vals in space.values]
     names = [name for name, _ in axes]
     return tuple(Config.of(spec, dict(zip(names, combo, strict=True)))
                  for combo in itertools.product(*(vals for _, vals in axes)))

@@ -42,7 +42,7 @@ from perfscope.build import nvrtc_version
 from perfscope.environment import collect_environment
 from perfscope.kernels import get_spec
 from perfscope.kernels.launch import Prepared, compile_stage, device_arch, prepare, require_gpu
-from perfscope.kernels.spec import Shape
+from perfscope.kernels.spec import KernelSpec, Shape
 from perfscope.manifest import ERROR, OK, Environment, Spread, Timing, Verification
 from perfscope.timing import time_stage
 from perfscope.tune.store import DRY_GPU
@@ -82,12 +82,16 @@ class GpuSession:
         self._expected[key] = made = reference(self.cp, task.shape, task.dtype, task.seed)
         return made
 
-    def _reference_kernel(self, task: TrialTask) -> Prepared | None:
-        """cuBLAS at the task's shape, prepared and verified once per shape and dtype."""
-        key = (task.dtype, task.shape)
+    def _reference_kernel(self, task: TrialTask, spec: KernelSpec) -> Prepared | None:
+        """What bench times the stage against (cuBLAS, or for a fused stage cuBLAS and the
+        elementwise pass of its epilogue) at the task's shape, prepared and verified once per
+        reference, shape and dtype."""
+        rspec = reference_spec(task.dtype, spec)
+        key = (rspec.name, task.dtype, task.shape)
         if key not in self._cublas:
-            prep = prepare(reference_spec(task.dtype), task.dtype, task.shape)
-            self._cublas[key] = (prep, verify(prep, task.seed, self._reference(task)))
+            prep = prepare(rspec, task.dtype, task.shape)
+            expected = None if prep.epilogue is not None else self._reference(task)
+            self._cublas[key] = (prep, verify(prep, task.seed, expected))
         prep, verdict = self._cublas[key]
         if verdict.verdict != OK:
             log.warning("%s failed its own check at %s (%s); no ratio", prep.spec.name,
@@ -104,13 +108,15 @@ class GpuSession:
             start = time.perf_counter()
             prep = prepare(spec, task.dtype, task.shape)
             if task.verify:
-                verdict = verify(prep, task.seed, self._reference(task))
+                # An epilogue stage is checked on inputs of its own (verify makes them).
+                expected = None if prep.epilogue is not None else self._reference(task)
+                verdict = verify(prep, task.seed, expected)
                 verify_s = time.perf_counter() - start
                 rel_error = verdict.rel_fro_error
                 if verdict.verdict != OK:
                     return TrialOutcome(task.id, verdict.verdict, verdict.detail, rel_error,
                                         verify_s=verify_s, worker=self.name)
-            ref = self._reference_kernel(task)
+            ref = self._reference_kernel(task, spec)
             start = time.perf_counter()
             timing = time_stage(prep, ref, task.bench_options())
             return TrialOutcome(task.id, OK, "", rel_error, timing, verify_s,
@@ -168,7 +174,8 @@ class DrySession:
         timing = Timing(runs_per_round=task.runs, rounds=task.rounds, warmup=task.warmup,
                         l2_flush_bytes=0, l2_flush="none", time_ms=flat(ms),
                         tflops=flat(task.shape.flops / ms / 1e9),
-                        reference=reference_spec(task.dtype).name, reference_time_ms=flat(ref_ms),
+                        reference=reference_spec(task.dtype, spec).name,
+                        reference_time_ms=flat(ref_ms),
                         reference_tflops=flat(self.REFERENCE_TFLOPS),
                         ratio_to_reference=flat(ratio), round_ratios=(ratio,) * task.rounds)
         return TrialOutcome(task.id, OK, "", 0.0, timing, 0.0, 0.0, self.name)
