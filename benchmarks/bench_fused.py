@@ -10,6 +10,12 @@ two launches between one pair of events) in this one process; at M = 4096 also
 hgemm_fused_quant (fp8 and int8 outputs) against ``cublas+gelu+fp8`` / ``+int8``. It prints the table and the
 ratio of the best fused stage per shape. benchmarks/fused_check.py holds the same shapes
 against torch and cuBLASLt as well; this file is what `perfscope bench` itself measures.
+
+    PYTHONPATH=. python3 benchmarks/bench_fused.py --tuned TUNE.sqlite --m 4096 --out F.json
+
+adds, at each shape and dtype the tune store holds hgemm_fused_bias_act for, the store's
+best configuration (what `perfscope bench --config best` runs) beside the default, both in
+the same process and each against ``cublas+gelu``; ``--m`` keeps the listed M values only.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ log = logging.getLogger("bench_fused")
 M_VALUES = (16, 64, 256, 4096)
 NK = ((4096, 4096), (8192, 8192), (14336, 4096), (4096, 14336))
 DTYPES = ("fp16", "bf16")
+FUSED = "hgemm_fused_bias_act"
 
 
 def main() -> int:
@@ -36,13 +43,19 @@ def main() -> int:
                     default=Path("reports/reference/h200/fused/bench-fused.json"))
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--tuned", type=Path, default=None,
+                    help="a tune store: also time hgemm_fused_bias_act's best configuration")
+    ap.add_argument("--m", type=int, action="append", default=None,
+                    help="only these M values (repeat; default all)")
     args = ap.parse_args()
     jobs = []
-    for m in M_VALUES:
+    for m in args.m or M_VALUES:
         for n, k in NK:
             stages = ["hgemm_fused_bias_act"] + (["hgemm_small_m"] if m <= 256
                                                  else ["hgemm_fused_pingpong"])
             jobs += bench.plan(stages, list(DTYPES), Shape(m, n, k))
+            if args.tuned is not None:
+                jobs += tuned_jobs(args.tuned, Shape(m, n, k))
             if m > 256:
                 # The quantising stage is the persistent one's epilogue: large M only.
                 for quant in QUANTS.values():
@@ -67,6 +80,23 @@ def main() -> int:
     for (dtype, shape, reference), (ratio, stage) in sorted(best.items()):
         print(f"{dtype} {shape:>16} {stage:22s} {ratio:.3f}x {reference}")
     return 1 if bench.failed(done) else 0
+
+
+def tuned_jobs(store: Path, shape: Shape) -> list:
+    """hgemm_fused_bias_act at the store's best configuration for each dtype it was tuned at
+    this shape; none where it was not."""
+    from perfscope.errors import PerfscopeError
+    from perfscope.tune.store import best_trial
+
+    jobs = []
+    for dtype in DTYPES:
+        try:
+            best = best_trial(store, FUSED, dtype, shape)
+        except PerfscopeError as exc:
+            log.info("%s %s %s: %s", FUSED, dtype, shape, exc)
+            continue
+        jobs += bench.plan([FUSED], [dtype], shape, best.params)
+    return jobs
 
 
 if __name__ == "__main__":

@@ -130,7 +130,10 @@ def test_small_m_pairs_sharing_b_are_correct(shape, tile, epi, dtype):
 # epilogue applied as each tile is packed, its bias loaded under the last k tile), fewer C
 # staging boxes, stream-K (1) and the tail split (3), and BN 128. 2050 x 4104 x 4104 makes
 # 289 tiles of 128 x 256 (561 of 128 x 128) on 132 CTAs, whose last round both modes split
-# (65 k tiles); 300 x 4104 x 1032 is one partial round, which neither splits.
+# (65 k tiles); 1270 x 3832 x 4096 makes 150 tiles, whose 18 in the last round the tail
+# split cuts at 32 of their 64 k tiles, so the unit that finishes each is [0, 32), which a
+# bias loaded at k tile KT / 2 missed (stream-K's units, too: 2026-12-03, on the H200); 300 x
+# 4104 x 1032 is one partial round, which neither splits.
 TUNED = ({"DEFER": 1}, {"DEFER": 1, "BOXES": 1, "STAGES": 4}, {"STREAMK": 1}, {"STREAMK": 3},
          {"STREAMK": 1, "DEFER": 1, "BOXES": 2},
          {"BN": 128, "STREAMK": 3, "DEFER": 1, "STAGES": 6, "BOXES": 1})
@@ -138,7 +141,8 @@ TUNED = ({"DEFER": 1}, {"DEFER": 1, "BOXES": 1, "STAGES": 4}, {"STREAMK": 1}, {"
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 @pytest.mark.parametrize("epi", [Epilogue("gelu"), Epilogue("silu", True)], ids=lambda e: e.label)
-@pytest.mark.parametrize("shape", (Shape(300, 4104, 1032), Shape(2050, 4104, 4104)), ids=str)
+@pytest.mark.parametrize("shape", (Shape(300, 4104, 1032), Shape(2050, 4104, 4104),
+                                   Shape(1270, 3832, 4096)), ids=str)
 @pytest.mark.parametrize("tuned", TUNED, ids=lambda p: ",".join(f"{k}={v}" for k, v in p.items()))
 def test_bias_act_with_the_parents_options_is_correct(tuned, shape, epi, dtype):
     (job,) = bench.plan(["hgemm_fused_bias_act"], [dtype], shape, {**tuned, **epi.params})

@@ -374,9 +374,10 @@ __device__ __forceinline__ void store_tile_tma_boxes(const float (&acc)[BN / 2],
 //   E::STAGING_BYTES        the shared memory each consumer's store stages C in;
 //   E(args, tid)            built once per consumer thread, before its first tile;
 //   after_k_tile(kt, kt_prefetch, row0, n0, M, N)
-//                           after every k tile kt of a tile; kt_prefetch = KT / 2 is the
+//                           after every k tile kt of a unit (k tiles [k0, k1) of a tile);
+//                           kt_prefetch (KT / 2, or (k0 + k1) / 2 with stream-K) is the
 //                           k tile at which an epilogue that reads global memory should
-//                           start fetching it (half a tile of math before it is needed);
+//                           start fetching it (half a unit of math before it is needed);
 //   before_last_wait(row0, n0, M, N)
 //                           after the unit's last wgmmas are issued (and, with DEFER, the
 //                           last tile's boxes sent), before they are waited for: loads
@@ -763,12 +764,16 @@ __device__ __forceinline__ void persistent_gemm(const TensorMap2D* tmap_a,
             float acc[BN / 2];
 #pragma unroll
             for (int j = 0; j < BN / 2; ++j) acc[j] = 0.f;
+            // Halfway through the unit: with stream-K a unit may be any stretch of its tile's
+            // k tiles (the tail split's own unit [0, KT / 2) at one piece per spare), and the
+            // one that finishes the tile must reach it.
+            const int kt_prefetch = STREAMK == 0 ? KT / 2 : (k0 + k1) / 2;
             for (int kt = k0; kt < k1; ++kt, ++it) {
                 ring.consume(it, kt > k0, acc, half);
                 if constexpr (DEFER) {
                     if (next_box < BOXES_N) send_box();   // under this k tile's wgmmas
                 }
-                epi.after_k_tile(kt, KT / 2, row0, n0, M, N);
+                epi.after_k_tile(kt, kt_prefetch, row0, n0, M, N);
             }
             if constexpr (DEFER) {
                 while (next_box < BOXES_N) send_box();   // a unit of fewer k tiles than boxes
