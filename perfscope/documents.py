@@ -232,6 +232,7 @@ class TuneShapeResult:
     trials: tuple[TuneTrial, ...]           # timed ones by ratio, then the rest
     pruned: tuple[tuple[str, str], ...] = ()  # (label, reason), before or after compiling
     diff: TuneDiff | None = None
+    reference: str = "cuBLAS"               # what the ratios are to (a fused stage: its group)
 
     @property
     def timed(self) -> tuple[TuneTrial, ...]:

@@ -707,3 +707,21 @@ def test_epilogue_cost_variants_patch_the_committed_epilogue():
     assert counts["bias-held"][1] == 0 and counts["gelu-held"][1] > 0
     with pytest.raises(ValueError, match="probe anchor not found once"):
         cost.patched("// nothing here\n", cost.VARIANTS["none"][0])
+
+
+def test_bench_fused_takes_the_tune_stores_best(tmp_path):
+    """benchmarks/bench_fused.py --tuned: at a shape the committed fused tune store holds,
+    hgemm_fused_bias_act at each dtype's best configuration; nothing where it holds none."""
+    import lzma
+
+    store = tmp_path / "tune-fused.sqlite"
+    store.write_bytes(lzma.decompress((ROOT / "reports/reference/h200/fused/tune/"
+                                       "tune-fused.sqlite.xz").read_bytes()))
+    bf = benchmark_script("bench_fused")
+    jobs = bf.tuned_jobs(store, Shape(4096, 8192, 8192))
+    assert [(j.spec.name, j.dtype) for j in jobs] == [("hgemm_fused_bias_act", "fp16"),
+                                                     ("hgemm_fused_bias_act", "bf16")]
+    bf16 = jobs[1].spec.param_dict
+    assert (bf16["STAGES"], bf16["GROUP"], bf16["BOXES"], bf16["STREAMK"], bf16["DEFER"]) == \
+        (4, 16, 2, 0, 1)
+    assert bf.tuned_jobs(store, Shape(16, 8192, 8192)) == []

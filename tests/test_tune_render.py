@@ -147,3 +147,28 @@ def test_missing_document_is_one_sentence(tmp_path):
     with pytest.raises(PerfscopeError, match=r"cannot read the tune document .*No such file") as info:
         TuneDocument.read(tmp_path / "none.json")
     _one_sentence(str(info.value))
+
+
+def test_a_fused_stage_names_its_group_as_the_reference():
+    """A fused stage's ratios are to the group of its epilogue, and the document says so: the
+    held epilogue's group, or the one a pinned epilogue computes."""
+    from perfscope.kernels import get_spec
+    from perfscope.tune.space import configurations
+    from perfscope.tune.workflow import reference_label
+
+    fused = get_spec("hgemm_fused_bias_act")
+    assert reference_label(get_spec(STAGE), "bf16", ()) == "cuBLAS"
+    assert reference_label(fused, "bf16", configurations(fused, {"BN": 256})) == "cublas+gelu"
+    pinned = configurations(fused, {"ACT": 2, "RESIDUAL": 1, "DEFER": 1})
+    assert reference_label(fused, "fp16", pinned) == "cublas+silu+residual"
+
+
+def test_fused_sweep_tables_name_the_group(tmp_path):
+    req = workflow.TuneRequest(stages=("hgemm_fused_bias_act",), shapes=(SHAPES[0],),
+                               dtypes=("bf16",), store=tmp_path / "t.sqlite",
+                               pins={"BN": 256, "GROUP": 8, "STAGES": 3, "BOXES": 4})
+    doc = workflow.run(req, FakeExecutor())
+    assert doc.results[0].reference == "cublas+gelu"
+    text = render(doc, "markdown")
+    assert " vs cublas+gelu |" in text
+    assert "geometric mean of the best ratios to cublas+gelu, hgemm_fused_bias_act (bf16)" in text

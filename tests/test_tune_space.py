@@ -95,6 +95,24 @@ def test_pins_are_checked_against_the_space():
         configurations(spec, {"BN": 192})
 
 
+def test_a_fused_stage_holds_its_epilogue_unless_pinned():
+    """hgemm_fused_bias_act searches its parent's options, never the epilogue: ACT and
+    RESIDUAL stay at the stage's values unless --param pins another declared one."""
+    spec = get_spec("hgemm_fused_bias_act")
+    assert spec.space.held == ("ACT", "RESIDUAL")
+    swept = configurations(spec, {"BN": 256, "GROUP": 8})
+    assert {(c.params["ACT"], c.params["RESIDUAL"]) for c in swept} == {(1, 0)}
+    assert {c.params["DEFER"] for c in swept} == {0, 1} and {c.params["STREAMK"] for c in swept} == {0, 1, 3}
+    assert len(swept) == 5 * 3 * 3 * 2            # STAGES x BOXES x STREAMK x DEFER
+    silu = configurations(spec, {"BN": 256, "GROUP": 8, "ACT": 2, "RESIDUAL": 1})
+    assert {(c.params["ACT"], c.params["RESIDUAL"]) for c in silu} == {(2, 1)}
+    with pytest.raises(PerfscopeError, match=r"ACT=3 is not in .*ACT takes 0, 1, 2"):
+        configurations(spec, {"ACT": 3})
+    # The parent's shared-memory limits hold: BN 256 keeps 3 slots beside a whole C tile.
+    legal = [c for c in swept if static_prune(spec, c, "bf16", H200) is None]
+    assert {c.params["STAGES"] for c in legal if c.params["BOXES"] == 4} == {2, 3}
+
+
 def test_a_stage_without_a_space_is_refused():
     with pytest.raises(PerfscopeError, match="declares no search space; the stages perfscope can tune"):
         tunable_spec("hgemm_naive")

@@ -1,7 +1,8 @@
 """`perfscope tune` results: a console table, Markdown, and an HTML section with a plot per shape.
 
 One row per (stage, dtype, shape): the best configuration, its ratio to cuBLAS (median of
-the rounds, with their min and max), its TFLOP/s, the default configuration's ratio
+the rounds, with their min and max; for a fused stage to its group, ``cublas+gelu``, named
+in the cell and the geometric mean), its TFLOP/s, the default configuration's ratio
 beside it, and how many configurations were timed, wrong, failed or pruned. Below: the
 geometric mean of the best ratios per stage and dtype, where the time went (compiling in
 parallel against the same compiles one after another, verifying, timing), and for each
@@ -55,15 +56,18 @@ def result_row(r: TuneShapeResult) -> tuple[str, ...]:
         return (r.stage, r.dtype, r.shape, "none verified", "-", "-", "-", _short_ratio(r.default),
                 counts)
     confirmed = " (confirmed)" if best.phase == "confirm" else ""
-    return (r.stage, r.dtype, r.shape, best.config, _ratio(best.ratio) + confirmed,
+    against = "" if r.reference == "cuBLAS" else f" vs {r.reference}"
+    return (r.stage, r.dtype, r.shape, best.config, _ratio(best.ratio) + confirmed + against,
             f"{best.tflops:.1f}" if best.tflops is not None else "-",
             f"{best.sm_mhz:.0f}" if best.sm_mhz is not None else "-", _short_ratio(r.default), counts)
 
 
 def geomean_lines(doc: TuneDocument) -> list[str]:
     """One sentence per (stage, dtype): the geometric mean of its best ratios."""
-    return [f"geometric mean of the best ratios to cuBLAS, {stage} ({dtype}): {g:.3f} over {n} "
-            f"shape(s), {at} at 1.00 or better" for stage, dtype, g, n, at in doc.geomeans()]
+    refs = {(r.stage, r.dtype): r.reference for r in doc.results}
+    return [f"geometric mean of the best ratios to {refs.get((stage, dtype), 'cuBLAS')}, {stage} "
+            f"({dtype}): {g:.3f} over {n} shape(s), {at} at 1.00 or better"
+            for stage, dtype, g, n, at in doc.geomeans()]
 
 
 def stats_lines(s: TuneStats) -> list[str]:

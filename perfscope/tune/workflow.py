@@ -38,6 +38,7 @@ from perfscope.build import nvrtc_version, source_hash
 from perfscope.documents import TuneDiff, TuneDocument, TuneShapeResult, TuneStats, TuneTrial
 from perfscope.errors import PerfscopeError
 from perfscope.kernels.launch import driver_compute_capability
+from perfscope.kernels.registry import reference_name
 from perfscope.kernels.spec import KernelSpec, Shape, normalize_dtype, parse_shape
 from perfscope.manifest import ERROR, OK, WRONG
 from perfscope.tune import strategies
@@ -694,9 +695,18 @@ def document(store: Store, plan: TunePlan, run: RunKey, sources: Mapping[str, st
             diff = _diff_of(store.profile(ProfileKey(spec.name, sp.dtype, study.shape, run, source,
                                                      best.key.params, worst.key.params)))
         results.append(TuneShapeResult(spec.name, sp.dtype, str(study.shape), sp.strategy,
-                                       len(sp.configs), tuple(trials), pruned, diff))
+                                       len(sp.configs), tuple(trials), pruned, diff,
+                                       reference_label(spec, sp.dtype, sp.configs)))
     return TuneDocument(tuple(results), summary.stats, tuple(summary.environment.items()),
                         str(store.path), plan.request.command, summary.notes)
+
+
+def reference_label(spec: KernelSpec, dtype: str, configs: Sequence[Config]) -> str:
+    """What a study's ratios are to: "cuBLAS", or for a fused stage the group of launches of
+    the epilogue its configurations compute (held or pinned, so the same for all of them)."""
+    if spec.family != "fused":
+        return "cuBLAS"
+    return reference_name(spec.with_params(**configs[0].params) if configs else spec, dtype)
 
 
 def _environment(info: WorkerInfo, run: RunKey, workers: int) -> dict[str, str]:
