@@ -31,6 +31,7 @@ from perfscope.kernels.spec import (
     ShapeConstraint,
     TmaBox,
     TmaBoxes,
+    ring_and_boxes_smem,
 )
 
 HALF = ("fp16", "bf16")
@@ -128,16 +129,6 @@ def _bias_act_block(_p: Params) -> tuple[int, int, int]:
 
 
 _bias_act_block.__doc__ = "(384, 1, 1)"
-
-
-def _bias_act_smem(p: Params) -> int:
-    # The ring, min(BOXES, BN/64) swizzled 64 x 64 C staging boxes per consumer (the whole
-    # 64 x BN tile by default), 1024 bytes of realignment.
-    boxes = min(p.get("BOXES", p["BN"] // 64), p["BN"] // 64)
-    return p["STAGES"] * _slot_bytes(p) + 2 * boxes * 64 * 64 * 2 + 1024
-
-
-_bias_act_smem.__doc__ = "STAGES * (BM*BK + BK*BN) * 2 + 2 * min(BOXES, BN/64) * 8192 + 1024"
 
 
 def _bias_act_grid(p: Params, shape: Shape) -> tuple[int, int, int]:
@@ -398,7 +389,7 @@ FUSED: tuple[KernelSpec, ...] = (
                        ("ACT", ACTIVATIONS["gelu"]), ("RESIDUAL", 0), ("BOXES", 4),
                        ("STREAMK", 0), ("DEFER", 0)),
                block=_bias_act_block, grid=_bias_act_grid, persistent=True,
-               dynamic_smem=_bias_act_smem, fingerprint=("tma", "gmma", "setmaxreg"),
+               dynamic_smem=ring_and_boxes_smem, fingerprint=("tma", "gmma", "setmaxreg"),
                space=_SPACE_BIAS_ACT,
                change="Applies + bias[n], the activation (GELU-tanh or SiLU, in fp32) and an "
                       "optional + residual[m][n] to the fp32 accumulators before the TMA-store "

@@ -29,6 +29,7 @@ from perfscope.kernels.spec import (
     TmaBox,
     TmaBoxes,
     no_smem,
+    ring_and_boxes_smem,
     tile_grid,
 )
 from perfscope.stage import StageInfo
@@ -103,16 +104,6 @@ def _ring_smem(staging_rows: int = 0):
     return smem
 
 
-def _ring_and_boxes_smem(p: Params) -> int:
-    return (p["STAGES"] * (p["BM"] * p["BK"] + p["BK"] * p["BN"]) * 2
-            + 2 * min(p["BOXES"], p["BN"] // 64) * 64 * 64 * 2 + 1024)
-
-
-_ring_and_boxes_smem.__doc__ = ("STAGES * (BM*BK + BK*BN) * 2 + 2 * min(BOXES, BN/64) * 64 * 64 * 2 "
-                                "+ 1024 (the ring, the 8 KB C staging boxes of each consumer, "
-                                "realignment)")
-
-
 def _mbarriers(per_stage: int):
     def smem(p: Params) -> int:
         return per_stage * p["STAGES"] * 8
@@ -145,7 +136,7 @@ _cluster_pairs.__doc__ = ("(2 * ceil(M/(2*BM)) * ceil(N/BN), 1, 1), capped at th
 # hopper.cu's persistent template, as the persistent and stream-K stages launch it.
 _PERSISTENT_TEMPLATE = {
     "entry": "hgemm_tma_wgmma_persistent", "block": _threads(384), "grid": _persistent_tiles,
-    "persistent": True, "dynamic_smem": _ring_and_boxes_smem, "static_smem": _mbarriers(2),
+    "persistent": True, "dynamic_smem": ring_and_boxes_smem, "static_smem": _mbarriers(2),
     "fingerprint": ("tma", "gmma", "setmaxreg"),
 }
 

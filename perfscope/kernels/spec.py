@@ -143,6 +143,14 @@ def no_smem(_params: Params) -> int:
     return 0
 
 
+def ring_and_boxes_smem(p: Params) -> int:
+    """The dynamic shared memory of hop::persistent_gemm's kernels (hopper.cu's persistent
+    stages, fused.cu's hgemm_fused_bias_act): the ring, the 8 KB C staging boxes of each of the
+    two consumers (BOXES, at most the BN/64 of the whole tile), and 1024 bytes of realignment."""
+    return (p["STAGES"] * (p["BM"] * p["BK"] + p["BK"] * p["BN"]) * 2
+            + 2 * min(p["BOXES"], p["BN"] // 64) * 64 * 64 * 2 + 1024)
+
+
 @dataclass(frozen=True)
 class TmaBox:
     """The box one TMA copy moves for an operand: rows x cols elements (cols innermost)."""

@@ -82,6 +82,11 @@ class GpuSession:
         self._expected[key] = made = reference(self.cp, task.shape, task.dtype, task.seed)
         return made
 
+    def _expected(self, prep: Prepared, task: TrialTask) -> Reference | None:
+        """The float64 product a plain GEMM is checked against; None for an epilogue stage
+        or group, which verify checks on inputs of its own."""
+        return None if prep.epilogue is not None else self._reference(task)
+
     def _reference_kernel(self, task: TrialTask, spec: KernelSpec) -> Prepared | None:
         """What bench times the stage against (cuBLAS, or for a fused stage cuBLAS and the
         elementwise pass of its epilogue) at the task's shape, prepared and verified once per
@@ -90,8 +95,7 @@ class GpuSession:
         key = (rspec.name, task.dtype, task.shape)
         if key not in self._cublas:
             prep = prepare(rspec, task.dtype, task.shape)
-            expected = None if prep.epilogue is not None else self._reference(task)
-            self._cublas[key] = (prep, verify(prep, task.seed, expected))
+            self._cublas[key] = (prep, verify(prep, task.seed, self._expected(prep, task)))
         prep, verdict = self._cublas[key]
         if verdict.verdict != OK:
             log.warning("%s failed its own check at %s (%s); no ratio", prep.spec.name,
@@ -108,9 +112,7 @@ class GpuSession:
             start = time.perf_counter()
             prep = prepare(spec, task.dtype, task.shape)
             if task.verify:
-                # An epilogue stage is checked on inputs of its own (verify makes them).
-                expected = None if prep.epilogue is not None else self._reference(task)
-                verdict = verify(prep, task.seed, expected)
+                verdict = verify(prep, task.seed, self._expected(prep, task))
                 verify_s = time.perf_counter() - start
                 rel_error = verdict.rel_fro_error
                 if verdict.verdict != OK:
