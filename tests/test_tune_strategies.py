@@ -113,3 +113,32 @@ def test_choose():
         strategies.choose("grid", 35, None)
     with pytest.raises(PerfscopeError, match="at least 1"):
         strategies.make("random", LEGAL, 0, 0, AXES)
+
+
+def test_upcoming_is_what_exhaustive_and_random_propose_next():
+    for s, n in ((strategies.Exhaustive(LEGAL), len(LEGAL)),
+                 (strategies.RandomSearch(LEGAL, 12, seed=3, first=DEFAULT), 12)):
+        assert s.foresees
+        ahead = s.upcoming(n)
+        assert drive(s, batch=5) == ahead
+        assert s.upcoming(4) == []                     # done: nothing more to compile ahead
+
+
+def test_random_upcoming_reaches_past_the_budget_for_replacements():
+    s = strategies.RandomSearch(LEGAL, 4, seed=1)
+    ahead = s.upcoming(6)
+    skip = set(ahead[:2])                              # ptxas prunes the first two draws
+    assert drive(s, batch=1, skip=skip) == ahead[2:6]
+
+
+def test_bayes_upcoming_is_a_guess_of_fresh_legal_configurations():
+    pytest.importorskip("optuna")
+    s = strategies.Bayes(LEGAL, budget=10, seed=0, axes=AXES, first=DEFAULT)
+    assert not s.foresees
+    guess = s.upcoming(5)
+    assert guess[0] == DEFAULT and len(set(guess)) == 5 and set(guess) <= set(LEGAL)
+    proposed = s.propose(3)
+    assert not set(proposed) & set(s.upcoming(len(LEGAL)))   # in flight: not guessed again
+    for c in proposed:
+        s.observe(c, objective(c))
+    assert not set(proposed) & set(s.upcoming(len(LEGAL)))   # measured: neither

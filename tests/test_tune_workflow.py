@@ -209,6 +209,48 @@ def test_bayes_measures_its_budget_per_shape(tmp_path):
     assert len(ex.compiled) < LEGAL
 
 
+def test_random_search_compiles_its_draws_in_one_batch_ahead_of_the_search(tmp_path):
+    """Random's draws are known before it proposes them: one parallel batch compiles them
+    all, where a batch per step had compiled one or two configurations at a time."""
+    serial = FakeExecutor()
+    workflow.run(request(tmp_path / "a.sqlite", strategy="random", budget=8), serial)
+    ahead = FakeExecutor(processes=16)
+    doc = workflow.run(request(tmp_path / "b.sqlite", strategy="random", budget=8), ahead)
+    assert [len(r.timed) for r in doc.results] == [8, 8]
+    assert len(ahead.batches) == 1                       # nothing compiled during the search
+    first = [dict(j.config.params) for j in ahead.batches[0]]
+    assert all(t.params in first for t in ahead.submitted)
+    assert len({str(t.params) for t in ahead.submitted}) == len(first) <= 16   # shared draws once
+    # Compiling ahead changes what is compiled when, not what is measured.
+    assert [(t.m, t.params) for t in ahead.submitted] == [(t.m, t.params) for t in serial.submitted]
+
+
+def test_a_step_that_must_compile_fills_its_batch_with_likely_proposals(tmp_path):
+    """A random study whose draws ptxas prunes asks for replacements mid-search; that
+    step's batch is filled up to the compiler processes with what comes next."""
+    ex = FakeExecutor(processes=4, spill=[{"STAGES": 2}, {"STAGES": 3}])
+    doc = workflow.run(request(tmp_path / "t.sqlite", shapes=SHAPES[:1], strategy="random",
+                               budget=8), ex)
+    assert [len(r.timed) for r in doc.results] == [8]
+    assert len(ex.batches) > 1
+    assert all(len(b) >= 4 for b in ex.batches[1:-1])
+
+
+def test_bayes_guesses_ahead_only_on_spare_compiler_processes(tmp_path):
+    pytest.importorskip("optuna")
+    one = FakeExecutor()
+    workflow.run(request(tmp_path / "a.sqlite", shapes=SHAPES[:1], strategy="bayes", budget=8), one)
+    # One process: nothing compiled that was not measured (the default, guessed first, is).
+    assert sorted(str(j.config.params) for j in one.compiled) == sorted(str(t.params)
+                                                                       for t in one.submitted)
+    four = FakeExecutor(processes=4)
+    doc = workflow.run(request(tmp_path / "b.sqlite", shapes=SHAPES[:1], strategy="bayes",
+                               budget=8), four)
+    assert [len(r.timed) for r in doc.results] == [8]
+    # Four processes: every step that compiles uses all four (TPE may propose elsewhere).
+    assert len(four.batches[0]) == 4 and all(len(b) >= 4 for b in four.batches[:-1])
+
+
 def test_workers_on_different_gpus_are_refused(tmp_path):
     with pytest.raises(PerfscopeError, match="different GPUs"):
         workflow.run(request(tmp_path / "t.sqlite"),

@@ -4,7 +4,9 @@ A strategy is asked for proposals and told each one's value (the median ratio to
 higher is better; None for a configuration that was pruned, wrong or crashed), and whether
 it was measured: one ptxas pruned after compiling cost no GPU time and does not count
 against the budget. The coordinator keeps the GPUs busy across strategies; a strategy only
-decides order and where to stop.
+decides order and where to stop. It also says what it is likely to propose next
+(``upcoming``), so the coordinator compiles ahead on every core instead of a few
+configurations per step: exact for ``exhaustive`` and ``random``, a guess for ``bayes``.
 
 - ``exhaustive``: every configuration left after static pruning, in declaration order;
 - ``random``: ``budget`` of them, drawn without replacement from a seeded generator, the
@@ -39,6 +41,9 @@ FAILED_VALUE = 0.0
 class Strategy(Protocol):
     """What the coordinator asks of a search strategy."""
     name: str
+    # Whether upcoming is what propose will return (worth compiling all of it ahead), or
+    # a guess (worth compiling only on cores that would otherwise wait).
+    foresees: bool
 
     def propose(self, n: int) -> list[Config]:
         """Up to n configurations to measure next (fewer, or none, near the end)."""
@@ -46,6 +51,10 @@ class Strategy(Protocol):
     def observe(self, config: Config, value: float | None, measured: bool = True) -> None:
         """The outcome of a proposed configuration (None: it gave no ratio); measured is
         False when it never reached a GPU (pruned after compiling)."""
+
+    def upcoming(self, n: int) -> list[Config]:
+        """Up to n configurations not yet proposed, the likeliest next first (nothing is
+        consumed: propose decides)."""
 
     @property
     def done(self) -> bool:
@@ -56,6 +65,7 @@ class Exhaustive:
     """Every candidate, in order."""
 
     name = "exhaustive"
+    foresees = True
 
     def __init__(self, candidates: Sequence[Config]) -> None:
         self._todo = list(candidates)
@@ -69,6 +79,10 @@ class Exhaustive:
         """The outcome of a proposed configuration."""
         return None
 
+    def upcoming(self, n: int) -> list[Config]:
+        """The next n candidates, in order."""
+        return self._todo[:n]
+
     @property
     def done(self) -> bool:
         """True once nothing more will be proposed."""
@@ -80,6 +94,7 @@ class RandomSearch:
     same), first the given one; one pruned after compiling is replaced by another draw."""
 
     name = "random"
+    foresees = True
 
     def __init__(self, candidates: Sequence[Config], budget: int, seed: int = 0,
                  first: Config | None = None) -> None:
@@ -103,6 +118,10 @@ class RandomSearch:
         if not measured:
             self._left += 1
 
+    def upcoming(self, n: int) -> list[Config]:
+        """The next n draws, in order (past the budget: the replacements for pruned ones)."""
+        return [] if self.done else self._pool[:n]
+
     @property
     def done(self) -> bool:
         """True once nothing more will be proposed."""
@@ -123,6 +142,7 @@ class Bayes:
     """optuna's TPE sampler over the declared values, up to budget legal configurations."""
 
     name = "bayes"
+    foresees = False
     # Asks per proposal before falling back to a legal configuration never measured (the
     # sampler may keep returning points it already knows once the good region is mapped).
     MAX_ASKS = 64
@@ -144,6 +164,13 @@ class Bayes:
         self._waiting: dict[Config, list[Any]] = {}   # proposed, not yet observed: their trials
         self._proposed = 0
         self._rng = random.Random(seed)
+        # What upcoming guesses: the legal configurations in an order of their own (another
+        # generator, so the fallback's draws stay as they were), the default first.
+        self._guess = list(self._legal)
+        random.Random(seed + 1).shuffle(self._guess)
+        if first is not None and first in self._legal_set:
+            self._guess.remove(first)
+            self._guess.insert(0, first)
         if first is not None and first in self._legal_set:
             self._study.enqueue_trial({k: first.params[k] for k in self._dists})
 
@@ -192,6 +219,19 @@ class Bayes:
         self._known[config] = score
         for trial in self._waiting.pop(config, []):
             self._study.tell(trial, score)
+
+    def upcoming(self, n: int) -> list[Config]:
+        """A guess (TPE decides as values come in): n legal configurations neither measured
+        nor in flight, in a seeded order, the default first."""
+        if self.done:
+            return []
+        out: list[Config] = []
+        for config in self._guess:
+            if len(out) == n:
+                break
+            if config not in self._known and config not in self._waiting:
+                out.append(config)
+        return out
 
     @property
     def done(self) -> bool:

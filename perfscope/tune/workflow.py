@@ -393,6 +393,10 @@ class _Sweep:
     def config_row(self, sp: StagePlan, config: Config) -> ConfigRow:
         return self.compiled[(sp.spec.name, sp.dtype, config)]
 
+    def is_compiled(self, sp: StagePlan, config: Config) -> bool:
+        """Known from this run's compiles (the store's rows are read by compile)."""
+        return (sp.spec.name, sp.dtype, config) in self.compiled
+
     # ---------------------------------------------------------------- tasks
 
     def task(self, study: Study, config: Config, phase: str) -> TrialTask:
@@ -438,10 +442,48 @@ def _strategy(plan: TunePlan, study: Study) -> strategies.Strategy:
                            plan.request.seed + study.index, sp.axes, Config.of(sp.spec, {}))
 
 
+def _ahead(sweep: _Sweep, strats: Mapping[int, strategies.Strategy], room: int,
+           taken: Sequence[tuple[StagePlan, Config]]) -> list[tuple[StagePlan, Config]]:
+    """Up to room configurations the strategies are likely to propose soon and that are not
+    compiled yet (nor in taken), one study after another in turn, the likeliest first."""
+    seen = {(sp.spec.name, sp.dtype, c) for sp, c in taken}
+    queues = [(study.stage, iter(strats[study.index].upcoming(len(study.stage.legal))))
+              for study in sweep.plan.studies]
+    out: list[tuple[StagePlan, Config]] = []
+    while queues and len(out) < room:
+        for entry in list(queues):
+            sp, configs = entry
+            for config in configs:
+                ident = (sp.spec.name, sp.dtype, config)
+                if ident not in seen and not sweep.is_compiled(sp, config):
+                    seen.add(ident)
+                    out.append((sp, config))
+                    break
+            else:
+                queues.remove(entry)
+            if len(out) == room:
+                break
+    return out
+
+
 def _search(sweep: _Sweep) -> None:
-    """Every study's strategy to its end (or the deadline); outcomes stored as they come."""
+    """Every study's strategy to its end (or the deadline); outcomes stored as they come.
+
+    Compiles run ahead of the proposals: what a strategy foresees (random's draws, within
+    its budget) is compiled in one parallel batch first, and a step that must compile fills
+    its batch up to the compiler processes with what the strategies will likely ask next,
+    so the cores work together and the GPUs wait one compile at most (a few configurations
+    per step had kept 16 processes at 1.3x, the GPU idle 90% of a 260 s sweep)."""
     plan, ex = sweep.plan, sweep.executor
     strats = {s.index: _strategy(plan, s) for s in plan.studies}
+    processes = max(1, ex.compile_processes)
+    first: list[tuple[StagePlan, Config]] = []
+    for study in plan.studies:
+        strat, sp = strats[study.index], study.stage
+        if sp.strategy != "exhaustive":   # an exhaustive study was compiled whole already
+            count = sp.budget or len(sp.legal)
+            first += [(sp, c) for c in strat.upcoming(count if strat.foresees else processes)]
+    sweep.compile(first)
 
     def expected(study: Study) -> int:
         sp = study.stage
@@ -479,7 +521,10 @@ def _search(sweep: _Sweep) -> None:
                     for config in strat.propose(room):
                         outstanding[study.index] += 1
                         proposals.append((study, config))
-        sweep.compile([(s.stage, c) for s, c in proposals])
+        needed = [(s.stage, c) for s, c in proposals if not sweep.is_compiled(s.stage, c)]
+        if needed:
+            needed += _ahead(sweep, strats, processes - len(needed), needed)
+        sweep.compile(needed)
         for study, config in proposals:
             held = sweep.store.trial(sweep.trial_key(study, config))
             if held is not None:

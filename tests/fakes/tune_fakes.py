@@ -44,13 +44,15 @@ class FakeExecutor:
     def __init__(self, gpus: int = 1, wrong: Sequence[Mapping[str, int]] = (),
                  fail: Sequence[Mapping[str, int]] = (), spill: Sequence[Mapping[str, int]] = (),
                  crash_after: int | None = None, interrupt_after: int | None = None,
-                 env: Environment = FAKE_ENV, gpu_names: Sequence[str] | None = None) -> None:
-        self.gpus, self.env = gpus, env
+                 env: Environment = FAKE_ENV, gpu_names: Sequence[str] | None = None,
+                 processes: int = 1) -> None:
+        self.gpus, self.env, self.processes = gpus, env, processes
         self.wrong, self.fail, self.spill = list(wrong), list(fail), list(spill)
         self.crash_after, self.interrupt_after = crash_after, interrupt_after
         self.gpu_names = gpu_names
         self.submitted: list[TrialTask] = []
         self.compiled: list[CompileJob] = []
+        self.batches: list[list[CompileJob]] = []   # each compile call's jobs
         self.pending: list[TrialTask] = []
         self.answered = 0
         self.closed = False
@@ -62,9 +64,10 @@ class FakeExecutor:
 
     @property
     def compile_processes(self) -> int:
-        return 1
+        return self.processes
 
     def compile(self, jobs: Sequence[CompileJob]) -> Iterator[CompileOutcome]:
+        self.batches.append(list(jobs))
         for job in jobs:
             self.compiled.append(job)
             spills = 64 if matches(job.config.params, self.spill) else 0
