@@ -64,7 +64,7 @@ class GpuSession:
         self.name = name
         self.env = collect_environment(self.cp)
         self.arch, _ = device_arch(self.cp)
-        self._expected: OrderedDict[tuple, Reference] = OrderedDict()
+        self._references: OrderedDict[tuple, Reference] = OrderedDict()
         self._cublas: dict[tuple, tuple[Prepared, Verification]] = {}
 
     def info(self) -> WorkerInfo:
@@ -74,12 +74,12 @@ class GpuSession:
 
     def _reference(self, task: TrialTask) -> Reference:
         key = (task.dtype, task.shape, task.seed)
-        if key in self._expected:
-            self._expected.move_to_end(key)
-            return self._expected[key]
-        while len(self._expected) >= REFERENCES_KEPT:
-            self._expected.popitem(last=False)
-        self._expected[key] = made = reference(self.cp, task.shape, task.dtype, task.seed)
+        if key in self._references:
+            self._references.move_to_end(key)
+            return self._references[key]
+        while len(self._references) >= REFERENCES_KEPT:
+            self._references.popitem(last=False)
+        self._references[key] = made = reference(self.cp, task.shape, task.dtype, task.seed)
         return made
 
     def _expected(self, prep: Prepared, task: TrialTask) -> Reference | None:
