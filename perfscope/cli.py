@@ -509,6 +509,9 @@ def tune(
                                           "many seconds (--resume finishes later)."),
     task_timeout: float = typer.Option(300, "--task-timeout", help="Seconds one trial may take "
                                        "before its worker is killed (a hung kernel)."),
+    keep_spills: bool = typer.Option(False, "--keep-spills", help="Measure configurations ptxas "
+                                     "spills instead of pruning them (a few spilled bytes can "
+                                     "cost nothing); the table names the best's spill."),
     seed: int = typer.Option(0, "--seed", help="Inputs and random/bayes draws."),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
     markdown: bool = typer.Option(False, "--markdown", help="Print Markdown for a PR comment."),
@@ -532,7 +535,7 @@ def tune(
         budget=budget, seed=seed, screen=workflow.TimingPlan(runs, rounds),
         confirm=confirm, confirm_timing=workflow.TimingPlan(confirm_runs, confirm_rounds, 3),
         profile_best=profile_best, resume=resume, store=store or DEFAULT_STORE,
-        deadline_s=deadline, command=_command_line(ctx) or "")
+        deadline_s=deadline, keep_spills=keep_spills, command=_command_line(ctx) or "")
     workflow.plan_tune(request)   # bad input is refused before any worker starts
     pool = executors.make_executor(executors.ExecutorChoice(executor, dry, jobs, ray_address,
                                                             task_timeout=task_timeout))

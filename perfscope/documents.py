@@ -203,6 +203,7 @@ class TuneTrial:
     phase: str | None = None         # "confirm" when timed again at length, else "screen"
     registers: int | None = None
     sm_mhz: float | None = None
+    spill_bytes: int | None = None   # ptxas's spill stores, when measured with --keep-spills
 
 
 @dataclass(frozen=True)

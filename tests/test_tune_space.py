@@ -142,6 +142,7 @@ def test_compiled_prune_reads_spills_from_the_ptxas_report():
     usage = parse_ptxas_log(SPILLING_LOG)["_Z5spillPfS_"]
     why = compiled_prune(spec, Config.of(spec, {}), usage, H200)
     assert why == "ptxas spills registers to local memory (164 B stores, 164 B loads)"
+    assert compiled_prune(spec, Config.of(spec, {}), usage, H200, keep_spills=True) is None
     fine = ResourceUsage(registers=128, static_smem=8192, stack_frame=0, spill_stores=0, spill_loads=0)
     assert compiled_prune(spec, Config.of(spec, {}), fine, H200) is None
     # 384 threads of 255 registers need more than a multiprocessor's 65536.

@@ -16,6 +16,7 @@ from fakes.tune_fakes import FakeExecutor, fake_timing
 from perfscope.errors import PerfscopeError
 from perfscope.kernels import parse_shape
 from perfscope.manifest import OK, WRONG
+from perfscope.render import tune as render_tune
 from perfscope.tune import workflow
 from perfscope.tune.store import Store
 from perfscope.tune.worker import synthetic_ratio
@@ -89,6 +90,34 @@ def test_configurations_ptxas_prunes_never_reach_a_gpu(tmp_path):
     assert any("spills" in why for _, why in doc.results[0].pruned)
 
 
+def test_keep_spills_measures_what_ptxas_spills_and_says_so(tmp_path):
+    """--keep-spills: the configurations ptxas spills are timed like the rest, each trial
+    carries its spill; without it they are pruned and a note says how many and what
+    would measure them. A resumed run with the flag measures just those, judged again from
+    the ptxas report the store kept, and compiles only them (for their cubins)."""
+    spill = [{"BN": 128, "STAGES": 6}]
+    store = tmp_path / "t.sqlite"
+    plain = workflow.run(request(store, shapes=SHAPES[:1]), FakeExecutor(spill=spill))
+    assert len(plain.results[0].timed) == LEGAL - 5
+    assert any("5 configuration(s) pruned because ptxas spills" in n and "--keep-spills" in n
+               for n in plain.notes)
+    again = FakeExecutor(spill=spill)
+    doc = workflow.run(request(store, shapes=SHAPES[:1], resume=True, keep_spills=True), again)
+    assert sorted(str(j.config.params) for j in again.compiled) == sorted(
+        str(t.params) for t in again.submitted)
+    assert sorted(t.params["GROUP"] for t in again.submitted) == [1, 2, 4, 8, 16]
+    assert all(t.params["STAGES"] == 6 and t.params["BN"] == 128 for t in again.submitted)
+    (r,) = doc.results
+    assert len(r.timed) == LEGAL and len(r.pruned) == 15 and not doc.notes   # static prunes only
+    spilled = [t for t in r.timed if t.spill_bytes]
+    assert len(spilled) == 5 and all(t.spill_bytes == 64 for t in spilled)
+    fresh = workflow.run(request(tmp_path / "f.sqlite", shapes=SHAPES[:1], keep_spills=True),
+                         FakeExecutor(spill=[{}]))
+    best = fresh.results[0].best
+    assert best.spill_bytes == 64
+    assert render_tune.result_row(fresh.results[0])[3] == best.config + " (spills 64 B)"
+
+
 def test_every_configuration_pruned_after_compiling_is_refused(tmp_path):
     store = tmp_path / "t.sqlite"
     with pytest.raises(PerfscopeError, match=r"no configuration of .* is left after pruning: all 35 .*"
@@ -120,7 +149,24 @@ def test_resume_after_an_interruption_measures_only_the_rest(tmp_path):
     rest = FakeExecutor()
     workflow.run(request(store, resume=True), rest)
     assert len(rest.submitted) == 70 - 24
+    # What is left to time is compiled again (its cubin may not be in this host's cache);
+    # what every shape already holds is not.
+    compiled = {str(j.config.params) for j in rest.compiled}
+    assert {str(t.params) for t in rest.submitted} == compiled
     assert counts(store) == {"configs": 50, "trials": 70, "timings": 70, "distinct": 70}
+
+
+def test_a_resumed_confirmation_compiles_what_it_times_again(tmp_path):
+    """Screened in one run, confirmed in a resumed one (on another host, say): the
+    configurations it times again are compiled for their cubins, and nothing else."""
+    store = tmp_path / "tune.sqlite"
+    workflow.run(request(store, shapes=SHAPES[:1]), FakeExecutor())
+    later = FakeExecutor()
+    workflow.run(request(store, shapes=SHAPES[:1], confirm=2, resume=True), later)
+    # The best 2, the default (the synthetic optimum) among them.
+    assert len(later.submitted) == 2 and {t.phase for t in later.submitted} == {"confirm"}
+    assert sorted(str(j.config.params) for j in later.compiled) == sorted(
+        str(t.params) for t in later.submitted)
 
 
 def test_resume_after_a_crash_mid_sweep(tmp_path):

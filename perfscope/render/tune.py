@@ -57,7 +57,8 @@ def result_row(r: TuneShapeResult) -> tuple[str, ...]:
                 counts)
     confirmed = " (confirmed)" if best.phase == "confirm" else ""
     against = "" if r.reference == "cuBLAS" else f" vs {r.reference}"
-    return (r.stage, r.dtype, r.shape, best.config, _ratio(best.ratio) + confirmed + against,
+    spills = f" (spills {best.spill_bytes} B)" if best.spill_bytes else ""
+    return (r.stage, r.dtype, r.shape, best.config + spills, _ratio(best.ratio) + confirmed + against,
             f"{best.tflops:.1f}" if best.tflops is not None else "-",
             f"{best.sm_mhz:.0f}" if best.sm_mhz is not None else "-", _short_ratio(r.default), counts)
 

@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +41,12 @@ from perfscope.kernels.launch import driver_compute_capability
 from perfscope.kernels.registry import reference_name
 from perfscope.kernels.spec import KernelSpec, Shape, normalize_dtype, parse_shape
 from perfscope.manifest import ERROR, OK, WRONG
+from perfscope.stage import ResourceUsage
 from perfscope.tune import strategies
 from perfscope.tune.compiling import CompileJob
 from perfscope.tune.executors import Executor
 from perfscope.tune.space import (
+    SPILL_REASON,
     Config,
     Limits,
     compiled_prune,
@@ -105,6 +107,7 @@ class TuneRequest:
     store: Path = DEFAULT_STORE
     arch: str | None = None
     deadline_s: float | None = None                          # stop dispatching after this
+    keep_spills: bool = False                                # measure what ptxas spills
     command: str = ""
 
 
@@ -302,6 +305,7 @@ class _Sweep:
                         for sp in plan.stages}
         self.nvrtc = nvrtc_version()
         self.compiled: dict[tuple[str, str, Config], ConfigRow] = {}
+        self.built: set[tuple[str, str, Config]] = set()   # compiled (or cache-read) this run
         self.counts = _Counters()
         self.session: int | None = None
         self.started = time.monotonic()
@@ -348,18 +352,28 @@ class _Sweep:
                 if self.store.config(key) is None:
                     self.store.record_config(ConfigRow(key, "pruned", why))
 
-    def compile(self, items: Sequence[tuple[StagePlan, Config]]) -> None:
-        """Compile (or find in the store) every item not yet known; prune on ptxas."""
+    def compile(self, items: Sequence[tuple[StagePlan, Config]], timed_again: bool = False) -> None:
+        """Compile (or find in the store) every item not yet known; prune on ptxas.
+        timed_again: the items are to be timed although the store holds their trials (the
+        confirmation), so their cubins are wanted all the same."""
         todo: dict[tuple[str, str, Config], tuple[StagePlan, Config]] = {}
         for sp, config in items:
             ident = (sp.spec.name, sp.dtype, config)
-            if ident in self.compiled or ident in todo:
+            if ident in self.built or ident in todo:
                 continue
-            row = self.store.config(self.config_key(sp, config))
-            if row is not None:
-                self.compiled[ident] = row
-            else:
-                todo[ident] = (sp, config)
+            row = self.compiled.get(ident)
+            if row is None:
+                stored = self.store.config(self.config_key(sp, config))
+                if stored is not None:
+                    row = self.compiled[ident] = self.judged(sp, config, stored)
+            # A configuration the store knows is compiled again unless it is pruned or every
+            # shape holds its trial: the cubin lives in this host's cache, not the store, and
+            # a worker that misses it compiles alone (a resumed sweep on a fresh machine
+            # spent 1.4 s a trial so).
+            if row is not None and (not row.ok or (not timed_again
+                                                   and self.held_everywhere(sp, config))):
+                continue
+            todo[ident] = (sp, config)
         if not todo:
             return
         jobs = [CompileJob(sp.spec.name, sp.dtype, self.plan.arch, c) for sp, c in todo.values()]
@@ -378,17 +392,43 @@ class _Sweep:
                 row = ConfigRow(key, "pruned", outcome.reason, compile_s=outcome.seconds)
             else:
                 u = outcome.usage
-                why = compiled_prune(sp.spec, config, u, self.plan.limits)
+                why = compiled_prune(sp.spec, config, u, self.plan.limits,
+                                     self.plan.request.keep_spills)
                 row = ConfigRow(key, "pruned" if why else "ok", why or "", u.registers,
                                 u.spill_stores, u.spill_loads, u.static_smem,
                                 spec.dynamic_smem_bytes(), outcome.seconds, outcome.from_cache)
             c.pruned_compiled += not row.ok
             self.store.record_config(row)
             self.compiled[(job.stage, job.dtype, job.config)] = row
+            self.built.add((job.stage, job.dtype, job.config))
             self.progress(TuneProgress("compile", compiled=c.compiled, to_compile=len(jobs),
                                        pruned=c.pruned_compiled,
                                        message=f"{job.stage} {job.dtype} {config.text}"))
         c.compile_wall += time.monotonic() - start
+
+    def held_everywhere(self, sp: StagePlan, config: Config) -> bool:
+        """Whether the store holds this configuration's trial at every shape of its stage."""
+        return all(self.store.trial(self.trial_key(study, config)) is not None
+                   for study in self.plan.studies if study.stage is sp)
+
+    def spill_pruned(self) -> int:
+        """Configurations this run pruned for ptxas's spills alone."""
+        return sum(not r.ok and r.reason.startswith(SPILL_REASON) for r in self.compiled.values())
+
+    def judged(self, sp: StagePlan, config: Config, row: ConfigRow) -> ConfigRow:
+        """A stored compile judged again by this run's policy (--keep-spills), from the
+        ptxas report the store kept; a configuration that did not compile stays pruned."""
+        if row.registers is None:
+            return row
+        usage = ResourceUsage(row.registers, row.static_smem or 0, 0, row.spill_stores or 0,
+                              row.spill_loads or 0)
+        why = compiled_prune(sp.spec, config, usage, self.plan.limits,
+                             self.plan.request.keep_spills) or ""
+        if why == (row.reason if not row.ok else ""):
+            return row
+        row = replace(row, status="pruned" if why else "ok", reason=why)
+        self.store.record_config(row)
+        return row
 
     def config_row(self, sp: StagePlan, config: Config) -> ConfigRow:
         return self.compiled[(sp.spec.name, sp.dtype, config)]
@@ -584,6 +624,7 @@ def _confirm(sweep: _Sweep) -> None:
         todo += [(study, Config.from_key(sp.spec, r.key.params), r) for r in chosen
                  if "confirm" not in r.timings]
         sweep.counts.resumed += sum("confirm" in r.timings for r in chosen)
+    sweep.compile([(study.stage, config) for study, config, _ in todo], timed_again=True)
     start = time.monotonic()
     flying: dict[int, tuple[Study, Config, TrialRow]] = {}
     queue = list(todo)
@@ -692,7 +733,8 @@ def _trial_of(row: TrialRow, spec: KernelSpec, config_row: ConfigRow | None) -> 
                      tflops=t.tflops.median if t else None,
                      reference_tflops=t.reference_tflops.median if t and t.reference_tflops else None,
                      phase=row.phase, registers=config_row.registers if config_row else None,
-                     sm_mhz=t.sm_clock_mhz.median if t and t.sm_clock_mhz else None)
+                     sm_mhz=t.sm_clock_mhz.median if t and t.sm_clock_mhz else None,
+                     spill_bytes=(config_row.spill_stores or None) if config_row else None)
 
 
 def _diff_of(result: Mapping[str, Any] | None) -> TuneDiff | None:
@@ -730,8 +772,9 @@ def document(store: Store, plan: TunePlan, run: RunKey, sources: Mapping[str, st
         trials = [_trial_of(r, spec, configs.get(r.key.params)) for r in rows]
         trials.sort(key=lambda t: (*rank(t.phase, t.ratio.median if t.ratio else None), t.config))
         wanted = {c.key for c in sp.configs}
+        measured = {r.key.params for r in rows}   # a run with --keep-spills may have timed it
         pruned = tuple((Config.from_key(spec, k).label(spec.param_dict), r.reason)
-                       for k, r in configs.items() if not r.ok and k in wanted)
+                       for k, r in configs.items() if not r.ok and k in wanted and k not in measured)
         diff = None
         timed = [r for r in rows if r.verdict == OK and r.ratio is not None]
         if len(timed) >= 2:
@@ -837,6 +880,10 @@ def run(request: TuneRequest, executor: Executor, options: RunOptions | None = N
         notes = [f"--profile-best: {profile_error}"] if profile_error else []
         if stats.stopped:
             notes.append(stats.stopped)
+        spilled = sweep.spill_pruned()
+        if spilled:
+            notes.append(f"{spilled} configuration(s) pruned because ptxas spills registers; "
+                         "--keep-spills measures them too (a few spilled bytes can cost nothing)")
         sweep.progress(TuneProgress("done"))
         return document(store, plan, key, sweep.sources, RunSummary(stats, env, tuple(notes)))
     finally:
