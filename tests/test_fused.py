@@ -723,5 +723,5 @@ def test_bench_fused_takes_the_tune_stores_best(tmp_path):
                                                      ("hgemm_fused_bias_act", "bf16")]
     bf16 = jobs[1].spec.param_dict
     assert (bf16["STAGES"], bf16["GROUP"], bf16["BOXES"], bf16["STREAMK"], bf16["DEFER"]) == \
-        (4, 16, 2, 0, 1)
+        (3, 16, 4, 3, 1)
     assert bf.tuned_jobs(store, Shape(16, 8192, 8192)) == []
