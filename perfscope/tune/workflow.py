@@ -434,7 +434,7 @@ class _Sweep:
         return self.compiled[(sp.spec.name, sp.dtype, config)]
 
     def is_compiled(self, sp: StagePlan, config: Config) -> bool:
-        """Known from this run's compiles (the store's rows are read by compile)."""
+        """Known to this run: compiled by it, or its stored row read (compile reads them)."""
         return (sp.spec.name, sp.dtype, config) in self.compiled
 
     # ---------------------------------------------------------------- tasks
