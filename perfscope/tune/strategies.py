@@ -171,7 +171,6 @@ class Bayes:
         if first is not None and first in self._legal_set:
             self._guess.remove(first)
             self._guess.insert(0, first)
-        if first is not None and first in self._legal_set:
             self._study.enqueue_trial({k: first.params[k] for k in self._dists})
 
     def _config_of(self, params: dict[str, Any]) -> Config:

@@ -392,8 +392,7 @@ class _Sweep:
                 row = ConfigRow(key, "pruned", outcome.reason, compile_s=outcome.seconds)
             else:
                 u = outcome.usage
-                why = compiled_prune(sp.spec, config, u, self.plan.limits,
-                                     self.plan.request.keep_spills)
+                why = self.prune_reason(sp, config, u)
                 row = ConfigRow(key, "pruned" if why else "ok", why or "", u.registers,
                                 u.spill_stores, u.spill_loads, u.static_smem,
                                 spec.dynamic_smem_bytes(), outcome.seconds, outcome.from_cache)
@@ -415,6 +414,11 @@ class _Sweep:
         """Configurations this run pruned for ptxas's spills alone."""
         return sum(not r.ok and r.reason.startswith(SPILL_REASON) for r in self.compiled.values())
 
+    def prune_reason(self, sp: StagePlan, config: Config, usage: ResourceUsage) -> str | None:
+        """Why ptxas's report prunes config under this run's limits and --keep-spills."""
+        return compiled_prune(sp.spec, config, usage, self.plan.limits,
+                              self.plan.request.keep_spills)
+
     def judged(self, sp: StagePlan, config: Config, row: ConfigRow) -> ConfigRow:
         """A stored compile judged again by this run's policy (--keep-spills), from the
         ptxas report the store kept; a configuration that did not compile stays pruned."""
@@ -422,9 +426,8 @@ class _Sweep:
             return row
         usage = ResourceUsage(row.registers, row.static_smem or 0, 0, row.spill_stores or 0,
                               row.spill_loads or 0)
-        why = compiled_prune(sp.spec, config, usage, self.plan.limits,
-                             self.plan.request.keep_spills) or ""
-        if why == (row.reason if not row.ok else ""):
+        why = self.prune_reason(sp, config, usage) or ""
+        if why == row.reason:   # an ok row's reason is ""
             return row
         row = replace(row, status="pruned" if why else "ok", reason=why)
         self.store.record_config(row)
