@@ -3,7 +3,8 @@
     PYTHONPATH=. python3 benchmarks/bench_fused.py [--out reports/reference/h200/fused/bench-fused.json]
 
 Shapes M in {16, 64, 256, 4096} x (N, K) in {(4096, 4096), (8192, 8192), (14336, 4096),
-(4096, 14336)}, fp16 and bf16, bias + GELU: hgemm_small_m (M <= 256) and
+(4096, 14336)}, fp16 and bf16, bias + GELU: hgemm_small_m and its stream-K child
+hgemm_small_m_streamk (M <= 256) and
 hgemm_fused_bias_act (every M), each verified against float64 and then timed in
 alternating rounds against ``cublas+gelu`` (cuBLAS, then the elementwise bias+GELU pass:
 two launches between one pair of events) in this one process; at M = 4096 also
@@ -51,8 +52,8 @@ def main() -> int:
     jobs = []
     for m in args.m or M_VALUES:
         for n, k in NK:
-            stages = ["hgemm_fused_bias_act"] + (["hgemm_small_m"] if m <= 256
-                                                 else ["hgemm_fused_pingpong"])
+            stages = ["hgemm_fused_bias_act"] + (["hgemm_small_m", "hgemm_small_m_streamk"]
+                                                 if m <= 256 else ["hgemm_fused_pingpong"])
             jobs += bench.plan(stages, list(DTYPES), Shape(m, n, k))
             if args.tuned is not None:
                 jobs += tuned_jobs(args.tuned, Shape(m, n, k))

@@ -94,6 +94,8 @@ EPILOGUES: dict[str, tuple[str, bool, bool]] = {
 
 BIAS_ACT = "hgemm_fused_bias_act"
 SMALL_M = "hgemm_small_m"
+# hgemm_small_m's stream-K child: the same tiles spread over one CTA per SM.
+STREAMK = "hgemm_small_m_streamk"
 # The cooperative stage's ping-pong variant (PS124), timed where tiles are many.
 PINGPONG = "hgemm_fused_pingpong"
 CHECK_SHAPES: dict[str, tuple[tuple[int, int, int], ...]] = {
@@ -103,6 +105,10 @@ CHECK_SHAPES: dict[str, tuple[tuple[int, int, int], ...]] = {
     # S = 1 (K too short), 4, 7 (BM 128), 4 (BM 256), 8; real decode shapes (S = 2, 1).
     SMALL_M: ((1, 8, 8), (37, 1032, 1000), (100, 2056, 4104), (200, 4104, 1032),
               (48, 1024, 4096), (16, 8192, 8192), (256, 14336, 4096)),
+    # One CTA (8 k tiles); A boxes of 32 rows; tiles cut in two and three pieces; ranges
+    # longer than K (129 tiles); real shapes.
+    STREAMK: ((1, 8, 8), (20, 4104, 1032), (37, 1032, 1000), (64, 8200, 1032),
+              (16, 14336, 4096), (64, 4096, 14336)),
     # As BIAS_ACT, with 561 tiles of 64 rows (4-5 per CTA) so both consumers take turns.
     PINGPONG: ((1, 8, 8), (127, 136, 72), (1000, 2008, 520), (2050, 4104, 1032),
                (4096, 4096, 4096)),
@@ -134,7 +140,7 @@ def variant(name: str, act: str, residual: bool, shape: Shape | None = None,
     the shape (tile width, BM tier, ring depth, A's box rows: small_m_for), the width
     pinned to ``bn`` if given."""
     spec = BY_NAME[name].with_params(ACT=ACTIVATIONS[act], RESIDUAL=int(residual))
-    if name == SMALL_M:
+    if name in (SMALL_M, STREAMK):
         spec = small_m_for(spec.with_params(BN=bn) if bn else spec, shape or Shape(1, 64, 64),
                            {"BN": bn} if bn else None)
     return spec
@@ -157,9 +163,10 @@ def needed_variants(timing: bool) -> list[tuple[KernelSpec, str]]:
         for m in TIMING_M:
             for n, k in TIMING_NK:
                 for dtype in DTYPES:
-                    for name, bn in ((BIAS_ACT, None), (PINGPONG, None),
+                    for name, bn in ((BIAS_ACT, None), (PINGPONG, None), (STREAMK, None),
                                      *((SMALL_M, w) for w in SMALL_M_WIDTHS)):
-                        if (name == SMALL_M and m > 256) or (name == PINGPONG and m <= 256):
+                        if ((name == SMALL_M and m > 256) or (name == STREAMK and m > 64)
+                                or (name == PINGPONG and m <= 256)):
                             continue
                         spec = variant(name, "gelu", False, Shape(m, n, k), bn)
                         out[variant_label(spec, dtype)] = (spec, dtype)
@@ -221,6 +228,9 @@ class FusedLaunch:
              multiprocessors: int, splits: int | None = None) -> FusedLaunch:
         spec.check_shape(shape)
         block, smem = spec.block_dims(), spec.dynamic_smem_bytes()
+        if spec.name == STREAMK:
+            grid, _ = fused_geometry(spec, shape, multiprocessors)
+            return cls(spec, dtype, shape, function, driver, grid, block, smem)
         if spec.name == SMALL_M:
             p = spec.param_dict
             if splits is not None:
@@ -612,6 +622,8 @@ def candidates_for(gpu: Gpu, libs: dict[str, Any], ops: Operands, c: Any, m: int
     if m <= 256:
         # The host's width as the stage itself, the other width beside it.
         out.append(fused(SMALL_M))
+        if m <= 64:
+            out.append(fused(STREAMK))
         chosen = variant(SMALL_M, "gelu", False, shape).param_dict["BN"]
         out.extend(fused(SMALL_M, w) for w in SMALL_M_WIDTHS if w != chosen)
 
@@ -856,7 +868,7 @@ def table(record: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-SHORT = {BIAS_ACT: "bias_act", SMALL_M: "small_m",
+SHORT = {BIAS_ACT: "bias_act", SMALL_M: "small_m", STREAMK: "small_m_sk",
          **{f"{SMALL_M} BN={w}": f"small_m/{w}" for w in SMALL_M_WIDTHS}}
 BASELINES = ("cublas+elementwise", "torch matmul+add+gelu", "cuBLASLt GELU_BIAS (nvmath)")
 

@@ -196,6 +196,8 @@ def test_a_fused_launch_without_its_operands_is_refused():
      "RESIDUAL=0 or 1"),
     (["profile", "hgemm_small_m", "--dtype", "fp16", "--shape", "4096x4096x4096"],
      "covers M of 1 to 256"),
+    (["bench", "hgemm_small_m_streamk", "--dtype", "bf16", "--shape", "128x4096x4096"],
+     "covers M of 1 to 64, not M=128; take hgemm_small_m for that shape"),
     (["bench", "hgemm_fused_bias_act", "--dtype", "fp32"], "does not support dtype fp32"),
     (["bench", "hgemm_small_m", "--dtype", "bf16", "--shape", "64x4160x4096", "--param", "MCAST=2"],
      "65 tiles of 64 columns, an odd count"),

@@ -25,16 +25,19 @@ import pytest
 from conftest import benchmark_script, disassembler_or_skip
 
 from perfscope.build import CompileRequest, compile_cubin
+from perfscope.errors import PerfscopeError
 from perfscope.kernels.fused_specs import (
     ACTIVATIONS,
     BY_NAME,
     FUSED,
     H200_MULTIPROCESSORS,
+    fused_geometry,
     small_m_for,
     small_m_grid_for,
     small_m_params,
     small_m_tile_rows,
     split_count,
+    streamk_ctas,
 )
 from perfscope.kernels.launch import compile_stage, elementwise_request
 from perfscope.kernels.spec import KERNEL_DIR, Shape
@@ -62,9 +65,11 @@ fc = benchmark_script("fused_check")
 # ------------------------------------------------------------------ the specs
 def test_the_fused_family_continues_from_the_persistent_stage():
     assert [s.name for s in FUSED] == ["hgemm_fused_bias_act", "hgemm_small_m",
-                                       "hgemm_fused_pingpong", "hgemm_fused_quant"]
+                                       "hgemm_small_m_streamk", "hgemm_fused_pingpong",
+                                       "hgemm_fused_quant"]
     parents = {"hgemm_fused_quant": "hgemm_fused_bias_act",
-               "hgemm_fused_pingpong": "hgemm_fused_bias_act"}
+               "hgemm_fused_pingpong": "hgemm_fused_bias_act",
+               "hgemm_small_m_streamk": "hgemm_small_m"}
     for spec in FUSED:
         assert spec.family == "fused"
         assert spec.parent == parents.get(spec.name, "hgemm_tma_wgmma_persistent")
@@ -83,7 +88,8 @@ def test_the_fused_family_continues_from_the_persistent_stage():
         assert f"\n// {spec.name}\n//   template <typename T, " in text, spec.name
     assert text.count("//   parent   hgemm_tma_wgmma_persistent") == 2
     assert text.count("//   parent   hgemm_fused_bias_act") == 2
-    assert text.count("//   seed     000 §7.1") == 4
+    assert text.count("//   parent   hgemm_small_m\n") == 1
+    assert text.count("//   seed     000 §7.1") == 5
 
 
 def test_name_expressions_follow_the_template_parameters():
@@ -161,6 +167,73 @@ def test_small_m_grid_covers_the_output_with_whole_clusters():
         assert gx * p["BN"] >= shape.n and gy * p["BM"] >= shape.m and gz == 1
     assert spec.grid_dims(Shape(16, 8192, 8192)) == (64 * 2, 1, 1)
     assert small_m_grid_for(spec.param_dict, Shape(37, 1032, 1000), 4) == (9 * 4, 1, 1)
+
+
+STREAMK = BY_NAME["hgemm_small_m_streamk"]
+
+
+@pytest.mark.parametrize("shape, bn, ctas", [
+    (Shape(16, 8192, 8192), 64, 132),    # 128 tiles x 128 k tiles: every SM, not 128 of them
+    (Shape(16, 14336, 4096), 128, 132),  # 112 tiles of 128 columns (224 of 64 > 132 SMs)
+    (Shape(64, 4096, 14336), 64, 132),   # 64 tiles x 224 k tiles, not 64 clusters of 2
+    (Shape(1, 8, 8), 64, 1),             # one tile, one k tile
+    (Shape(37, 1032, 1000), 64, 68),     # 17 tiles x 16 k tiles = 272 units, 4 per CTA
+])
+def test_streamk_takes_one_cta_per_sm_with_at_least_four_units_each(shape, bn, ctas):
+    spec = small_m_for(STREAMK, shape)
+    assert spec.param_dict["BN"] == bn
+    assert spec.grid_dims(shape) == (ctas, 1, 1)
+    assert fused_geometry(spec, shape, H200_MULTIPROCESSORS) == ((ctas, 1, 1), 1)
+    assert streamk_ctas(spec.param_dict, shape, 100) == min(ctas, 100)
+    # hopper.cuh's stream-K workspace has a slot for 160 CTAs.
+    assert streamk_ctas(spec.param_dict, shape, 200) == min(ctas * 2, 160) or ctas < 132
+
+
+@pytest.mark.parametrize("m, arows", [(1, 16), (16, 16), (17, 32), (32, 32), (33, 64), (64, 64)])
+def test_streamk_takes_the_thin_ring_and_a_box_of_a_for_m(m, arows):
+    spec = small_m_for(STREAMK, Shape(m, 4096, 4096))
+    assert spec.param_dict == {**STREAMK.param_dict, "STAGES": 8, "AROWS": arows}
+    wide = small_m_for(STREAMK, Shape(m, 14336, 4096))
+    assert (wide.param_dict["BN"], wide.param_dict["STAGES"]) == (128, 6)
+    pinned = small_m_for(STREAMK.with_params(STAGES=4), Shape(m, 4096, 4096), {"STAGES": 4})
+    assert pinned.param_dict["STAGES"] == 4
+
+
+def test_streamk_refuses_an_m_past_one_tile_row():
+    with pytest.raises(PerfscopeError, match=r"hgemm_small_m_streamk covers M of 1 to 64, not "
+                                             r"M=65; take hgemm_small_m for that shape"):
+        small_m_for(STREAMK, Shape(65, 4096, 4096))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bn", [64, 128])
+@pytest.mark.parametrize("act, residual", [("gelu", 0), ("silu", 1)])
+def test_streamk_compiles_without_spills_and_pushes_partials_through_l2(bn, act, residual):
+    """No cluster (no cluster barrier, no distributed shared memory); TMA loads and stores,
+    wgmma n64 / n128 kept in flight; the partials pushed and pulled as the persistent
+    stage's stream-K does."""
+    tool = disassembler_or_skip()
+    pin = {"BN": bn, "ACT": ACTIVATIONS[act], "RESIDUAL": residual}
+    spec = small_m_for(STREAMK.with_params(**pin), Shape(16, 8192, 8192), pin)
+    mod = compile_stage(spec, "bf16", ARCH)
+    expr = spec.name_expression("bf16")
+    use = mod.usage(expr)
+    assert not use.spills, mod.log
+    assert use.static_smem == spec.static_smem_bytes()
+    assert use.static_smem + spec.dynamic_smem_bytes() <= SMEM_LIMIT
+    sass = disassemble(mod.cubin_path, tool).kernel(mod.mangled(expr))
+    ops, bases = sass.opcodes, sass.base_opcodes
+    assert any(op.startswith(f"HGMMA.64x{bn}x16.F32") for op in ops), sorted(ops)
+    assert bases["UTMALDG"] > 0 and bases["UTMASTG"] > 0
+    assert not bases["UCGABAR_ARV"] and not bases["UCGABAR_WAIT"]
+    # hopper.cuh's StreamK: the partial out in 16-byte stores, back through L2 (__ldcg), the
+    # flag raised by an atomic exchange and acquired at GPU scope.
+    assert ops["STG.E.128"] == bn // 8 and ops["LDG.E.128.STRONG.GPU"] == bn // 8
+    assert ops["ATOMG.E.EXCH.STRONG.GPU"] == 1 and ops["LDG.E.STRONG.GPU"] == 1
+    assert not bases["LDL"] and not bases["STL"] and not bases["HMMA"]
+    # The accumulators are set by each piece's first wgmma (scale-d 0), not zeroed in
+    # registers between pieces, which made ptxas serialize the wgmmas (C7515).
+    assert not use.wgmma_serialized
 
 
 # ------------------------------------------------------------------ compiles and SASS
@@ -393,7 +466,10 @@ def test_the_check_needs_every_variant_once():
              for s, _ in variants if s.name == "hgemm_small_m"}
     assert tiers == {(64, 64, 8, 16), (64, 64, 8, 64), (64, 128, 6, 16), (64, 128, 6, 64),
                      (128, 64, 8, 128), (128, 128, 6, 128), (256, 128, 4, 256)}
-    assert len(variants) <= 48   # a few seconds of parallel compiles on the GPU machine
+    streamk = {(s.param_dict["BN"], s.param_dict["STAGES"], s.param_dict["AROWS"])
+               for s, _ in variants if s.name == "hgemm_small_m_streamk"}
+    assert streamk == {(64, 8, 16), (64, 8, 32), (64, 8, 64), (128, 6, 16), (128, 6, 64)}
+    assert len(variants) <= 72   # a few seconds of parallel compiles on the GPU machine
 
 
 # ------------------------------------------------------------------ the reference and the check
@@ -642,9 +718,12 @@ def test_the_gpu_check_runs_end_to_end_on_a_stand_in(monkeypatch, tmp_path):
     timing = record["timing"]
     assert [(e["m"], e["n"], e["k"]) for e in timing] == [(16, 256, 512), (300, 256, 512)]
     small, large = (e["candidates"] for e in timing)
-    assert set(small) == {fc.BIAS_ACT, fc.SMALL_M, f"{fc.SMALL_M} BN=128", "cublas+elementwise"}
+    assert set(small) == {fc.BIAS_ACT, fc.SMALL_M, fc.STREAMK, f"{fc.SMALL_M} BN=128",
+                          "cublas+elementwise"}
     assert set(large) == {fc.BIAS_ACT, fc.PINGPONG, "cublas+elementwise"}
-    for name in (fc.BIAS_ACT, fc.SMALL_M, f"{fc.SMALL_M} BN=128"):
+    # 16 x 256 x 512: 4 tiles x 8 k tiles = 32 units, 4 per CTA, so 8 CTAs.
+    assert small[fc.STREAMK]["grid"] == [8, 1, 1] and small[fc.STREAMK]["cluster"] == 1
+    for name in (fc.BIAS_ACT, fc.SMALL_M, fc.STREAMK, f"{fc.SMALL_M} BN=128"):
         row = small[name]
         assert row["verdict"] == "OK" and len(row["times_ms"]) == 3
         assert all(len(t) == 20 for t in row["times_ms"])

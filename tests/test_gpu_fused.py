@@ -35,6 +35,12 @@ SMALL_M_SHAPES = (Shape(1, 136, 264), Shape(20, 4096, 4104), Shape(37, 1032, 410
                   Shape(16, 14336, 1032), Shape(100, 4096, 1032), Shape(200, 264, 2056),
                   Shape(256, 4096, 4096), Shape(100, 14336, 1032), Shape(256, 8192, 1024))
 
+# hgemm_small_m_streamk: one CTA; tiles cut in two or three pieces (N = 4096 at K = 4104:
+# 64 tiles x 65 k tiles on 132 CTAs), a CTA whose range lies inside one tile; 128-column
+# tiles (N = 14336); ranges longer than K (8200 columns: 129 tiles of 64); ragged M, N and
+# K; A boxes of 16, 32 and 64 rows.
+STREAMK_SHAPES = (Shape(1, 136, 264), Shape(20, 4096, 4104), Shape(37, 1032, 4104),
+                  Shape(16, 14336, 1032), Shape(64, 8200, 1032), Shape(64, 4096, 14336))
 
 def _cases():
     for epi in EPILOGUES:
@@ -42,6 +48,8 @@ def _cases():
             yield "hgemm_fused_bias_act", epi, shape
         for shape in SMALL_M_SHAPES:
             yield "hgemm_small_m", epi, shape
+        for shape in STREAMK_SHAPES:
+            yield "hgemm_small_m_streamk", epi, shape
         for shape in PINGPONG_SHAPES:
             yield "hgemm_fused_pingpong", epi, shape
         yield epi.group, epi, Shape(127, 136, 72)
@@ -152,10 +160,13 @@ def test_bias_act_with_the_parents_options_is_correct(tuned, shape, epi, dtype):
         assert v.verdict == OK, f"{tuned} {epi.label} {dtype} {shape}: {v.detail}"
 
 
-@pytest.mark.parametrize("stage", ["hgemm_fused_bias_act", "hgemm_small_m", "hgemm_fused_pingpong"])
+@pytest.mark.parametrize("stage", ["hgemm_fused_bias_act", "hgemm_small_m", "hgemm_small_m_streamk",
+                                   "hgemm_fused_pingpong"])
 def test_the_residual_may_alias_c(stage):
     cp = require_gpu()
-    shape, epi = Shape(200, 264, 520), Epilogue("gelu", residual=True)
+    # hgemm_small_m_streamk takes one tile row: 48 rows, 5 tiles cut over 32 CTAs.
+    shape = Shape(48 if stage == "hgemm_small_m_streamk" else 200, 264, 520)
+    epi = Epilogue("gelu", residual=True)
     (job,) = bench.plan([stage], ["bf16"], shape, epi.params)
     prep = prepare(job.spec, "bf16", shape)
     a, b = verify.make_inputs(cp, shape, "bf16", 5, scaled=True)
@@ -166,6 +177,20 @@ def test_the_residual_may_alias_c(stage):
     assert verify.check_epilogue(cp, a, b, c, "bf16", epi, extra).verdict == OK
     pre = a.astype(cp.float64) @ b.astype(cp.float64) + extra.bias.astype(cp.float64)[None, :]
     assert apply(cp, epi, pre, extra.residual.astype(cp.float64)).shape == c.shape
+
+
+@pytest.mark.parametrize("bn", [64, 128])
+@pytest.mark.parametrize("shape", [Shape(16, 4096, 4104), Shape(64, 14336, 1032)], ids=str)
+def test_streamk_is_right_launch_after_launch(shape, bn):
+    """One module, launch after launch with new operands: each finisher clears the flags it
+    consumed, so no launch reads a partial the one before left (a stale flag would add the
+    old seed's partial)."""
+    (job,) = bench.plan(["hgemm_small_m_streamk"], ["bf16"], shape, {"BN": bn})
+    prep = prepare(job.spec, "bf16", shape)
+    assert prep.grid[0] > 1
+    for seed in (1, 2, 3, 1):
+        v = verify.verify(prep, seed)
+        assert v.verdict == OK, f"streamk BN={bn} {shape} seed {seed}: {v.detail}"
 
 
 def test_a_fused_stage_is_timed_against_its_group():

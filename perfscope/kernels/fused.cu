@@ -147,6 +147,55 @@
 //            16 x 8192^2.
 //   seed     000 §7.1 (fused epilogue, small-shape inference)
 //
+// hgemm_small_m_streamk
+//   template <typename T, int BM = 64, int BN = 64, int BK = 64, int STAGES = 8,
+//             int ACT = 1, int RESIDUAL = 0, int AROWS = BM>
+//   ABI      hgemm_small_m's
+//   threads  256: warpgroup 0 produces (thread 0 issues TMA), warpgroup 1 consumes
+//   grid     dim3(G): one CTA per SM, at most hopper.cuh's SK_MAX_CTAS (fewer where the
+//            shape has under 4 units per CTA); all G co-resident, since a CTA may wait for
+//            an earlier one's partial
+//   smem     dynamic STAGES * (BM*BK + BK*BN) * 2 + BN / 64 * 8192 + 1024 bytes (the ring
+//            and its own C staging: a tile may be stored while the ring streams the next);
+//            static 2 * STAGES mbarriers; hopper.cuh's stream-K workspace (module data)
+//   parent   hgemm_small_m
+//   how      The work is U = tiles x KT units (one k tile of one 64 x BN output tile),
+//            tile-major, and CTA c takes units [U c / G, U (c + 1) / G): every SM streams
+//            the same number of B tiles (within one), whatever the tile count. hgemm_small_m
+//            gives each tile (or each of its S cluster splits) one CTA, so N = 14336 (112
+//            tiles of 128 columns) left 20 of 132 SMs idle, and N = 8192 (128 tiles of 64)
+//            or N = 4096 (64 tiles, S = 2) left 4, with the split's reduction between two
+//            cluster barriers after the stream (1.3-1.5 us). A range is a run of pieces:
+//            maybe the end [a, KT) of its first tile, whole tiles, maybe the start [0, b) of
+//            its last. They run in the order start, whole tiles, end: with the host's tile
+//            width (hgemm_small_m's: tiles no more than the SMs) a range spans at most KT
+//            units, b <= a, and its k tiles run in ascending order, so the whole grid reads
+//            the same rows of B at about the same time, as hgemm_small_m's one CTA per tile
+//            does. The piece with the tile's last k tile finishes it; it runs last in its
+//            CTA, while the tile's other pieces, in earlier CTAs, run first in theirs (or are
+//            their CTA's only piece) and push their fp32 partial early through hopper.cuh's
+//            stream-K workspace (StreamK::write: at most one per CTA, so the slot is the
+//            CTA's; the flag raised after a fence); the finisher adds them in CTA order
+//            (StreamK::add_partial: a fixed sum, each flag cleared for the next launch) and
+//            runs the epilogue: bias held since the piece began, activation, residual, TMA
+//            store from its own staging. A global workspace rather than hgemm_small_m's
+//            distributed shared memory: the cuts fall anywhere, so no cluster groups a
+//            tile's pieces. Each piece's first wgmma overwrites the accumulators (scale-d
+//            0): zeroed in registers between pieces, they made ptxas serialize the wgmmas
+//            (C7515). The producer works out a tile's corner once per piece: an integer
+//            division per k tile, between a slot's release and its refill, lengthened every
+//            slot's round trip (1.18x hgemm_small_m's time at 16 x 8192^2 with a CTA per
+//            tile, the same work; 1.03x without). M <= 64 on the host: the kernel takes more
+//            tile rows, each streaming B again (0.3-0.5 of hgemm_small_m's speed at M = 256).
+//   measured H200, 2026-12-04 (fused/streamk-check.json.xz, fused/README.md): a declared
+//            variant, 0.87-0.92 of hgemm_small_m's speed at the M <= 64 shapes with N or K
+//            of 8192 or 14336, 0.82-0.84 at N = K = 4096; with one CTA per tile 0.97-1.01
+//            (fused/streamk-grid-probe.json). The cut costs more than the idle SMs give
+//            back: DRAM at 70% of peak against 80% (ncu, 16 x 8192^2, the same bytes).
+//            Run in range order (each CTA from its own k tile a, the grid out of phase) a
+//            first build measured 0.67 at 16 x 14336 x 4096 and 0.84 at 16 x 8192^2.
+//   seed     000 §7.1 (small-shape inference); stream-K as in hopper.cuh's STREAMK option
+//
 // hgemm_fused_quant
 //   template <typename T, int BM = 128, int BN = 256, int BK = 64, int STAGES = 4,
 //             int GROUP = 8, int ACT = 1, int RESIDUAL = 0, int QUANT = 1>
@@ -985,4 +1034,176 @@ hgemm_fused_pingpong(const __grid_constant__ TensorMap2D tmap_a,
         }
         if (t == 0) tma::store_wait_all();
     }
+}
+
+// ====================================================================== fused stage 5
+// hgemm_small_m_streamk (the header's "hgemm_small_m_streamk" says how and why): the 64-row
+// tile's stream of B spread evenly over every CTA of a one-wave grid, k tile by k tile, with
+// the cut tiles' fp32 partials pushed through hopper.cuh's stream-K workspace.
+template <typename T, int BM, int BN, int BK, int STAGES, int ACT, int RESIDUAL, int AROWS>
+__global__ void __launch_bounds__(256, 1)
+hgemm_small_m_streamk(const __grid_constant__ TensorMap2D tmap_a,
+                      const __grid_constant__ TensorMap2D tmap_b,
+                      const __grid_constant__ TensorMap2D tmap_c, T* C, int M, int N, int K,
+                      const T* bias, const T* residual) {
+    using namespace hop;
+    using S = Slot<BM, BN, BK>;
+    static_assert(BM == 64, "one consumer warpgroup, one m64 fragment");
+    static_assert(BN == 64 || BN == 128, "wgmma m64nBNk16 with BN 64 or 128");
+    static_assert(STAGES >= 2, "one slot would serialise every copy with every wgmma");
+    static_assert(AROWS == 16 || AROWS == 32 || AROWS == 64, "A's TMA box rows");
+    constexpr unsigned CONSUMER_BAR = 3;
+    constexpr unsigned A_LOADED = AROWS * BK * 2;
+
+    __shared__ alignas(8) unsigned long long bars[2 * STAGES];
+    extern __shared__ unsigned char dyn_smem[];
+    const unsigned ring = align1024(smem_u32(dyn_smem));
+    const unsigned staging = ring + STAGES * S::BYTES;   // BN / 64 boxes of 64 x 64
+    const unsigned full0 = smem_u32(&bars[0]), empty0 = smem_u32(&bars[STAGES]);
+    const int tid = threadIdx.x, wg = tid / 128;
+    const int KT = (K + BK - 1) / BK;
+    const int tiles_m = (M + BM - 1) / BM;
+    // Units are (tile, k tile), tile-major; tile t is (m tile t % tiles_m, n tile
+    // t / tiles_m), so the tile rows that share a slab of B run on neighbouring CTAs.
+    const long long units = static_cast<long long>(tiles_m) * ((N + BN - 1) / BN) * KT;
+    const int ctas = gridDim.x, cta = blockIdx.x;
+    const auto first_unit = [&](int c) { return static_cast<int>(units * c / ctas); };
+    const int u0 = first_unit(cta), u1 = first_unit(cta + 1);
+    // hopper.cuh's stream-K workspace (module data: a partial and a flag per CTA, slot
+    // 2 * cta as consumer 0); only its write and add_partial are used (no tiles to split).
+    const StreamK<BN, 1> sk(0, KT, ctas);
+
+    // The range's pieces, in the order they run: the start [0, b) of its last tile t1 (when
+    // the range ends inside it), the whole tiles, then the end [a, KT) of its first tile t0
+    // (when it starts inside it); a range inside one tile is one piece. Where the range is
+    // at most KT units (the host's tile width makes the tiles at most the CTAs) its k tiles
+    // then run in ascending order, 0.. b - 1 and a.. KT - 1 (b <= a), so every CTA reads the
+    // same rows of B at about the same time, as one CTA per tile does; in the range's own
+    // order a CTA would start at k tile a and the grid would read B's rows out of phase
+    // (measured 0.70 of hgemm_small_m's speed at 16 x 14336 x 4096 on the H200).
+    const int t0 = u0 / KT, a = u0 % KT, t1 = (u1 - 1) / KT, b = (u1 - 1) % KT + 1;
+    const bool one = t0 == t1, head = !one && b < KT, tail = !one && a > 0;
+    const int whole0 = a > 0 ? t0 + 1 : t0, whole1 = b < KT ? t1 : t1 + 1;   // [whole0, whole1)
+    const int pieces = one ? 1 : head + (whole1 - whole0) + tail;
+    struct Piece { int tile, k0, k1; };
+    const auto piece = [&](int q) -> Piece {
+        if (one) return {t0, a, b};
+        if (head && q == 0) return {t1, 0, b};
+        q -= head;
+        if (q < whole1 - whole0) return {whole0 + q, 0, KT};
+        return {t0, a, KT};
+    };
+
+    // The range's i-th k tile (in running order) into slot i % STAGES (thread 0 only), for
+    // the tile whose first row and column are m0, n0.
+    const auto issue = [&](int i, int m0, int n0, int kt) {
+        const int s = i % STAGES;
+        if (i >= STAGES) tma::mbar_wait(empty0 + 8 * s, ((i / STAGES) + 1) & 1);
+        const unsigned slot = ring + s * S::BYTES, full = full0 + 8 * s;
+        tma::mbar_expect_tx(full, A_LOADED + BK * BN * 2);
+        tma::load_2d(slot, &tmap_a, full, kt * BK, m0);
+#pragma unroll
+        for (int j = 0; j < BN / 64; ++j)
+            tma::load_2d(slot + S::A_BYTES + j * S::B_ATOM_BYTES, &tmap_b, full, n0 + 64 * j,
+                         kt * BK);
+    };
+    // Thread 0 walks the pieces twice, through the first ring before the block's barrier
+    // and the rest after it, at the same place in the same order. A tile's corner is worked
+    // out once per piece: an integer division per k tile, between a slot's release and its
+    // refill, lengthened every slot's round trip (a first build measured 0.84 of
+    // hgemm_small_m's speed at 16 x 8192^2 with a CTA per tile, the same work).
+    const auto issue_range = [&](int from, int to) {
+        int i = 0;
+        for (int q = 0; q < pieces && i < to; ++q) {
+            const Piece pc = piece(q);
+            const int m0 = (pc.tile % tiles_m) * BM, n0 = (pc.tile / tiles_m) * BN;
+            for (int kt = pc.k0; kt < pc.k1 && i < to; ++kt, ++i)
+                if (i >= from) issue(i, m0, n0, kt);
+        }
+    };
+    const int early = min(STAGES, u1 - u0);
+    if (tid == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            tma::mbar_init(full0 + 8 * s, 1);
+            tma::mbar_init(empty0 + 8 * s, 128);
+        }
+        tma::mbar_init_fence();
+        tma::prefetch_tmap(&tmap_a);
+        tma::prefetch_tmap(&tmap_b);
+        tma::prefetch_tmap(&tmap_c);
+        issue_range(0, early);
+    }
+    if constexpr (AROWS < BM) {
+        // As hgemm_small_m: A's rows AROWS.. of every slot are zero once and for all.
+        constexpr int CHUNKS = (BM - AROWS) * 128 / 16;
+        for (int i = tid; i < STAGES * CHUNKS; i += blockDim.x)
+            fused::st_shared_v4(ring + (i / CHUNKS) * S::BYTES + AROWS * 128 + (i % CHUNKS) * 16,
+                                0.f, 0.f, 0.f, 0.f);
+        tma::fence_proxy_async();
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        if (tid == 0) issue_range(early, u1 - u0);
+        return;
+    }
+    const int ct = tid - 128;
+    unsigned bias_pairs[BN / 8];
+    bool staged = false;   // a TMA store may still be reading the staging
+    int i = 0;             // k tiles consumed: slot i % STAGES, its round i / STAGES
+    for (int q = 0; q < pieces; ++q) {
+        const Piece pc = piece(q);
+        const int m0 = (pc.tile % tiles_m) * BM, n0 = (pc.tile / tiles_m) * BN;
+        // The piece with the tile's last k tile finishes it: it runs last in its CTA's
+        // range, while the tile's other pieces (in earlier CTAs) run first in theirs or are
+        // their CTA's only piece, so their partials are waiting or about to be.
+        const bool finisher = pc.k1 == KT;
+        if (finisher) fused::load_bias_pairs<T, BN>(bias_pairs, bias, n0, N);
+        float acc[1][BN / 2];
+        for (int kt = pc.k0; kt < pc.k1; ++kt, ++i) {
+            const int s = i % STAGES;
+            const unsigned slot = ring + s * S::BYTES;
+            tma::mbar_wait(full0 + 8 * s, (i / STAGES) & 1);
+            wgmma_fence();
+#pragma unroll
+            for (int k = 0; k < BK / 16; ++k)   // the piece's first step overwrites acc
+                Wgmma<T, BN>::mma(acc[0], S::a_desc(slot, 0, k), S::b_desc(slot, k),
+                                  kt > pc.k0 || k > 0);
+            wgmma_commit();
+            wgmma_wait<1>();   // the group before has read its slot: free that one
+            if (kt > pc.k0) tma::mbar_arrive(empty0 + 8 * ((i - 1) % STAGES));
+        }
+        wgmma_wait<0>();
+        tma::mbar_arrive(empty0 + 8 * ((i - 1) % STAGES));
+        if (!finisher) {
+            // At most one piece of a range ends before its tile's last k tile, so the
+            // CTA's workspace slot is its own.
+            sk.write(acc[0], cta, 0, CONSUMER_BAR);
+            continue;
+        }
+        // The earlier CTAs whose ranges end inside this tile hold its other pieces: add
+        // them in CTA order (a fixed sum), and clear each flag for the next launch.
+        const int tile_start = pc.tile * KT;
+        if (pc.k0 > 0) {
+            int p0 = cta - 1;
+            while (p0 > 0 && first_unit(p0) > tile_start) --p0;
+            for (int p = p0; p < cta; ++p)
+                if (first_unit(p + 1) != first_unit(p))   // an empty range wrote nothing
+                    sk.add_partial(acc[0], p, 0, CONSUMER_BAR);
+        }
+        if (staged) {
+            if (ct == 0) tma::store_wait_read<0>();   // the previous tile's store has read it
+            named_sync(CONSUMER_BAR, 128);
+        }
+#pragma unroll
+        for (int bx = 0; bx < BN / 64; ++bx) {
+            float(&box)[32] = *reinterpret_cast<float(*)[32]>(&acc[0][32 * bx]);
+            fused::apply_epilogue_with<T, ACT, RESIDUAL, 64>(
+                box, [&](int j) { return fused::Pair<T>::unpack(bias_pairs[8 * bx + j]); },
+                residual, m0, n0 + 64 * bx, M, N);
+            fused::store_box_tma<T>(box, staging + bx * (64 * 64 * 2), &tmap_c, m0, n0 + 64 * bx, 1);
+        }
+        staged = true;
+    }
+    if (ct == 0) tma::store_wait_read<0>();
 }

@@ -36,6 +36,7 @@ from perfscope.kernels.spec import (
 
 HALF = ("fp16", "bf16")
 SMALL_M = "hgemm_small_m"
+SMALL_M_STREAMK = "hgemm_small_m_streamk"
 SOURCE = "fused.cu"
 SEED = "000 §7.1"
 
@@ -239,11 +240,18 @@ def small_m_narrow_rows(m: int) -> int:
     return 64 if m <= 64 else 128
 
 
+# hgemm_small_m_streamk's rows: one 64-row tile row (the kernel takes more, each tile row
+# streaming B again, 0.3-0.5 of hgemm_small_m's speed at M = 256 on the H200).
+STREAMK_MAX_M = 64
+
+
 def check_small_m(spec: KernelSpec, shape: Shape) -> None:
-    """Refuse, in one sentence, an M hgemm_small_m does not cover."""
-    if spec.name == SMALL_M and not 1 <= shape.m <= SMALL_M_MAX_M:
-        raise PerfscopeError(f"{SMALL_M} covers M of 1 to {SMALL_M_MAX_M}, not M={shape.m}; take "
-                             "hgemm_fused_bias_act for that shape")
+    """Refuse, in one sentence, an M hgemm_small_m (or its stream-K child) does not cover."""
+    most = {SMALL_M: SMALL_M_MAX_M, SMALL_M_STREAMK: STREAMK_MAX_M}.get(spec.name)
+    if most is not None and not 1 <= shape.m <= most:
+        raise PerfscopeError(f"{spec.name} covers M of 1 to {most}, not M={shape.m}; take "
+                             + ("hgemm_small_m" if shape.m <= SMALL_M_MAX_M
+                                else "hgemm_fused_bias_act") + " for that shape")
 
 
 def small_m_pair(p: Params) -> int:
@@ -273,6 +281,8 @@ def small_m_for(spec: KernelSpec, shape: Shape, pinned: Mapping[str, int] | None
     """hgemm_small_m with BN chosen for the shape (small_m_width), MPAIR (small_m_pairs, which
     takes 128-row tiles) and BM, STAGES and AROWS for M (small_m_params), each unless pinned;
     any other stage unchanged."""
+    if spec.name == SMALL_M_STREAMK:
+        return _streamk_for(spec, shape, pinned or {})
     if spec.name != SMALL_M:
         return spec
     check_small_m(spec, shape)
@@ -292,6 +302,32 @@ def small_m_for(spec: KernelSpec, shape: Shape, pinned: Mapping[str, int] | None
     return out
 
 
+# hopper.cuh's SK_MAX_CTAS: the stream-K workspace (module data) holds a partial and a flag
+# for this many CTAs.
+STREAMK_MAX_CTAS = 160
+
+
+def streamk_ctas(p: Params, shape: Shape, multiprocessors: int) -> int:
+    """CTAs of hgemm_small_m_streamk: one per multiprocessor (at most STREAMK_MAX_CTAS), or
+    fewer where the shape has fewer than MIN_K_TILES_PER_SPLIT units (tile x k tile) each."""
+    tiles_n, tiles_m, k_tiles = small_m_tiles(p, shape)
+    return max(1, min(multiprocessors, STREAMK_MAX_CTAS,
+                      tiles_n * tiles_m * k_tiles // MIN_K_TILES_PER_SPLIT))
+
+
+def _streamk_for(spec: KernelSpec, shape: Shape, pinned: Mapping[str, int]) -> KernelSpec:
+    """hgemm_small_m_streamk with hgemm_small_m's width for the shape (small_m_width: 64
+    columns where those tiles are no more than the SMs, so no CTA's range spans more than
+    K and its k tiles run in ascending order), the 64-row tile's measured ring for that
+    width (SMALL_M_THIN_STAGES) and A's box rows for M, each unless pinned."""
+    check_small_m(spec, shape)
+    bn = pinned.get("BN", small_m_width(shape))
+    chosen = {k: v for k, v in {"BN": bn,
+                                "STAGES": SMALL_M_THIN_STAGES.get(bn, spec.param_dict["STAGES"]),
+                                "AROWS": small_m_a_rows(shape.m, 64)}.items() if k not in pinned}
+    return spec.with_params(**chosen) if chosen else spec
+
+
 def fused_geometry(spec: KernelSpec, shape: Shape, multiprocessors: int,
                    fits: Callable[[int, int], bool] | None = None
                    ) -> tuple[tuple[int, int, int], int]:
@@ -299,6 +335,9 @@ def fused_geometry(spec: KernelSpec, shape: Shape, multiprocessors: int,
     multiprocessors: hgemm_small_m's clusters of MCAST x MPAIR x S CTAs (``fits(ctas, clusters)``:
     that many clusters of that many CTAs co-resident), the persistent grid of
     hgemm_fused_bias_act."""
+    if spec.name == SMALL_M_STREAMK:
+        check_small_m(spec, shape)
+        return (streamk_ctas(spec.param_dict, shape, multiprocessors), 1, 1), 1
     if spec.name == SMALL_M:
         check_small_m(spec, shape)
         p = spec.param_dict
@@ -365,6 +404,30 @@ def _small_m_smem(p: Params) -> int:
 
 
 _small_m_smem.__doc__ = "STAGES * (BM*BK + BK*BN) * 2 + 1024"
+
+
+def _streamk_grid(p: Params, shape: Shape) -> tuple[int, int, int]:
+    return (streamk_ctas(p, shape, H200_MULTIPROCESSORS), 1, 1)
+
+
+_streamk_grid.__doc__ = ("(min(132, ceil(M/64) * ceil(N/BN) * ceil(K/BK) / 4), 1, 1): a CTA per "
+                         "multiprocessor (the launch uses the device's count)")
+
+
+def _streamk_block(_p: Params) -> tuple[int, int, int]:
+    return (256, 1, 1)
+
+
+_streamk_block.__doc__ = "(256, 1, 1)"
+
+
+def _streamk_smem(p: Params) -> int:
+    # The ring, BN / 64 staging boxes of 64 x 64 (the ring stays busy while a tile is
+    # stored mid-range), 1024 bytes of realignment.
+    return p["STAGES"] * _slot_bytes(p) + p["BN"] // 64 * 64 * 64 * 2 + 1024
+
+
+_streamk_smem.__doc__ = "STAGES * (BM*BK + BK*BN) * 2 + BN / 64 * 8192 + 1024"
 
 
 _COMMON = {"family": "fused", "dtypes": HALF, "source": SOURCE, "seed": SEED,
@@ -434,6 +497,39 @@ FUSED: tuple[KernelSpec, ...] = (
                      "multicasts A across pairs of N tiles (clusters of 2 x S CTAs); measured "
                      "slower on the H200 (0.67-0.99 of MCAST=1's speed), so 1 stays the "
                      "default.", **_COMMON),
+    KernelSpec(name=SMALL_M_STREAMK, entry=SMALL_M_STREAMK,
+               params=(("BM", 64), ("BN", 64), ("BK", 64), ("STAGES", 8),
+                       ("ACT", ACTIVATIONS["gelu"]), ("RESIDUAL", 0), ("AROWS", 64)),
+               block=_streamk_block, grid=_streamk_grid, dynamic_smem=_streamk_smem,
+               fingerprint=("tma", "gmma"),
+               change="Spreads the 64-row tile's work evenly over one CTA per SM, k tile by "
+                      "k tile (stream-K over every tile), instead of one CTA or cluster of "
+                      "splits per tile, so every SM streams its 1/132 of B where 64-column "
+                      "tiles left 4 of 132 SMs idle (and 128-column ones 20 at N = 14336), and "
+                      "a tile cut between CTAs is finished by the one holding its last k "
+                      "tile from the others' fp32 partials, pushed early through a global "
+                      "workspace.",
+               notes="Measured slower on the H200 (2026-12-04, fused/streamk-check.json.xz): "
+                     "0.87-0.92 of hgemm_small_m's speed at the M = 16 and 64 decode shapes "
+                     "with N or K of 8192 or 14336 (0.82-0.84 at N = K = 4096); with one CTA "
+                     "per tile (the parent's work, no cut) 0.97-1.01 "
+                     "(fused/streamk-grid-probe.json), so the cut tiles cost more than the 4 "
+                     "or 20 idle SMs give back: under ncu DRAM runs at 70% (74%) of peak "
+                     "against the parent's 80% (78%) at 16 x 8192^2 (16 x 14336 x 4096) with "
+                     "the same bytes, and `perfscope diff` names only that (PS170). "
+                     "A range runs the start of its last tile first and the end of its "
+                     "first tile last, so its k tiles ascend and the grid reads B's rows in "
+                     "phase; the piece with a tile's last k tile finishes it and the other "
+                     "pieces (run first in theirs) push their partials early, so no cluster "
+                     "and no barrier after the stream. M <= 64. "
+                     "Same ABI as hgemm_small_m; the partials and their flags are "
+                     "hopper.cuh's stream-K workspace (module data, a slot per CTA: at most "
+                     "160 CTAs), which the finishers leave zeroed, so launches of one module "
+                     "must not overlap. Every CTA must "
+                     "be co-resident (a finisher waits for earlier CTAs): one per SM. BN as "
+                     "hgemm_small_m's (small_m_width) with the 64-row tile's measured rings "
+                     "(SMALL_M_THIN_STAGES) and A's box rows by M (16 / 32 / 64).",
+               variant=True, **{**_COMMON, "parent": SMALL_M}),
     KernelSpec(name="hgemm_fused_pingpong", entry="hgemm_fused_pingpong",
                params=(("BM", 64), ("BN", 256), ("BK", 64), ("STAGES", 4), ("GROUP", 16),
                        ("ACT", ACTIVATIONS["gelu"]), ("RESIDUAL", 0), ("BOXES", 2)),
