@@ -182,11 +182,12 @@
 //            distributed shared memory: the cuts fall anywhere, so no cluster groups a
 //            tile's pieces. Each piece's first wgmma overwrites the accumulators (scale-d
 //            0): zeroed in registers between pieces, they made ptxas serialize the wgmmas
-//            (C7515). The producer works out a tile's corner once per piece: an integer
-//            division per k tile, between a slot's release and its refill, lengthened every
-//            slot's round trip (1.18x hgemm_small_m's time at 16 x 8192^2 with a CTA per
-//            tile, the same work; 1.03x without). M <= 64 on the host: the kernel takes more
-//            tile rows, each streaming B again (0.3-0.5 of hgemm_small_m's speed at M = 256).
+//            (C7515). The producer works out a tile's corner once per piece: with an integer
+//            division per k tile in its loop (the one thread that issues every refill), the
+//            stage took 1.18x hgemm_small_m's time at 16 x 8192^2 with a CTA per tile, the
+//            same work; 1.03x without (which of the loop's latencies set the pace was not
+//            measured). M <= 64 on the host: the kernel takes more tile rows, each streaming
+//            B again (0.3-0.5 of hgemm_small_m's speed at M = 256).
 //   measured H200, 2026-12-04 (fused/streamk-check.json.xz, fused/README.md): a declared
 //            variant, 0.87-0.92 of hgemm_small_m's speed at the M <= 64 shapes with N or K
 //            of 8192 or 14336, 0.82-0.84 at N = K = 4096; with one CTA per tile 0.97-1.01
@@ -1109,9 +1110,9 @@ hgemm_small_m_streamk(const __grid_constant__ TensorMap2D tmap_a,
     };
     // Thread 0 walks the pieces twice, through the first ring before the block's barrier
     // and the rest after it, at the same place in the same order. A tile's corner is worked
-    // out once per piece: an integer division per k tile, between a slot's release and its
-    // refill, lengthened every slot's round trip (a first build measured 0.84 of
-    // hgemm_small_m's speed at 16 x 8192^2 with a CTA per tile, the same work).
+    // out once per piece: this thread issues every refill of the ring, and with an integer
+    // division per k tile in its loop a first build measured 0.84 of hgemm_small_m's speed
+    // at 16 x 8192^2 with a CTA per tile, the same work.
     const auto issue_range = [&](int from, int to) {
         int i = 0;
         for (int q = 0; q < pieces && i < to; ++q) {
