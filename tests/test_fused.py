@@ -36,6 +36,7 @@ from perfscope.kernels.fused_specs import (
     small_m_grid_for,
     small_m_params,
     small_m_tile_rows,
+    small_m_tiles,
     split_count,
     streamk_ctas,
 )
@@ -734,6 +735,21 @@ def test_the_gpu_check_runs_end_to_end_on_a_stand_in(monkeypatch, tmp_path):
     assert set(timing[0]["stream"]["reads"]) == {"ldg", "bulk"}
     assert "percent_of_copy" not in large[fc.BIAS_ACT]
     assert record["copy_bandwidth"]["bytes"] == 1 << 20 and record["gpu"]["name"] == "stand-in"
+
+
+def test_the_streamk_grid_probe_times_a_cta_per_tile_and_the_hosts_grid():
+    """benchmarks/streamk_grid_probe.py's claims: at each shape its first grid gives every
+    CTA one whole tile, it times the parent's own CTA count (one per tile, or two per tile
+    where the parent splits K in two), and the host's grid of one CTA per SM."""
+    probe = benchmark_script("streamk_grid_probe")
+    for shape, grids in probe.GRIDS.items():
+        spec = small_m_for(STREAMK, shape)
+        tiles_n, tiles_m, k_tiles = small_m_tiles(spec.param_dict, shape)
+        assert grids[0] == tiles_n * tiles_m
+        parent = small_m_for(BY_NAME["hgemm_small_m"], shape)
+        assert parent.grid_dims(shape)[0] in grids   # the parent's CTA count, cut the same
+        assert spec.grid_dims(shape) == (H200_MULTIPROCESSORS, 1, 1)
+        assert H200_MULTIPROCESSORS in grids and all(g <= tiles_n * tiles_m * k_tiles for g in grids)
 
 
 def test_small_m_probes_patch_the_committed_kernel_and_nothing_else():
