@@ -3,8 +3,8 @@
     PYTHONPATH=. python3 benchmarks/bench_fused.py [--out reports/reference/h200/fused/bench-fused.json]
 
 Shapes M in {16, 64, 256, 4096} x (N, K) in {(4096, 4096), (8192, 8192), (14336, 4096),
-(4096, 14336)}, fp16 and bf16, bias + GELU: hgemm_small_m and its stream-K child
-hgemm_small_m_streamk (M <= 256) and
+(4096, 14336)}, fp16 and bf16, bias + GELU: hgemm_small_m (M <= 256), its stream-K
+variant hgemm_small_m_streamk (M <= 64) and
 hgemm_fused_bias_act (every M), each verified against float64 and then timed in
 alternating rounds against ``cublas+gelu`` (cuBLAS, then the elementwise bias+GELU pass:
 two launches between one pair of events) in this one process; at M = 4096 also
@@ -24,11 +24,12 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from perfscope import bench
 from perfscope.kernels import Shape
-from perfscope.kernels.fused_specs import QUANTS
+from perfscope.kernels.fused_specs import QUANTS, STREAMK_MAX_M
 
 log = logging.getLogger("bench_fused")
 M_VALUES = (16, 64, 256, 4096)
@@ -49,19 +50,7 @@ def main() -> int:
     ap.add_argument("--m", type=int, action="append", default=None,
                     help="only these M values (repeat; default all)")
     args = ap.parse_args()
-    jobs = []
-    for m in args.m or M_VALUES:
-        for n, k in NK:
-            stages = ["hgemm_fused_bias_act"] + (["hgemm_small_m", "hgemm_small_m_streamk"]
-                                                 if m <= 256 else ["hgemm_fused_pingpong"])
-            jobs += bench.plan(stages, list(DTYPES), Shape(m, n, k))
-            if args.tuned is not None:
-                jobs += tuned_jobs(args.tuned, Shape(m, n, k))
-            if m > 256:
-                # The quantising stage is the persistent one's epilogue: large M only.
-                for quant in QUANTS.values():
-                    jobs += bench.plan(["hgemm_fused_quant"], list(DTYPES), Shape(m, n, k),
-                                       {"QUANT": quant})
+    jobs = plan_jobs(args.m or M_VALUES, args.tuned)
     done = []
     try:
         for man in bench.run_jobs(jobs, bench.BenchOptions(runs=args.runs, rounds=args.rounds)):
@@ -81,6 +70,26 @@ def main() -> int:
     for (dtype, shape, reference), (ratio, stage) in sorted(best.items()):
         print(f"{dtype} {shape:>16} {stage:22s} {ratio:.3f}x {reference}")
     return 1 if bench.failed(done) else 0
+
+
+def plan_jobs(m_values: Sequence[int], tuned: Path | None) -> list:
+    """Every job of the run, in order (bench.plan refuses bad input before anything runs)."""
+    jobs = []
+    for m in m_values:
+        for n, k in NK:
+            stages = ["hgemm_fused_bias_act"] + (["hgemm_small_m"] if m <= 256
+                                                 else ["hgemm_fused_pingpong"])
+            if m <= STREAMK_MAX_M:
+                stages.append("hgemm_small_m_streamk")
+            jobs += bench.plan(stages, list(DTYPES), Shape(m, n, k))
+            if tuned is not None:
+                jobs += tuned_jobs(tuned, Shape(m, n, k))
+            if m > 256:
+                # The quantising stage is the persistent one's epilogue: large M only.
+                for quant in QUANTS.values():
+                    jobs += bench.plan(["hgemm_fused_quant"], list(DTYPES), Shape(m, n, k),
+                                       {"QUANT": quant})
+    return jobs
 
 
 def tuned_jobs(store: Path, shape: Shape) -> list:

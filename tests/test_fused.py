@@ -820,3 +820,17 @@ def test_bench_fused_takes_the_tune_stores_best(tmp_path):
     assert (bf16["STAGES"], bf16["GROUP"], bf16["BOXES"], bf16["STREAMK"], bf16["DEFER"]) == \
         (3, 16, 4, 3, 1)
     assert bf.tuned_jobs(store, Shape(16, 8192, 8192)) == []
+
+
+def test_bench_fused_plans_every_shape_it_times():
+    """benchmarks/bench_fused.py's whole run plans without a refusal: hgemm_small_m_streamk
+    only where it takes M (up to 64), hgemm_small_m up to 256, the quantising stage at 4096."""
+    bf = benchmark_script("bench_fused")
+    jobs = bf.plan_jobs(bf.M_VALUES, None)
+    by_m: dict[int, set[str]] = {}
+    for job in jobs:
+        by_m.setdefault(job.shape.m, set()).add(job.spec.name)
+    assert by_m[16] == by_m[64] == {"hgemm_fused_bias_act", "hgemm_small_m", "hgemm_small_m_streamk"}
+    assert by_m[256] == {"hgemm_fused_bias_act", "hgemm_small_m"}
+    assert by_m[4096] == {"hgemm_fused_bias_act", "hgemm_fused_pingpong", "hgemm_fused_quant"}
+    assert len(jobs) == 2 * len(bf.NK) * (3 + 3 + 2 + 4)   # fp8 and int8 quant jobs at 4096
