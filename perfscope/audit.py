@@ -18,6 +18,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from perfscope.build import CompileError, check_known_arch, parse_ptxas_log
@@ -94,7 +95,8 @@ def check_fingerprint(sass: KernelSass, declared: tuple[str, ...],
 
 def _evaluate(sass: KernelSass, arch: str, resources: ResourceUsage | None,
               context: Context) -> Evaluation:
-    return evaluate(static_profile(sass, arch, resources), None, context, rules=STATIC_REGISTRY)
+    return evaluate(static_profile(sass, arch, resources), None,
+                    replace(context, sass=sass.instructions), rules=STATIC_REGISTRY)
 
 
 # ---------------------------------------------------------------------- inputs

@@ -32,8 +32,9 @@ ISSUE_TAGS = {
     "incorrect-result", "issue-overhead",
     # Not in the first vocabulary: the clock a kernel runs at (PS171, the power cap), and
     # ptxas serializing the wgmma pipeline (PS144, the static audit's), and FP math in the
-    # k loop (PS125: an fp8 kernel promoting its partial sums).
-    "clock-held", "mma-serialized", "k-loop-math",
+    # k loop (PS125: an fp8 kernel promoting its partial sums), and index math in the loop
+    # that issues the TMA loads (PS146, the static audit's).
+    "clock-held", "mma-serialized", "k-loop-math", "producer-loop",
 }
 
 
@@ -222,6 +223,23 @@ def _ptxas(log_name: str):
     return kp, {"context": Context(resources=res), "rules": STATIC_REGISTRY}
 
 
+def _static_sass(name: str):
+    """A committed build's static SASS (tests/fixtures/sass/README.md) as the static audit
+    judges it: the opcode histogram in place of counters, the instructions (their loops) in
+    the context."""
+    import lzma
+
+    from perfscope.audit import static_profile
+    from perfscope.rules import STATIC_REGISTRY
+    from perfscope.sass.disasm import KernelSass
+
+    mangled, *instructions = lzma.decompress(
+        (FIXTURES.parent / "sass" / f"{name}.sass.xz").read_bytes()).decode().splitlines()
+    sass = KernelSass(mangled, tuple(instructions), arch="sm_90a")
+    return static_profile(sass, "sm_90a", None), {"context": Context(sass=sass.instructions),
+                                                   "rules": STATIC_REGISTRY}
+
+
 def _reread_manifest():
     return manifest(stage="ps_regs_uncapped", dtype="fp32", m=1024, n=1024, k=1024)
 
@@ -325,6 +343,11 @@ CASES: tuple[Case, ...] = (
          "held its bias across the k loop", lambda: _ptxas("hgemm_fused_quant_fp8_held.log")),
     Case("PS144", False, "real", "the committed fp8 quant stage: no such line",
          lambda: _ptxas("hgemm_fused_quant_fp8.log")),
+    Case("PS146", True, "real", "hgemm_small_m_streamk with its producer dividing per k tile: 4 "
+         "I2F.RP among the 8 TMA loads of its unrolled loop",
+         lambda: _static_sass("hgemm_small_m_streamk_divides")),
+    Case("PS146", False, "real", "the committed hgemm_small_m_streamk: the tile's corner once "
+         "per piece, outside the k loop", lambda: _static_sass("hgemm_small_m_streamk")),
     Case("PS130", True, "real", "the kernel built with --maxrregcount=32 spills",
          lambda: (one("spill", 1), {})),
     Case("PS130", False, "real", "the same code uncapped (80 registers) does not",

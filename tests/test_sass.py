@@ -202,7 +202,7 @@ def test_tcgen05_sass_shows_the_blackwell_instructions(arch, dtype):
     assert a.label == "compiled, never run"
     # No counters-free rule condemns the tcgen05 path.
     assert not a.evaluation.findings
-    assert set(a.evaluation.silent) == {"PS130", "PS140", "PS141", "PS142", "PS144"}
+    assert set(a.evaluation.silent) == {"PS130", "PS140", "PS141", "PS142", "PS144", "PS146"}
 
 
 @pytest.mark.slow
@@ -316,6 +316,61 @@ def test_serialized_wgmma_is_a_static_finding_and_no_stage_has_it(caplog):
             mod = compile_stage(spec, dtype, "sm_90a")
             assert not mod.resources[mod.mangled(spec.name_expression(dtype))].wgmma_serialized, \
                 (spec.name, dtype)
+
+
+# hgemm_small_m_streamk's producer working out each k tile's tile corner in its loop
+# (tests/fixtures/sass/README.md): an integer division per k tile where the TMA loads issue.
+DIVIDING = ("""            const int m0 = (pc.tile % tiles_m) * BM, n0 = (pc.tile / tiles_m) * BN;
+            for (int kt = pc.k0; kt < pc.k1 && i < to; ++kt, ++i)
+                if (i >= from) issue(i, m0, n0, kt);""",
+            """            for (int kt = pc.k0; kt < pc.k1 && i < to; ++kt, ++i)
+                if (i >= from) issue(i, (pc.tile % tiles_m) * BM, (pc.tile / tiles_m) * BN, kt);""")
+
+
+@pytest.mark.slow
+def test_a_division_in_the_tma_producer_loop_is_a_static_finding_and_no_stage_has_it():
+    """PS146 fires on hgemm_small_m_streamk built with its producer dividing per k tile
+    (the evidence counts the divisions and loads of the loop), and on no committed TMA
+    stage at its defaults, in each dtype and compile target."""
+    import dataclasses
+
+    from conftest import benchmark_script
+
+    from perfscope.kernels.fused_specs import small_m_for
+    from perfscope.kernels.launch import compile_stage
+    from perfscope.kernels.spec import Shape
+
+    tool = disassembler_or_skip()
+    copy = benchmark_script("probed_copy")
+    folder = copy.patched_kernel_dir(
+        {"fused.cu": copy.patched((KERNEL_DIR / "fused.cu").read_text(), [DIVIDING])}, "divides-")
+    base = small_m_for(get_spec("hgemm_small_m_streamk"), Shape(16, 8192, 8192))
+
+    def findings(spec, dtype, arch):
+        mod = compile_stage(spec, dtype, arch)
+        mangled = mod.mangled(spec.name_expression(dtype))
+        sass = disasm.disassemble(mod.cubin_path, tool).kernel(mangled)
+        return _audit_evaluation(sass, arch, mod.resources[mangled])
+
+    ev = findings(dataclasses.replace(base, kernel_dir=folder), "bf16", "sm_90a")
+    (f,) = [f for f in ev.findings if f.code == "PS146"]
+    assert [e.value for e in f.evidence[:2]] == [4, 8] and f.estimated_gain is None
+    assert f.severity == "optimization"   # no counters, no estimate: never a warning
+    tma = [s for s in audit_specs() if "tma" in s.fingerprint]
+    assert len(tma) >= 10
+    for spec in tma:
+        for dtype in spec.dtypes:
+            for arch in spec.archs:
+                ev = findings(spec, dtype, arch)
+                assert "PS146" in ev.silent, (spec.name, dtype, arch, ev.findings)
+
+
+def _audit_evaluation(sass, arch, resources):
+    """The static audit's evaluation of one kernel (perfscope.audit's own call)."""
+    from perfscope.audit import _evaluate
+    from perfscope.rules import Context
+
+    return _evaluate(sass, arch, resources, Context(resources=resources))
 
 
 # ------------------------------------------------------------ bad input

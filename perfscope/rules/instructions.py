@@ -26,6 +26,7 @@ from perfscope.rules.facts import (
     total_instructions,
 )
 from perfscope.rules.model import Evidence, Hit, Inputs, NotCollected, Rule, need
+from perfscope.sass.loops import tma_leaf_loops
 
 # -- thresholds --
 # Chips where mma.sync (HMMA) is the legacy path: wgmma (sm_90) or tcgen05 (sm_100/103)
@@ -241,6 +242,63 @@ WGMMA_SERIALIZED = Rule(
         "no longer reports the serialization ({reason}).",
     reference="PTX ISA: Asynchronous Warpgroup Level Matrix Instructions (wgmma.fence, "
               "wgmma.commit_group, wgmma.wait_group)",
+)
+
+
+def _check_producer_division(inputs: Inputs) -> Hit | None:
+    """Symptom: (the static audit's, from the SASS, no counters) the innermost loop that
+    issues the kernel's TMA loads (UTMALDG) also divides by a value the compiler does not
+    know: the integer-division idiom, I2F.RP then MUFU.RCP and a dozen integer
+    instructions, once per k tile.
+    Why: in a warp-specialised TMA kernel one thread issues every load, one k tile per
+    iteration of this loop, so the loop is the only thing that refills the ring; what it
+    does per k tile besides the wait and the loads sets how fast the slots come back, and an
+    integer division (tens of dependent cycles) is most of such a loop. Index math that
+    changes once per tile (a tile's corner from its index: a grouped order, a stream-K
+    piece) belongs outside the k loop.
+    Fix: work out each tile's corner (and anything else that needs a division or a modulo)
+    once per tile or piece, before its k loop, and step k by addition inside it.
+    Estimate: none without counters; where it was measured it was large: a memory-bound
+    decode GEMM with a ring of 8 x 8 KB ran at 0.84 of the same work with the division
+    moved out of the loop.
+    Example:
+        before: for (kt = k0; kt < k1; ++kt) load(tile % tiles_m * BM, tile / tiles_m * BN, kt)
+        after:  m0 = tile % tiles_m * BM; n0 = tile / tiles_m * BN;
+                for (kt = k0; kt < k1; ++kt) load(m0, n0, kt)
+    Source: hgemm_small_m_streamk's first builds (H200, 2026-12-04, fused/README.md):
+    1.18x hgemm_small_m's time at 16 x 8192^2 with a CTA per tile, the parent's own work,
+    against 1.03x with the corner worked out once per piece; CUDA C++ Best Practices Guide:
+    integer division and modulo are expensive; seed 000 §4 (warp specialisation)."""
+    sass = need(inputs.context.sass, "the kernel's static SASS (its loops)")
+    loops = tma_leaf_loops(sass)
+    if not loops:
+        return None     # no TMA load in a loop, or branch targets that are labels
+    dividing = [t for t in loops if t.divisions]
+    if not dividing:
+        return None
+    worst = max(dividing, key=lambda t: t.divisions / t.loads)
+    return Hit((
+        Evidence("integer divisions (I2F.RP) in the innermost loop issuing TMA loads",
+                 worst.divisions, "0"),
+        Evidence("TMA loads (UTMALDG) in that loop", worst.loads, "-"),
+        Evidence("the loop's SASS instructions (its span)", worst.loop.size, "-"),
+        Evidence("such loops that divide / all innermost TMA-load loops",
+                 f"{len(dividing)} / {len(loops)}", "0"),
+    ), None)
+
+
+PRODUCER_DIVISION = Rule(
+    code="PS146", tag="producer-loop",
+    title="An integer division in the loop that issues the TMA loads",
+    severity="warning",
+    metrics=("static SASS: the innermost loops holding UTMALDG",),
+    check=_check_producer_division,
+    fix="Work out each tile's coordinates (and any other division or modulo) once per tile or "
+        "stream-K piece, before its k loop, and step k by addition inside it: the one thread "
+        "that issues every load runs this loop once per k tile, and the ring refills no "
+        "faster than it does.",
+    reference="CUDA C++ Best Practices Guide: Arithmetic Instructions (integer division and "
+              "modulo); PTX ISA: cp.async.bulk.tensor",
 )
 
 

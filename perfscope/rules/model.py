@@ -28,6 +28,7 @@ TAGS: tuple[str, ...] = (
     "register-spills", "occupancy-limited", "no-tensor-cores", "legacy-mma", "no-tma",
     "tail-effect", "small-grid", "l2-locality", "dram-bound", "store-inefficiency",
     "incorrect-result", "issue-overhead", "clock-held", "mma-serialized", "k-loop-math",
+    "producer-loop",
 )
 
 # Tags whose fixes remove the same time: within a group only the largest estimate counts
@@ -36,7 +37,7 @@ OVERLAP: Mapping[str, str] = {
     "no-tensor-cores": "instruction path", "legacy-mma": "instruction path",
     "no-tma": "instruction path", "mma-serialized": "instruction path",
     "latency-exposed": "latency", "occupancy-limited": "latency", "epilogue-exposed": "latency",
-    "k-loop-math": "latency",
+    "k-loop-math": "latency", "producer-loop": "latency",
     "uncoalesced-global": "global memory", "narrow-loads": "global memory",
     "no-data-reuse": "global memory", "small-tile": "global memory", "l2-locality": "global memory",
     "store-inefficiency": "global memory", "dram-bound": "roofline",
@@ -98,14 +99,16 @@ class Hit:
 @dataclass(frozen=True)
 class Context:
     """What a report cannot tell and the caller may: the stage (from the registry), the
-    element type, (for the static audit) what the compiler said about registers and spills,
-    and the machine's settings: launch attributes with the same value on every launch of
-    the captures judged together, which are the machine's and not the kernel's doing."""
+    element type, (for the static audit) what the compiler said about registers and spills
+    and the kernel's SASS in address order (its loops), and the machine's settings: launch
+    attributes with the same value on every launch of the captures judged together, which
+    are the machine's and not the kernel's doing."""
 
     stage: StageInfo | None = None
     dtype: str | None = None
     resources: ResourceUsage | None = None
     machine: Mapping[str, float] = field(default_factory=dict)
+    sass: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from perfscope.rules.instructions import (
     LEGACY_MMA,
     NO_TENSOR_CORES,
     NO_TMA,
+    PRODUCER_DIVISION,
     WGMMA_SERIALIZED,
 )
 from perfscope.rules.latency import (
@@ -75,10 +76,12 @@ REGISTRY: tuple[Rule, ...] = (
     UNVERIFIED,              # PS191
 )
 
-# Rules only the compiler's report can decide (ptxas's own words), so only the static
-# audit runs them: an ncu report carries no ptxas log.
+# Rules only the compiler's report can decide (ptxas's own words, or the SASS's loops), so
+# only the static audit runs them: an ncu report carries no ptxas log, and perfscope reads
+# no loops from a report's SASS.
 COMPILER_ONLY: tuple[Rule, ...] = (
     WGMMA_SERIALIZED,        # PS144
+    PRODUCER_DIVISION,       # PS146 (the SASS's loops, which perfscope reads only statically)
 )
 
 # The rules that need no counters, for `perfscope sass` (static SASS + ptxas resource
