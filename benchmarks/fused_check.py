@@ -228,14 +228,11 @@ class FusedLaunch:
              multiprocessors: int, splits: int | None = None) -> FusedLaunch:
         spec.check_shape(shape)
         block, smem = spec.block_dims(), spec.dynamic_smem_bytes()
-        if spec.name == STREAMK:
-            grid, _ = fused_geometry(spec, shape, multiprocessors)
-            return cls(spec, dtype, shape, function, driver, grid, block, smem)
-        if spec.name == SMALL_M:
+        if spec.name == SMALL_M and splits is not None:
             p = spec.param_dict
-            if splits is not None:
-                return cls(spec, dtype, shape, function, driver, small_m_grid_for(p, shape, splits),
-                           block, smem, splits * small_m_pair(p))
+            return cls(spec, dtype, shape, function, driver, small_m_grid_for(p, shape, splits),
+                       block, smem, splits * small_m_pair(p))
+        if spec.name in (SMALL_M, STREAMK):
             grid, cluster = fused_geometry(spec, shape, multiprocessors,
                                            cluster_fit(driver, function, block, smem))
             return cls(spec, dtype, shape, function, driver, grid, block, smem, cluster)

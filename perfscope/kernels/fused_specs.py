@@ -322,9 +322,8 @@ def _streamk_for(spec: KernelSpec, shape: Shape, pinned: Mapping[str, int]) -> K
     width (SMALL_M_THIN_STAGES) and A's box rows for M, each unless pinned."""
     check_small_m(spec, shape)
     bn = pinned.get("BN", small_m_width(shape))
-    chosen = {k: v for k, v in {"BN": bn,
-                                "STAGES": SMALL_M_THIN_STAGES.get(bn, spec.param_dict["STAGES"]),
-                                "AROWS": small_m_a_rows(shape.m, 64)}.items() if k not in pinned}
+    chosen = {k: v for k, v in {"BN": bn, **small_m_params(shape.m, bn, spec.param_dict["BK"], 64)
+                                }.items() if k not in pinned}
     return spec.with_params(**chosen) if chosen else spec
 
 

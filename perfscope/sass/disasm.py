@@ -70,7 +70,7 @@ class KernelSass:
         """Static count per opcode with its modifiers (``LDTM.x16``); NOP padding left out."""
         out: Counter[str] = Counter()
         for ins in self.instructions:
-            op = _opcode_with_modifiers(ins)
+            op = opcode_with_modifiers(ins)
             if op and op != "NOP":
                 out[op] += 1
         return out
@@ -104,7 +104,8 @@ class Disassembly:
                              f"{', '.join(k.name for k in self.kernels)}")
 
 
-def _opcode_with_modifiers(instruction: str) -> str:
+def opcode_with_modifiers(instruction: str) -> str:
+    """The opcode with its modifiers (``LDG.E.128``), the predicate guard dropped."""
     text = instruction.strip()
     if text.startswith("@"):
         parts = text.split(None, 1)

@@ -16,11 +16,13 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from perfscope.sass.disasm import base_opcode
+from perfscope.sass.disasm import opcode_with_modifiers as opcode
+
 INSTRUCTION_BYTES = 16
 # "@!P0 BRA 0x1f10", "@!P0 BRA P4, 0x1f10" (taken while P4 holds too), "BRA.U.ANY 0x1280"
 _BRANCH = re.compile(r"^(?:@!?U?P\w+\s+)?BRA(?P<mods>(?:\.[A-Z0-9_]+)*)\s+(?:!?U?P\w+,\s*)?"
                      r"0x(?P<target>[0-9a-fA-F]+)")
-_OPCODE = re.compile(r"^(?:@!?U?P\w+\s+)?(?P<op>[A-Z][A-Z0-9_.]*)")
 # The float conversion that starts an integer division or modulo by a value the compiler
 # does not know: I2F with round-toward-+infinity (I2F.RP, I2F.U32.RP), then MUFU.RCP.
 _DIVISION = re.compile(r"^I2F(?:\.[A-Z0-9]+)*\.RP$")
@@ -41,12 +43,6 @@ class Loop:
     def size(self) -> int:
         """Instructions in the loop, the back-edge included."""
         return self.last - self.first + 1
-
-
-def opcode(instruction: str) -> str:
-    """The opcode with its modifiers, the predicate guard dropped."""
-    m = _OPCODE.match(instruction.strip())
-    return m.group("op") if m else ""
 
 
 def loops(instructions: Sequence[str]) -> tuple[Loop, ...]:
@@ -88,7 +84,7 @@ def tma_loops(instructions: Sequence[str]) -> tuple[TmaLoop, ...]:
     ops = [opcode(ins) for ins in instructions]
     found: dict[Loop, int] = {}
     for i, op in enumerate(ops):
-        if op.split(".")[0] == TMA_LOAD and (lp := innermost(all_loops, i)) is not None:
+        if base_opcode(op) == TMA_LOAD and (lp := innermost(all_loops, i)) is not None:
             found[lp] = found.get(lp, 0) + 1
     return tuple(TmaLoop(lp, n, sum(1 for op in ops[lp.first:lp.last + 1] if _DIVISION.match(op)))
                  for lp, n in sorted(found.items(), key=lambda kv: kv[0].first))
