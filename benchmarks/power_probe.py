@@ -1,9 +1,12 @@
 """Is a GEMM held by the power cap? The same kernel's cycles and clock, on random and on zero inputs.
 
     PYTHONPATH=. python3 benchmarks/power_probe.py --out PROBE.json [--rounds 6] [--runs 20]
+        [--shape MxNxK ...] [--config NAME ...]
 
-hgemm_tma_wgmma_persistent at 4096^3 (bf16 and fp16), in two configurations the tune store
-ranks about equal (STAGES 3 BOXES 4, the tuned best, and STAGES 4 BOXES 2), compiled from a
+hgemm_tma_wgmma_persistent at 4096^3 (bf16 and fp16; --shape for others), in two
+configurations the tune store ranked about equal on 2026-12-02 (STAGES 3 BOXES 4 and STAGES
+4 BOXES 2) and in the deferred-store configuration it ranks best since ("tuned"; --config
+picks among them), compiled from a
 copy of hopper.cuh in a temporary folder (KernelSpec.kernel_dir) with one probe added: the
 first consumer thread of each CTA reads clock64 (the SM's cycles) and %globaltimer (ns) at
 the kernel's start and end. Each configuration is verified against float64, then timed by
@@ -15,7 +18,11 @@ the clock the multiprocessor ran at) from the last launch of each batch, and NVM
 The cycles a kernel needs do not depend on its data; its power does. Where the same cycles
 take less time on zeros, the clock was held by the power cap, not by the work, and a change
 that saves cycles buys time only as far as it saves energy: the two configurations show
-how far (PS171 in perfscope/rules/clock.py cites this file).
+how far (PS171 in perfscope/rules/clock.py cites this file). Each row also gives the
+TFLOP/s of each batch's last launch (the one the probe holds) as a fraction of the dense
+BF16/FP16 peak at the clock that launch ran at (4096 FLOP per clock per SM: 989.4 TFLOP/s
+at 1830 MHz on 132 SMs), median over the batches: the figure issue 20 holds the Hopper
+stage to, where NVML's reading between batches would put the peak at 1980 MHz.
 """
 
 from __future__ import annotations
@@ -31,14 +38,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from probed_copy import patched, probed_kernel_dir
+from sustained_clock import DENSE_FLOP_PER_CLOCK_PER_SM
 
+from perfscope.errors import PerfscopeError
 from perfscope.kernels import Shape, get_spec
-from perfscope.kernels.spec import KERNEL_DIR
+from perfscope.kernels.spec import KERNEL_DIR, parse_shape
 
 SHAPE = Shape(4096, 4096, 4096)
 DTYPES = ("bf16", "fp16")
 CONFIGS = {"STAGES=3 BOXES=4": dict(STAGES=3, GROUP=4, BOXES=4, STREAMK=0),
-           "STAGES=4 BOXES=2": dict(STAGES=4, GROUP=4, BOXES=2, STREAMK=0)}
+           "STAGES=4 BOXES=2": dict(STAGES=4, GROUP=4, BOXES=2, STREAMK=0),
+           "tuned": dict(STAGES=4, GROUP=16, BOXES=1, STREAMK=0, DEFER=1)}
 MAX_CTAS = 160
 FLUSH_BYTES = 512 << 20
 
@@ -78,7 +88,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--shape", action="append", default=[], help="MxNxK (repeatable; default "
+                    f"{SHAPE})")
+    ap.add_argument("--config", action="append", default=[], choices=sorted(CONFIGS),
+                    help="a configuration to probe (repeatable; default all)")
     args = ap.parse_args(argv)
+    try:
+        shapes = [parse_shape(s) for s in args.shape] or [SHAPE]
+    except PerfscopeError as exc:
+        print(f"power_probe: {exc}", file=sys.stderr)
+        return 2
+    configs = {k: CONFIGS[k] for k in (args.config or CONFIGS)}
     import cupy as cp
 
     from perfscope import verify
@@ -91,18 +111,19 @@ def main(argv: list[str] | None = None) -> int:
     env = collect_environment(cp)
     flush, nvml = L2Flush(cp, FLUSH_BYTES, "read"), ClockReader()
     rows = []
-    for dtype in DTYPES:
+    sms = env.sm_count or 132
+    for shape, dtype in [(s, d) for s in shapes for d in DTYPES]:
         preps = {}
-        for name, params in CONFIGS.items():
-            prep = prepare(base.with_params(**params), dtype, SHAPE)
+        for name, params in configs.items():
+            prep = prepare(base.with_params(**params), dtype, shape)
             v = verify.verify(prep, 1)
             if v.verdict != "ok":
                 print(f"{dtype} {name}: verification {v.verdict}; not timed")
                 continue
             preps[name] = prep
-        a, b = verify.make_inputs(cp, SHAPE, dtype, 7)
+        a, b = verify.make_inputs(cp, shape, dtype, 7)
         inputs = {"random": (a, b), "zeros": (cp.zeros_like(a), cp.zeros_like(b))}
-        c = cp.empty((SHAPE.m, SHAPE.n), dtype=a.dtype)
+        c = cp.empty((shape.m, shape.n), dtype=a.dtype)
         got: dict[tuple[str, str], dict[str, list[float]]] = {}
         for rnd in range(args.rounds):
             order = list(preps.items()) if rnd % 2 == 0 else list(preps.items())[::-1]
@@ -121,26 +142,35 @@ def main(argv: list[str] | None = None) -> int:
                     mhz = nvml.sm_mhz()
                     events[-1][1].synchronize()
                     cycles, clock = per_cta(cp.asnumpy(probe[: prep.grid[0]]).tolist())
-                    r = got.setdefault((name, kind), {"ms": [], "cycles": [], "mhz": [], "nvml": []})
+                    r = got.setdefault((name, kind), {"ms": [], "cycles": [], "mhz": [], "nvml": [],
+                                                      "last_of_peak": []})
                     r["ms"] += [cp.cuda.get_elapsed_time(s, e) for s, e in events]
+                    # The probe holds the batch's last launch: its own time against the peak
+                    # at its own clock (the card heats up within a batch).
+                    r["last_of_peak"].append(shape.flops / (r["ms"][-1] * 1e-3) / 1e12
+                                             / (sms * DENSE_FLOP_PER_CLOCK_PER_SM * clock * 1e-6))
                     r["cycles"].append(cycles)
                     r["mhz"].append(clock)
                     if mhz is not None:
                         r["nvml"].append(float(mhz))
         for (name, kind), r in got.items():
             ms = statistics.median(r["ms"])
-            row = {"dtype": dtype, "shape": str(SHAPE), "config": name, "inputs": kind,
-                   "ms_median": ms, "tflops": SHAPE.flops / (ms * 1e-3) / 1e12,
+            tflops = shape.flops / (ms * 1e-3) / 1e12
+            kernel_mhz = statistics.median(r["mhz"])
+            row = {"dtype": dtype, "shape": str(shape), "config": name, "inputs": kind,
+                   "ms_median": ms, "tflops": tflops,
+                   "of_peak_at_kernel_clock": statistics.median(r["last_of_peak"]),
                    "cta_cycles_median": statistics.median(r["cycles"]),
-                   "in_kernel_mhz_median": statistics.median(r["mhz"]),
+                   "in_kernel_mhz_median": kernel_mhz,
                    "nvml_mhz_median": statistics.median(r["nvml"]) if r["nvml"] else None,
                    "batches": len(r["cycles"])}
             rows.append(row)
             print(f"{dtype} {name:17s} {kind:6s} {ms * 1e3:7.1f} us {row['tflops']:6.1f} TFLOP/s "
                   f"{row['cta_cycles_median']:9.0f} cycles {row['in_kernel_mhz_median']:6.0f} MHz "
-                  f"(NVML {row['nvml_mhz_median']})", flush=True)
+                  f"(NVML {row['nvml_mhz_median']}), {row['of_peak_at_kernel_clock']:.3f} of "
+                  "peak at that clock", flush=True)
     doc = {"schema": "perfscope.power-probe/1", "stage": "hgemm_tma_wgmma_persistent",
-           "configs": CONFIGS, "environment": dataclasses.asdict(env), "rows": rows,
+           "configs": configs, "environment": dataclasses.asdict(env), "rows": rows,
            "flush_bytes": FLUSH_BYTES, "runs": args.runs,
            "rounds": args.rounds, "command": "PYTHONPATH=. python3 benchmarks/power_probe.py "
            + " ".join(argv if argv is not None else sys.argv[1:]),

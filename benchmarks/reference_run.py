@@ -164,6 +164,14 @@ KEPT: dict[str, str] = {
     "power_probe.json": "`power_probe.json`: `PYTHONPATH=. python3 benchmarks/power_probe.py --out "
                         "power_probe.json`: the persistent stage's cycles and in-kernel clock on "
                         "random and on all-zero inputs (PS171's evidence).",
+    "power-probe-tuned.json": "`power-probe-tuned.json`: `PYTHONPATH=. python3 "
+                              "benchmarks/power_probe.py --out power-probe-tuned.json --config "
+                              "tuned --shape 4096x4096x4096 --shape 8192x8192x8192`: the tuned "
+                              "persistent stage's share of the dense peak at its in-kernel clock.",
+    "energy-per-launch.json": "`energy-per-launch.json`: `PYTHONPATH=. python3 "
+                              "benchmarks/energy_per_launch.py --out energy-per-launch.json`: "
+                              "stages and cuBLAS back to back at the power cap, alternating: time, "
+                              "NVML energy and clock per launch.",
     "bench_clock.json": "`bench_clock.json`: `PYTHONPATH=. python3 benchmarks/bench_clock.py`: "
                         "the SM clock while bench-style launches run, read by a probe warp on "
                         "every SM before, during and after each launch (NVML reads 1980 MHz; "

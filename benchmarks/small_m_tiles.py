@@ -1,6 +1,6 @@
 """hgemm_small_m's tile shape at M = 128 and 256, measured, before small_m_for's choice changes.
 
-    PYTHONPATH=. python3 benchmarks/small_m_tiles.py [--multicast | --pairs] [--out FILE]
+    PYTHONPATH=. python3 benchmarks/small_m_tiles.py [--multicast | --pairs | --decode] [--out FILE]
 
 The question it answers: at M = 256 the host takes BM 256 x BN 128 where N is 8192 or
 more (four m64n128 fragments per CTA, so wgmma reads B from shared memory four times per k
@@ -22,6 +22,11 @@ the 256-row tile and against unpaired 128 x 64 tiles, at M = 256 (and 192) over 
 fp16. Answer (2026-12-02, fused/small-m-pairs.json): paired 128 x 128 tiles 1.02-1.15x the
 256-row tile's speed at N = 8192; paired 128 x 64 tiles 1.03-1.06x unpaired at K = 14336,
 1.01-1.03x at 8192, 0.96-0.97x at 4096 (fused_specs.small_m_pairs holds the thresholds).
+
+``--decode`` asks it of the M <= 64 shapes, where the host takes 64 columns (128 at
+N = 14336) and splits K over clusters to fill the SMs: do wider tiles, split more ways, read
+B faster? A 64-column tile reads 128 contiguous bytes of each of B's rows per k tile; 128
+and 256 columns read 256 and 512.
 """
 
 from __future__ import annotations
@@ -53,6 +58,25 @@ PAIR_CONFIGS = (None, {"BM": 256, "BN": 128, "MPAIR": 1}, {"BM": 128, "BN": 128,
                 {"BM": 128, "BN": 64, "MPAIR": 1}, {"BM": 128, "BN": 64, "MPAIR": 2})
 PAIR_SHAPES = ((256, 4096, 4096), (256, 8192, 8192), (256, 14336, 4096), (256, 4096, 14336),
                (256, 4096, 8192), (256, 8192, 4096), (192, 8192, 8192))
+# --decode: at issue 19's M <= 64 shapes, the host's choice against each width (split-K
+# fills the SMs: split_count), bf16 and fp16.
+DECODE_CONFIGS = (None, {"BN": 64}, {"BN": 128}, {"BN": 256})
+DECODE_SHAPES = tuple((m, n, k) for m in (16, 64)
+                      for n, k in ((4096, 4096), (8192, 8192), (14336, 4096), (4096, 14336)))
+
+
+def plan_jobs(mode: str) -> list:
+    """Every job of one mode ("tiles", "multicast", "pairs" or "decode"), in order."""
+    configs, shapes, dtypes = {
+        "multicast": (MULTICAST_CONFIGS, MULTICAST_SHAPES, ["bf16", "fp16"]),
+        "pairs": (PAIR_CONFIGS, PAIR_SHAPES, ["bf16", "fp16"]),
+        "decode": (DECODE_CONFIGS, DECODE_SHAPES, ["bf16", "fp16"]),
+        "tiles": (CONFIGS, SHAPES, ["bf16"])}[mode]
+    jobs = []
+    for m, n, k in shapes:
+        for cfg in configs:
+            jobs += bench.plan(["hgemm_small_m"], dtypes, Shape(m, n, k), cfg)
+    return jobs
 
 
 def main() -> int:
@@ -64,19 +88,15 @@ def main() -> int:
                     help="time MCAST=1 against MCAST=2 instead of the tile shapes")
     ap.add_argument("--pairs", action="store_true",
                     help="time M-tile pairs sharing B (MPAIR=2) at M = 256 instead")
+    ap.add_argument("--decode", action="store_true",
+                    help="time the tile widths at M <= 64 instead")
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
-    mode = "multicast" if args.multicast else "pairs" if args.pairs else "tiles"
+    mode = ("multicast" if args.multicast else "pairs" if args.pairs
+            else "decode" if args.decode else "tiles")
     out = args.out or Path("reports/reference/h200/fused") / f"small-m-{mode}.json"
-    configs, shapes, dtypes = {
-        "multicast": (MULTICAST_CONFIGS, MULTICAST_SHAPES, ["bf16", "fp16"]),
-        "pairs": (PAIR_CONFIGS, PAIR_SHAPES, ["bf16", "fp16"]),
-        "tiles": (CONFIGS, SHAPES, ["bf16"])}[mode]
-    jobs = []
-    for m, n, k in shapes:
-        for cfg in configs:
-            jobs += bench.plan(["hgemm_small_m"], dtypes, Shape(m, n, k), cfg)
+    jobs = plan_jobs(mode)
     done = []
     try:
         for man in bench.run_jobs(jobs, bench.BenchOptions(runs=args.runs, rounds=args.rounds)):

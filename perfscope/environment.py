@@ -82,6 +82,17 @@ class ClockReader:
                 return None
         return None
 
+    def energy_mj(self) -> int | None:
+        """The card's energy counter since the driver loaded, in mJ (NVML only: nvidia-smi
+        has no such query); None where NVML cannot say. Differences of two readings are what
+        the card drew between them, all of it, not one kernel's share."""
+        if self._nvml is None:
+            return None
+        try:
+            return int(self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle))
+        except Exception:  # a card or driver without the counter: a missing figure
+            return None
+
     def info(self) -> dict[str, str]:
         """Driver version and clock limits as found (nothing here changes them)."""
         out: dict[str, str] = {}

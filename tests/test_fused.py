@@ -834,3 +834,21 @@ def test_bench_fused_plans_every_shape_it_times():
     assert by_m[256] == {"hgemm_fused_bias_act", "hgemm_small_m"}
     assert by_m[4096] == {"hgemm_fused_bias_act", "hgemm_fused_pingpong", "hgemm_fused_quant"}
     assert len(jobs) == 2 * len(bf.NK) * (3 + 3 + 2 + 4)   # fp8 and int8 quant jobs at 4096
+
+
+def test_small_m_tiles_decode_mode_plans_each_width_with_the_split_that_fills_the_sms():
+    """benchmarks/small_m_tiles.py --decode: at every M <= 64 shape the host's choice and
+    64, 128 and 256 columns, each planned without a refusal; a wider tile splits K more
+    ways so the grid still covers the SMs (fused/small-m-decode.json measured them)."""
+    from perfscope.kernels.fused_specs import fused_geometry
+
+    tiles = benchmark_script("small_m_tiles")
+    jobs = tiles.plan_jobs("decode")
+    assert len(jobs) == 2 * len(tiles.DECODE_SHAPES) * len(tiles.DECODE_CONFIGS)
+    assert all(j.refusal is None for j in jobs)
+    grid = {(j.shape, j.spec.param_dict["BN"]): fused_geometry(j.spec, j.shape, 132)
+            for j in jobs}
+    assert grid[(Shape(16, 8192, 8192), 64)] == ((128, 1, 1), 1)
+    assert grid[(Shape(16, 8192, 8192), 128)] == ((128, 1, 1), 2)
+    assert grid[(Shape(16, 8192, 8192), 256)] == ((128, 1, 1), 4)
+    assert grid[(Shape(64, 4096, 14336), 256)] == ((128, 1, 1), 8)

@@ -223,7 +223,7 @@ def test_processes_that_run_kernels_never_load_the_report_reader(module):
 
 
 @pytest.mark.parametrize("script", ["bench_h200", "bench_fused", "tune_h200", "fused_check", "hmma_ceiling",
-                                    "wgmma_ceiling", "power_probe",
+                                    "wgmma_ceiling", "power_probe", "energy_per_launch",
                                     "sustained_clock"])
 def test_benchmarks_that_run_kernels_never_load_the_report_reader(script):
     # The reference run starts these as processes of their own so that CuPy may load in

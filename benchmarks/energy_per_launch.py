@@ -1,0 +1,217 @@
+"""Energy per launch: what a GEMM costs the card where the power cap, not the work, sets the clock.
+
+    PYTHONPATH=. python3 benchmarks/energy_per_launch.py --out FILE [--seconds 0.5] [--rounds 4]
+
+bench times each launch after an L2 flush, in batches of 20, and at 4096^3 the card is
+already held by its 700 W cap there (power_probe.json: 1.63 GHz inside the kernel on random
+inputs, 1.80 on zeros, with NVML saying 1980 between batches). Two kernels that take the
+same cycles then differ in time only as far as they differ in energy. This script measures
+that energy: each case (a stage, its pinned parameters, a dtype and a shape) is verified
+against float64, then launched back to back with no flush (the steady state of a training
+or prefill loop) for about --seconds per segment, and NVML's total-energy counter, read
+before and after each segment, gives the card's energy per launch (all of it: the idle
+draw is in every case alike). CUDA events give the time per launch and NVML's SM clock is
+sampled while the segment runs. The cases of one shape alternate in --rounds rounds,
+reversed every other round, so the card's temperature drifts over all of them alike; each
+row has the medians over the rounds and each case's ratios to the shape's first case.
+(benchmarks/sustained_clock.py runs one kernel at a time for 2 s and samples the clock,
+power and throttle reasons; this script alternates the cases and counts energy.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from perfscope.kernels import Shape, get_spec
+
+log = logging.getLogger("energy_per_launch")
+
+# (label, stage, pinned parameters): the first case of each shape is the one the others
+# are held against. "tuned" is the tune store's best configuration for that shape
+# (reports/reference/h200/tune/tune.md and fused/tune/tune-fused.md, bf16).
+_PERSISTENT_TUNED = {"STAGES": 4, "GROUP": 16, "BOXES": 1, "DEFER": 1}
+CASES: dict[tuple[int, int, int], tuple[tuple[str, str, dict[str, int]], ...]] = {
+    (4096, 4096, 4096): (
+        ("cublas", "cublas_bgemm", {}),
+        ("persistent", "hgemm_tma_wgmma_persistent", {}),
+        ("persistent tuned", "hgemm_tma_wgmma_persistent", _PERSISTENT_TUNED),
+        ("cluster", "hgemm_tma_wgmma_cluster", {}),
+    ),
+    (4096, 4096, 14336): (
+        ("cublas+gelu", "cublas+gelu", {}),
+        ("cublas", "cublas_bgemm", {}),
+        ("fused_bias_act", "hgemm_fused_bias_act", {}),
+        ("fused_bias_act tuned", "hgemm_fused_bias_act",
+         {"STAGES": 3, "GROUP": 16, "BOXES": 2, "STREAMK": 3, "DEFER": 0}),
+        ("persistent tuned", "hgemm_tma_wgmma_persistent", _PERSISTENT_TUNED),
+    ),
+    (8192, 8192, 8192): (
+        ("cublas", "cublas_bgemm", {}),
+        ("persistent tuned", "hgemm_tma_wgmma_persistent", _PERSISTENT_TUNED),
+        ("streamk", "hgemm_tma_wgmma_streamk", {}),
+        ("cluster", "hgemm_tma_wgmma_cluster", {}),
+    ),
+}
+DTYPE = "bf16"
+SEED = 7
+
+
+@dataclasses.dataclass(frozen=True)
+class Segment:
+    """One stretch of back-to-back launches: how many, their time and the card's energy."""
+
+    launches: int
+    ms: float
+    energy_mj: int | None
+    mhz: tuple[float, ...]
+
+
+class Case:
+    """A verified, prepared stage with its own inputs and output."""
+
+    def __init__(self, cp, label: str, stage: str, params: dict[str, int], shape: Shape):
+        from perfscope import verify
+        from perfscope.kernels.launch import output_array, prepare
+
+        spec = get_spec(stage)
+        self.label, self.cp = label, cp
+        self.prep = prepare(spec.with_params(**params) if params else spec, DTYPE, shape)
+        v = verify.verify(self.prep, SEED)
+        self.verdict = v.verdict
+        epi = self.prep.epilogue
+        self.a, self.b = verify.make_inputs(cp, shape, DTYPE, SEED, scaled=epi is not None)
+        self.c = output_array(cp, self.prep)
+        self.extra = (verify.make_epilogue_operands(cp, shape, DTYPE, SEED, epi)
+                      if epi is not None else None)
+
+    def launch(self) -> None:
+        self.prep.launch(self.a, self.b, self.c, self.extra)
+
+    def launches_for(self, seconds: float) -> int:
+        """How many launches fill about `seconds`, from a timed batch of 10."""
+        cp = self.cp
+        for _ in range(3):
+            self.launch()
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        for _ in range(10):
+            self.launch()
+        end.record()
+        end.synchronize()
+        per = cp.cuda.get_elapsed_time(start, end) / 10 / 1e3
+        return max(20, int(seconds / per))
+
+    def segment(self, launches: int, clock) -> Segment:
+        cp = self.cp
+        for _ in range(3):
+            self.launch()
+        cp.cuda.get_current_stream().synchronize()
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        e0 = clock.energy_mj()
+        start.record()
+        for _ in range(launches):
+            self.launch()
+        end.record()
+        mhz = []
+        while not end.done:
+            v = clock.sm_mhz()
+            if v is not None:
+                mhz.append(v)
+            time.sleep(0.01)
+        end.synchronize()
+        e1 = clock.energy_mj()
+        return Segment(launches, cp.cuda.get_elapsed_time(start, end),
+                       None if e0 is None or e1 is None else e1 - e0, tuple(mhz))
+
+
+def run_shape(cp, shape: Shape, cases, clock, opts) -> list[dict]:
+    """Every case of one shape, alternating in rounds; a row per case."""
+    ready = []
+    for label, stage, params in cases:
+        case = Case(cp, label, stage, params, shape)
+        if case.verdict != "ok":
+            log.warning("%s %s: verification %s; not measured", shape, label, case.verdict)
+            continue
+        ready.append((case, case.launches_for(opts.seconds)))
+    got: dict[str, list[Segment]] = {c.label: [] for c, _ in ready}
+    for rnd in range(opts.rounds):
+        for case, n in (ready if rnd % 2 == 0 else ready[::-1]):
+            got[case.label].append(case.segment(n, clock))
+    rows = []
+    for case, _ in ready:
+        segs = got[case.label]
+        us = statistics.median(s.ms * 1e3 / s.launches for s in segs)
+        mj = [s.energy_mj / s.launches for s in segs if s.energy_mj is not None]
+        watts = [s.energy_mj / s.ms for s in segs if s.energy_mj is not None]
+        mhz = [m for s in segs for m in s.mhz]
+        params = case.prep.spec.param_dict
+        rows.append({"shape": str(shape), "dtype": DTYPE, "case": case.label,
+                     "stage": case.prep.spec.name, "params": params,
+                     "launches_per_segment": segs[0].launches, "segments": len(segs),
+                     "us_per_launch": round(us, 2),
+                     "tflops": round(shape.flops / (us * 1e-6) / 1e12, 1),
+                     "mj_per_launch": round(statistics.median(mj), 3) if mj else None,
+                     "watts": round(statistics.median(watts), 1) if watts else None,
+                     "nvml_mhz_median": statistics.median(mhz) if mhz else None})
+    base = rows[0] if rows else None
+    for r in rows:
+        r["time_vs_first"] = round(r["us_per_launch"] / base["us_per_launch"], 4)
+        if r["mj_per_launch"] is not None and base["mj_per_launch"]:
+            r["energy_vs_first"] = round(r["mj_per_launch"] / base["mj_per_launch"], 4)
+        log.info("%s %-22s %8.1f us %6.1f TFLOP/s %8s mJ %6s W %6s MHz  time %.3f energy %s",
+                 shape, r["case"], r["us_per_launch"], r["tflops"], r["mj_per_launch"],
+                 r["watts"], r["nvml_mhz_median"], r["time_vs_first"], r.get("energy_vs_first"))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--seconds", type=float, default=0.5, help="per segment")
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--shape", action="append", default=[],
+                    help="MxNxK, one of the built-in shapes (repeatable; default all)")
+    args = ap.parse_args(argv)
+    if args.seconds <= 0 or args.rounds < 1:
+        print("energy_per_launch: --seconds must be positive and --rounds at least 1",
+              file=sys.stderr)
+        return 2
+    wanted = [tuple(int(x) for x in s.lower().split("x")) for s in args.shape] or list(CASES)
+    unknown = [s for s in wanted if s not in CASES]
+    if unknown:
+        print(f"energy_per_launch: no cases for {unknown[0]}; built in: "
+              + ", ".join("x".join(map(str, s)) for s in CASES), file=sys.stderr)
+        return 2
+    import cupy as cp
+
+    from perfscope.environment import ClockReader, collect_environment
+
+    clock = ClockReader()
+    if clock.energy_mj() is None:
+        print("energy_per_launch: NVML's energy counter is not readable here", file=sys.stderr)
+        return 2
+    rows = []
+    for m, n, k in wanted:
+        rows += run_shape(cp, Shape(m, n, k), CASES[(m, n, k)], clock, args)
+    doc = {"schema": "perfscope.energy-per-launch/1",
+           "environment": dataclasses.asdict(collect_environment(cp)), "rows": rows,
+           "seconds": args.seconds, "rounds": args.rounds,
+           "command": "PYTHONPATH=. python3 benchmarks/energy_per_launch.py "
+           + " ".join(argv if argv is not None else sys.argv[1:]),
+           "time": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    log.info("wrote %s", args.out)
+    return 0 if rows else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

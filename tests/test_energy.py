@@ -1,0 +1,71 @@
+"""The power-cap probes on the CPU: benchmarks/energy_per_launch.py and power_probe.py refuse
+bad input in one sentence before touching a GPU, their cases plan, and ClockReader reads
+NVML's energy counter (None where it cannot)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import benchmark_script
+
+from perfscope import environment
+from perfscope.kernels import get_spec
+
+
+@pytest.fixture(scope="module")
+def energy():
+    return benchmark_script("energy_per_launch")
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--shape", "1x2x3"], "no cases for (1, 2, 3)"),
+    (["--seconds", "0"], "--seconds must be positive"),
+    (["--rounds", "0"], "--rounds at least 1"),
+])
+def test_energy_probe_refuses_bad_input_in_one_sentence(energy, tmp_path, capsys, argv, says):
+    out = tmp_path / "e.json"
+    assert energy.main(["--out", str(out), *argv]) == 2
+    err = capsys.readouterr().err
+    assert says in err and err.count("\n") == 1
+    assert not out.exists()
+
+
+def test_energy_probe_cases_name_real_stages_and_parameters(energy):
+    for shape, cases in energy.CASES.items():
+        assert len(shape) == 3
+        labels = [label for label, _, _ in cases]
+        assert len(set(labels)) == len(labels)
+        # The first case is what the others are held against: a cuBLAS reference.
+        assert get_spec(cases[0][1]).is_reference
+        for _, stage, params in cases:
+            spec = get_spec(stage)
+            assert set(params) <= set(spec.param_dict)
+            spec.with_params(**params)   # a value the stage refuses raises here
+
+
+def test_power_probe_refuses_a_bad_shape(tmp_path, capsys):
+    probe = benchmark_script("power_probe")
+    assert probe.main(["--out", str(tmp_path / "p.json"), "--shape", "4096x"]) == 2
+    assert "is not of the form MxNxK" in capsys.readouterr().err
+    assert "tuned" in probe.CONFIGS and probe.CONFIGS["tuned"]["DEFER"] == 1
+
+
+class _FakeNvml:
+    def __init__(self, mj):
+        self.mj = mj
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle):
+        if isinstance(self.mj, Exception):
+            raise self.mj
+        return self.mj
+
+
+def _reader(nvml):
+    clock = environment.ClockReader.__new__(environment.ClockReader)
+    clock._nvml, clock._handle, clock._smi, clock._bus_id = nvml, object(), None, None
+    return clock
+
+
+def test_energy_counter_reads_nvml_and_is_none_without_it():
+    assert _reader(_FakeNvml(123456)).energy_mj() == 123456
+    assert _reader(None).energy_mj() is None
+    assert _reader(_FakeNvml(RuntimeError("not supported"))).energy_mj() is None
