@@ -279,11 +279,13 @@ def rules_table(
 
 @app.command()
 def kernels(
-    bench: Path | None = typer.Option(None, "--bench", help="bench.json (or its folder) the ratios "
-                                      "come from (default: the committed H200 reference run)."),
+    bench: Path | None = typer.Option(None, "--bench", help="A bench file the ratios come from, "
+                                      "or a reference run's folder (its bench.json, "
+                                      "fused/bench-fused.json and fp8/ files; default: the "
+                                      "committed H200 reference run)."),
     as_json: bool = typer.Option(False, "--json", help="Print the listing as JSON."),
 ) -> None:
-    """The stages perfscope builds: parent, what each changes, arch, best measured ratio."""
+    """The stages perfscope builds: parent, what each changes, arch, measured ratios."""
 
     _show(kernels_table(bench if bench is not None else reference_root() / "h200"), _fmt(as_json))
 

@@ -79,18 +79,27 @@ class KernelRow:
     change: str
     variant: bool
     label: str                     # "compiled, never run" or ""
-    best_ratio: float | None       # median ratio to cuBLAS, best over dtypes
+    best_ratio: float | None       # median ratio to its reference, best over dtypes and shapes
     best_dtype: str | None
-    measured_in: str | None        # the bench file the ratio comes from
+    measured_in: str | None        # the bench file(s) the ratios come from
+    ratio_low: float | None = None  # the lowest shape's best ratio (several shapes timed)
+    shapes: int = 0                # shapes with a timed row at the stage's defaults
+    reference: str | None = None   # what it was timed against (cublas_bgemm, cublas+gelu, ...)
 
     @property
     def ratio_text(self) -> str:
-        """The ratio column: the best ratio with its dtype, the label, or why there is no ratio."""
+        """The ratio column: the best ratio with its dtype (the range over shapes where there
+        are several), what it was held against where that is not plain cuBLAS, the label, or
+        why there is no ratio."""
         if self.label:
             return self.label
         if self.best_ratio is None:
             return "not timed" if self.family != "cublas" else "reference"
-        return f"{self.best_ratio:.2f} ({self.best_dtype})"
+        against = (f" vs {self.reference}" if self.reference
+                   and not self.reference.startswith("cublas_") else "")
+        if self.shapes > 1 and self.ratio_low is not None:
+            return f"{self.ratio_low:.2f}-{self.best_ratio:.2f}{against} ({self.shapes} shapes)"
+        return f"{self.best_ratio:.2f} ({self.best_dtype}){against}"
 
 
 @dataclass(frozen=True)

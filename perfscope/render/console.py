@@ -248,7 +248,7 @@ def _profile(doc: ProfileSummary, color: bool = False, width: int | None = None)
 def _kernels(doc: KernelsTable, color: bool = False, width: int | None = None) -> str:
     rows = ((row.name + (" (variant)" if row.variant else ""), row.parent or "-",
              ", ".join(row.archs), row.ratio_text, row.change) for row in doc.rows)
-    return _text(_table(("stage", "parent", "arch", "best vs cuBLAS", "what it changes"), rows,
+    return _text(_table(("stage", "parent", "arch", "vs reference", "what it changes"), rows,
                         _width(width)), color, width)
 
 
