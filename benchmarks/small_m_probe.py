@@ -1,6 +1,6 @@
 """Where hgemm_small_m's time goes: per-CTA %globaltimer probes against a bulk read.
 
-    PYTHONPATH=. python3 benchmarks/small_m_probe.py [--against-source OLD_FUSED_CU] [--launch-paths]
+    PYTHONPATH=. python3 benchmarks/small_m_probe.py [--against-source OLD_FUSED_CU] [--launch-paths | --ramp]
                                                      [--dtype bf16] [--out FILE.json]
 
 Builds hgemm_small_m from fused.cu with six probes added (every CTA's start, its first
@@ -11,7 +11,12 @@ same bytes with the same probes at its start and end. The events minus the span 
 first CTA's start to the last one's end is what the launch costs outside the CTAs;
 ``--launch-paths`` (instead of the rest) times that for the same bulk read launched four ways (cupy's
 cuLaunchKernel; perfscope's cuLaunchKernelEx; with three __grid_constant__ tensor maps; with
-256 threads) beside hgemm_small_m at 16x8192x8192, in interleaved repeats.
+256 threads) beside hgemm_small_m at 16x8192x8192, in interleaved repeats. ``--ramp``
+(instead of the rest) takes the first microsecond apart: clock64 in the producer thread at
+its start, after the barriers' init and fence, after the tensor maps' prefetch, after the
+first k tile's loads are issued and after the whole first ring's, and in the first consumer
+thread once the first k tile has landed (the same SM's counter, so cycle-exact), with
+%globaltimer at the start and at the landing for the clock.
 
 With ``--against-source`` (a fused.cu of another revision, e.g. ``git show
 c04db22:perfscope/kernels/fused.cu > old.cu``; the probes' anchors hold from c04db22 on)
@@ -95,6 +100,47 @@ def patch_probes(source: str) -> str:
     return source
 
 
+RAMP_STEPS = ("barriers initialised", "tensor maps prefetched", "first k tile issued",
+              "first ring issued", "first k tile landed")
+RAMP_DECL = r"""
+__device__ unsigned long long ps_ramp[8][2048];
+__device__ __forceinline__ unsigned long long ps_gtime() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+"""
+# Rows of ps_ramp: 0 the producer's start, 1-4 RAMP_STEPS[:4] (clock64), 5 the landing
+# (clock64, first consumer thread), 6 and 7 %globaltimer at the start and at the landing.
+_RAMP_PATCHES = (
+    (_PATCHES[0][0], RAMP_DECL + r"\1"),
+    (_PATCHES[1][0],
+     r"\1    const int ps_cta = blockIdx.y * gridDim.x + blockIdx.x;\n"
+     r"    if (tid == 0) { ps_ramp[0][ps_cta] = clock64(); ps_ramp[6][ps_cta] = ps_gtime(); }\n"),
+    (r"(        tma::mbar_init_fence\(\);\n)(        tma::prefetch_tmap\(&tmap_a\);\n"
+     r"        tma::prefetch_tmap\(&tmap_b\);\n        tma::prefetch_tmap\(&tmap_c\);\n)"
+     r"        for \(int i = 0; i < early; \+\+i\) issue\(i\);\n",
+     r"\1        ps_ramp[1][ps_cta] = clock64();\n\2        ps_ramp[2][ps_cta] = clock64();\n"
+     r"        for (int i = 0; i < early; ++i) {\n            issue(i);\n"
+     r"            if (i == 0) ps_ramp[3][ps_cta] = clock64();\n        }\n"
+     r"        ps_ramp[4][ps_cta] = clock64();\n"),
+    (_PATCHES[3][0],
+     r"\1            if (i == 0 && ct == 0) { ps_ramp[5][ps_cta] = clock64(); "
+     r"ps_ramp[7][ps_cta] = ps_gtime(); }\n"),
+)
+
+
+def patch_ramp(source: str) -> str:
+    """fused.cu with hgemm_small_m's ramp probes (--ramp); a ValueError names an anchor
+    that is not there exactly once."""
+    for pattern, repl in _RAMP_PATCHES:
+        found = len(re.findall(pattern, source))
+        if found != 1:
+            raise ValueError(f"ramp anchor found {found} times, not once: {pattern[:60]}...")
+        source = re.sub(pattern, repl, source)
+    return source
+
+
 def probe_bulk_source(bulk_source: str) -> str:
     """fused_check's bulk read with a probe at each CTA's start and end."""
     head = "bulk_stream(const unsigned char* src, long long chunks, unsigned* out) {\n"
@@ -143,7 +189,7 @@ class Probed:
     """hgemm_small_m built from a probed source, launched as perfscope launches it."""
 
     def __init__(self, cp, source: str, shape: Shape, dtype: str, tmp: Path,
-                 pinned: dict[str, int] | None = None) -> None:
+                 pinned: dict[str, int] | None = None, ramp: bool = False) -> None:
         from perfscope.kernels.launch import prepare
 
         pinned = pinned or {}
@@ -152,14 +198,17 @@ class Probed:
         for header in ("hopper.cuh", "tma.cuh", "activation.cuh"):
             (tmp / header).write_text((KERNEL_DIR / header).read_text())
         expr = self.spec.name_expression(dtype)
-        mod = compile_cubin(CompileRequest(patch_probes(source), "fused.cu", (expr,), "sm_90a",
+        patched = patch_ramp(source) if ramp else patch_probes(source)
+        mod = compile_cubin(CompileRequest(patched, "fused.cu", (expr,), "sm_90a",
                                            self.spec.flags, tmp))
         self.raw = cp.RawModule(path=str(mod.cubin_path))
         fn = self.raw.get_function(mod.mangled(expr))
         fn.max_dynamic_shared_size_bytes = base.dynamic_smem
         launcher = dataclasses.replace(base.tensormap, function=fn.kernel.ptr, _maps={})
         self.prep = dataclasses.replace(base, function=fn, raw_module=self.raw, tensormap=launcher)
-        self.probe = cp.ndarray((6, SLOTS), dtype=cp.uint64, memptr=self.raw.get_global("ps_probe"))
+        self.probe = (cp.ndarray((8, SLOTS), dtype=cp.uint64, memptr=self.raw.get_global("ps_ramp"))
+                      if ramp else
+                      cp.ndarray((6, SLOTS), dtype=cp.uint64, memptr=self.raw.get_global("ps_probe")))
         self.ctas = self.prep.grid[0] * self.prep.grid[1] * self.prep.grid[2]
 
 
@@ -273,6 +322,42 @@ def _outside(cp, probe, launch, flush, runs: int = 10) -> dict:
             "max": round(max(out), 3)}
 
 
+def run_ramp(cp, shape: Shape, dtype: str, flush, pinned: dict[str, int] | None = None,
+             launches: int = 12) -> dict:
+    """hgemm_small_m's first microsecond at one shape: per step, the median over CTAs and
+    launches (the first two launches a warm-up) of its cycles since the step before, and
+    the clock the CTAs ran at (cycles over ns from start to landing)."""
+    import numpy as np
+
+    a, b, extra, nd = _operands(cp, shape, dtype)
+    c = cp.zeros((shape.m, shape.n), dtype=nd)
+    with tempfile.TemporaryDirectory() as d:
+        k = Probed(cp, (KERNEL_DIR / "fused.cu").read_text(), shape, dtype, Path(d), pinned,
+                   ramp=True)
+        steps: list[np.ndarray] = []
+        mhz, stagger, events = [], [], []
+        for i in range(launches):
+            t = _timed_launch(cp, k.probe, lambda: k.prep.launch(a, b, c, extra), flush)
+            if i < 2:
+                continue
+            p = cp.asnumpy(k.probe)[:, :k.ctas].astype(np.float64)
+            steps.append(np.diff(p[:6], axis=0))
+            mhz.append(np.median((p[5] - p[0]) / (p[7] - p[6]) * 1e3))
+            stagger.append(float(np.median(p[6] - p[6].min())) / 1e3)
+            events.append(t)
+        cycles = np.concatenate(steps, axis=1)
+    clock = statistics.median(mhz)
+    rows = {name: {"cycles_median": float(np.median(cycles[j])),
+                   "cycles_p90": float(np.percentile(cycles[j], 90)),
+                   "us_median": round(float(np.median(cycles[j])) / clock, 3)}
+            for j, name in enumerate(RAMP_STEPS)}
+    return {"shape": f"{shape.m}x{shape.n}x{shape.k}", "dtype": dtype, "params": k.spec.param_dict,
+            "grid": list(k.prep.grid), "event_us_median": round(statistics.median(events), 3),
+            "clock_mhz_median": round(clock, 1),
+            "start_after_first_cta_us_median": round(statistics.median(stagger), 3),
+            "steps": rows}
+
+
 def run_launch_paths(cp, flush, repeats: int = 2) -> list[dict]:
     """The same 128 MiB bulk read launched by cupy (cuLaunchKernel), by perfscope's
     cuLaunchKernelEx, with three tensor-map parameters, with 256 threads, and
@@ -346,6 +431,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="probe these shapes instead of the default set (repeatable)")
     ap.add_argument("--launch-paths", action="store_true",
                     help="only time what the launch costs outside the CTAs, launched four ways")
+    ap.add_argument("--ramp", action="store_true",
+                    help="only take each CTA's first microsecond apart, in cycles")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     try:
@@ -363,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     try:
         for src in sources.values():
-            patch_probes(src)
+            patch_ramp(src) if args.ramp else patch_probes(src)
     except ValueError as exc:
         print(f"small_m_probe: {exc}", file=sys.stderr)
         return 2
@@ -374,6 +461,19 @@ def main(argv: list[str] | None = None) -> int:
     flush = L2Flush(cp, 512 << 20, "read")
     doc = {"schema": "perfscope.small-m-probe/1", "command": " ".join(sys.argv),
            "phases": PHASES, "bulk": [], "rows": []}
+    if args.ramp:
+        doc["ramp_steps"] = RAMP_STEPS
+        doc["ramp"] = [run_ramp(cp, shape, args.dtype, flush, pinned) for shape in shapes]
+        for r in doc["ramp"]:
+            print(f"hgemm_small_m {args.dtype} {r['shape']} grid {r['grid']}: events "
+                  f"{r['event_us_median']:.2f} us, {r['clock_mhz_median']:.0f} MHz, CTAs start "
+                  f"{r['start_after_first_cta_us_median']:.2f} us after the first (median)")
+            for name, v in r["steps"].items():
+                print(f"  {name:24s} {v['cycles_median']:8.0f} cycles (p90 {v['cycles_p90']:6.0f}) "
+                      f"{v['us_median']:6.3f} us")
+        if args.out:
+            args.out.write_text(json.dumps(doc, indent=1) + "\n")
+        return 0
     if args.launch_paths:
         doc["launch_paths"] = run_launch_paths(cp, flush)
         for r in doc["launch_paths"]:

@@ -778,6 +778,26 @@ def test_small_m_probes_patch_the_committed_kernel_and_nothing_else():
         probe.patch_probes("__global__ void other() {}")
 
 
+def test_small_m_ramp_probes_time_the_first_ring_and_nothing_else():
+    """--ramp's probes: clock64 at the producer's start and after each of its first steps,
+    and at the first consumer's landing; without them the kernel is the committed one."""
+    probe = benchmark_script("small_m_probe")
+    source = (KERNEL_DIR / "fused.cu").read_text()
+    patched = probe.patch_ramp(source)
+    for row in range(8):
+        assert f"ps_ramp[{row}][ps_cta]" in patched
+    # Unpatched back: the declaration and the probe lines out, the early loop as it was.
+    loop = ("        for (int i = 0; i < early; ++i) {\n            issue(i);\n"
+            "            if (i == 0) ps_ramp[3][ps_cta] = clock64();\n        }\n")
+    assert patched.count(loop) == 1
+    bare = patched.replace(probe.RAMP_DECL, "").replace(
+        loop, "        for (int i = 0; i < early; ++i) issue(i);\n")
+    assert "".join(line for line in bare.splitlines(keepends=True)
+                   if "ps_ramp[" not in line and "const int ps_cta" not in line) == source
+    with pytest.raises(ValueError, match="ramp anchor found 0 times"):
+        probe.patch_ramp("__global__ void other() {}")
+
+
 @pytest.mark.slow
 def test_epilogue_cost_variants_patch_the_committed_epilogue():
     """benchmarks/epilogue_cost.py builds hgemm_fused_bias_act with parts of its epilogue
