@@ -89,15 +89,21 @@ _PATCHES = (
 )
 
 
+def _patched(source: str, patches, what: str) -> str:
+    """source with each (pattern, replacement) applied; a ValueError names an anchor that
+    is not there exactly once."""
+    for pattern, repl in patches:
+        found = len(re.findall(pattern, source))
+        if found != 1:
+            raise ValueError(f"{what} anchor found {found} times, not once: {pattern[:60]}...")
+        source = re.sub(pattern, repl, source)
+    return source
+
+
 def patch_probes(source: str) -> str:
     """fused.cu with hgemm_small_m's six probes; a ValueError names an anchor that is not
     there exactly once."""
-    for pattern, repl in _PATCHES:
-        found = len(re.findall(pattern, source))
-        if found != 1:
-            raise ValueError(f"probe anchor found {found} times, not once: {pattern[:60]}...")
-        source = re.sub(pattern, repl, source)
-    return source
+    return _patched(source, _PATCHES, "probe")
 
 
 RAMP_STEPS = ("barriers initialised", "tensor maps prefetched", "first k tile issued",
@@ -133,12 +139,7 @@ _RAMP_PATCHES = (
 def patch_ramp(source: str) -> str:
     """fused.cu with hgemm_small_m's ramp probes (--ramp); a ValueError names an anchor
     that is not there exactly once."""
-    for pattern, repl in _RAMP_PATCHES:
-        found = len(re.findall(pattern, source))
-        if found != 1:
-            raise ValueError(f"ramp anchor found {found} times, not once: {pattern[:60]}...")
-        source = re.sub(pattern, repl, source)
-    return source
+    return _patched(source, _RAMP_PATCHES, "ramp")
 
 
 def probe_bulk_source(bulk_source: str) -> str:
