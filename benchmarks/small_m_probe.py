@@ -54,14 +54,14 @@ SHAPES = ((16, 8192, 8192), (16, 4096, 4096), (64, 4096, 14336), (16, 14336, 409
 PHASES = ("start", "first loads issued", "first k tile landed", "last k tile done",
           "epilogue start", "end")
 SLOTS = 2048   # probe rows per phase: CTAs of one launch
-PROBE_DECL = r"""
-__device__ unsigned long long ps_probe[6][2048];
+_GTIME = r"""
 __device__ __forceinline__ unsigned long long ps_gtime() {
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
 }
 """
+PROBE_DECL = "\n__device__ unsigned long long ps_probe[6][2048];" + _GTIME
 # (pattern, replacement) pairs; each pattern must match exactly once. Alternatives in one
 # pattern cover fused.cu before and after the early ring (c04db22 and later).
 _PATCHES = (
@@ -108,14 +108,7 @@ def patch_probes(source: str) -> str:
 
 RAMP_STEPS = ("barriers initialised", "tensor maps prefetched", "first k tile issued",
               "first ring issued", "first k tile landed")
-RAMP_DECL = r"""
-__device__ unsigned long long ps_ramp[8][2048];
-__device__ __forceinline__ unsigned long long ps_gtime() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-"""
+RAMP_DECL = "\n__device__ unsigned long long ps_ramp[8][2048];" + _GTIME
 # Rows of ps_ramp: 0 the producer's start, 1-4 RAMP_STEPS[:4] (clock64), 5 the landing
 # (clock64, first consumer thread), 6 and 7 %globaltimer at the start and at the landing.
 _RAMP_PATCHES = (
