@@ -63,10 +63,29 @@ PAIR_SHAPES = ((256, 4096, 4096), (256, 8192, 8192), (256, 14336, 4096), (256, 4
 DECODE_CONFIGS = (None, {"BN": 64}, {"BN": 128}, {"BN": 256})
 DECODE_SHAPES = tuple((m, n, k) for m in (16, 64)
                       for n, k in ((4096, 4096), (8192, 8192), (14336, 4096), (4096, 14336)))
+# --gsplit: split-K over the grid's z (GSPLIT, partials through the stream-K workspace)
+# where the host split over a cluster or could not split a pair, against the host's choice
+# before GSPLIT (None where that is still the host's; at M = 256 and N = 4096 it was the
+# paired 128 x 64 tile, and is now the paired 128 x 128 one with GSPLIT=2).
+_PAIR128 = {"BM": 128, "BN": 128, "MPAIR": 2}
+_PAIR64 = {"BM": 128, "BN": 64, "MPAIR": 2}
+GSPLIT_CASES = (
+    ((256, 4096, 14336), (_PAIR64, {**_PAIR128, "GSPLIT": 2}, {"BM": 128, "BN": 128, "GSPLIT": 2})),
+    ((256, 4096, 8192), (_PAIR64, {**_PAIR128, "GSPLIT": 2})),
+    ((256, 4096, 4096), (None, {**_PAIR128, "GSPLIT": 2})),
+    ((128, 4096, 14336), (None, {"BM": 128, "BN": 128, "GSPLIT": 4}, {"BM": 128, "GSPLIT": 2})),
+    ((16, 4096, 14336), (None, {"GSPLIT": 2})),
+    ((64, 4096, 14336), (None, {"GSPLIT": 2})),
+    ((16, 4096, 4096), (None, {"GSPLIT": 2})),
+    ((64, 4096, 4096), (None, {"GSPLIT": 2})),
+)
 
 
 def plan_jobs(mode: str) -> list:
-    """Every job of one mode ("tiles", "multicast", "pairs" or "decode"), in order."""
+    """Every job of one mode ("tiles", "multicast", "pairs", "decode" or "gsplit"), in order."""
+    if mode == "gsplit":
+        return [job for (m, n, k), cfgs in GSPLIT_CASES for cfg in cfgs
+                for job in bench.plan(["hgemm_small_m"], ["bf16", "fp16"], Shape(m, n, k), cfg)]
     configs, shapes, dtypes = {
         "multicast": (MULTICAST_CONFIGS, MULTICAST_SHAPES, ["bf16", "fp16"]),
         "pairs": (PAIR_CONFIGS, PAIR_SHAPES, ["bf16", "fp16"]),
@@ -90,11 +109,13 @@ def main() -> int:
                     help="time M-tile pairs sharing B (MPAIR=2) at M = 256 instead")
     ap.add_argument("--decode", action="store_true",
                     help="time the tile widths at M <= 64 instead")
+    ap.add_argument("--gsplit", action="store_true",
+                    help="time split-K over the grid (GSPLIT) against the host's choice instead")
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
     mode = ("multicast" if args.multicast else "pairs" if args.pairs
-            else "decode" if args.decode else "tiles")
+            else "decode" if args.decode else "gsplit" if args.gsplit else "tiles")
     out = args.out or Path("reports/reference/h200/fused") / f"small-m-{mode}.json"
     jobs = plan_jobs(mode)
     done = []
@@ -103,9 +124,11 @@ def main() -> int:
             done.append(man)
             t = man.timing
             ratio = t.ratio_to_reference.median if t and t.ratio_to_reference else None
-            log.info("%s %dx%dx%d BM=%s BN=%s STAGES=%s MCAST=%s MPAIR=%s %s ratio to %s: %s",
+            log.info("%s %dx%dx%d BM=%s BN=%s STAGES=%s MCAST=%s MPAIR=%s GSPLIT=%s %s ratio "
+                     "to %s: %s",
                      man.dtype, man.m, man.n, man.k, man.params.get("BM"), man.params.get("BN"),
                      man.params.get("STAGES"), man.params.get("MCAST"), man.params.get("MPAIR"),
+                     man.params.get("GSPLIT"),
                      man.verification.verdict, t.reference if t else None,
                      f"{ratio:.3f}" if ratio is not None else "-")
     finally:

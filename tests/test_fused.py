@@ -13,6 +13,7 @@ speed on the GPU are that script's job.
 from __future__ import annotations
 
 import ctypes
+import re
 import shutil
 import subprocess
 import sys
@@ -24,6 +25,7 @@ import numpy as np
 import pytest
 from conftest import benchmark_script, disassembler_or_skip
 
+from perfscope import bench
 from perfscope.build import CompileRequest, compile_cubin
 from perfscope.errors import PerfscopeError
 from perfscope.kernels.fused_specs import (
@@ -102,7 +104,7 @@ def test_name_expressions_follow_the_template_parameters():
     tuned = spec.with_params(BOXES=1, STREAMK=3, DEFER=1)
     assert tuned.name_expression("bf16").endswith(", 2, 1, 1, 3, 1>")
     assert BY_NAME["hgemm_small_m"].name_expression("fp16") == \
-        "hgemm_small_m<__half, 64, 128, 64, 8, 1, 0, 64, 1, 1>"
+        "hgemm_small_m<__half, 64, 128, 64, 8, 1, 0, 64, 1, 1, 1>"
     assert BY_NAME["hgemm_fused_quant"].name_expression("fp16") == \
         "hgemm_fused_quant<__half, 128, 256, 64, 4, 8, 1, 0, 1>"
 
@@ -872,3 +874,58 @@ def test_small_m_tiles_decode_mode_plans_each_width_with_the_split_that_fills_th
     assert grid[(Shape(16, 8192, 8192), 128)] == ((128, 1, 1), 2)
     assert grid[(Shape(16, 8192, 8192), 256)] == ((128, 1, 1), 4)
     assert grid[(Shape(64, 4096, 14336), 256)] == ((128, 1, 1), 8)
+
+
+@pytest.mark.parametrize("shape, gsplit", [
+    (Shape(256, 4096, 14336), 2),   # measured 1.05 of cublas+gelu against 0.93-0.95
+    (Shape(200, 4104, 8200), 2),    # 66 pairs' CTAs x 2 parts: 132, every SM
+    (Shape(256, 4096, 4096), 1),    # 64 k tiles: the 128 x 64 tiles stay (measured faster)
+    (Shape(256, 8192, 8192), 1),    # the pairs alone fill the SMs
+    (Shape(128, 4096, 14336), 1),   # one tile row: no pair to split
+    (Shape(64, 4096, 14336), 1),    # M <= 64: the cluster's split stays (mixed when timed)
+])
+def test_small_m_splits_pairs_over_the_grid_where_measured(shape, gsplit):
+    spec = small_m_for(BY_NAME["hgemm_small_m"], shape)
+    p = spec.param_dict
+    assert p["GSPLIT"] == gsplit
+    if gsplit > 1:
+        assert (p["BM"], p["BN"], p["MPAIR"], p["STAGES"]) == (128, 128, 2, 6)
+        grid, cluster = fused_geometry(spec, shape, H200_MULTIPROCESSORS)
+        assert cluster == 2 and grid[2] == gsplit
+        assert grid[0] * grid[1] * grid[2] <= H200_MULTIPROCESSORS
+    # A pinned tile parameter keeps the host's other choice.
+    assert small_m_for(BY_NAME["hgemm_small_m"].with_params(BN=64), shape,
+                       {"BN": 64}).param_dict["GSPLIT"] == 1
+
+
+@pytest.mark.parametrize("shape, pinned, says", [
+    (Shape(16, 4096, 4096), {"GSPLIT": 5}, "1 to 4 parts, not GSPLIT=5"),
+    (Shape(256, 8192, 8192), {"BM": 256, "BN": 128, "GSPLIT": 2}, "not BM=256"),
+    (Shape(16, 4096, 64), {"GSPLIT": 2}, "cannot split K=64 (1 k tiles)"),
+    (Shape(16, 8192, 8192), {"GSPLIT": 2}, "needs 256 CTAs resident at once"),
+])
+def test_small_m_refuses_a_grid_split_it_cannot_run(shape, pinned, says):
+    with pytest.raises(PerfscopeError, match=re.escape(says)):
+        bench.plan(["hgemm_small_m"], ["bf16"], shape, pinned)
+
+
+@pytest.mark.slow
+def test_small_m_grid_split_pushes_and_adds_partials_without_spills():
+    """GSPLIT=2 at the host's paired 128 x 128 tiles: the stream-K workspace's flag store
+    (RED/ATOM) and the acquire load the finisher spins on, B multicast in the pair, no spill;
+    GSPLIT=1 (the default) has neither the flag nor its wait."""
+    tool = disassembler_or_skip()
+    shape = Shape(256, 4096, 14336)
+    split = small_m_for(BY_NAME["hgemm_small_m"], shape)
+    plain = split.with_params(GSPLIT=1)
+    counts = {}
+    for spec in (split, plain):
+        mod = compile_stage(spec, "bf16", ARCH)
+        assert not mod.usage(spec.name_expression("bf16")).spills, mod.log
+        ops = disassemble(mod.cubin_path, tool).kernel(mod.mangled(spec.name_expression("bf16"))).opcodes
+        counts[spec.param_dict["GSPLIT"]] = (
+            sum(v for op, v in ops.items() if op.startswith(("ATOM", "RED"))),
+            sum(v for op, v in ops.items() if op.startswith("LDG") and "STRONG.GPU" in op),
+            sum(v for op, v in ops.items() if op.startswith("UTMALDG") and "MULTICAST" in op))
+    assert counts[2][0] > 0 and counts[2][1] > 0 and counts[2][2] > 0, counts
+    assert counts[1][0] == 0 and counts[1][1] == 0, counts

@@ -134,6 +134,32 @@ def test_small_m_pairs_sharing_b_are_correct(shape, tile, epi, dtype):
         assert v.verdict == OK, f"MPAIR=2 {tile} {epi.label} {dtype} {shape}: {v.detail}"
 
 
+# GSPLIT splits K over the grid's z (part 0 adds the others' fragments from the stream-K
+# workspace): the host's paired 128 x 128 tiles with GSPLIT=2 (ragged M, N and K: 33 N tiles,
+# 132 CTAs), and pinned: the 64-row tile, three parts of a ragged K, four parts of 128 x 128
+# tiles at M = 130 (one row of two consumers), a pair at a short K.
+GSPLIT_CASES = ((Shape(200, 4104, 8200), {}),
+                (Shape(16, 4096, 4104), {"GSPLIT": 2}),
+                (Shape(37, 1032, 4104), {"GSPLIT": 3}),
+                (Shape(130, 1032, 4104), {"BM": 128, "BN": 128, "GSPLIT": 4}),
+                (Shape(256, 4096, 1032), {"BM": 128, "BN": 128, "MPAIR": 2, "GSPLIT": 2}))
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("epi", [Epilogue("gelu"), Epilogue("silu", True)], ids=lambda e: e.label)
+@pytest.mark.parametrize(("shape", "pinned"), GSPLIT_CASES, ids=lambda c: str(c))
+def test_small_m_split_over_the_grid_is_correct(shape, pinned, epi, dtype):
+    """Seeds 1, 2, 3 and 1 again on one module: part 0 clears the flags it consumed, so no
+    launch adds a partial the one before left."""
+    (job,) = bench.plan(["hgemm_small_m"], [dtype], shape, {**pinned, **epi.params})
+    assert job.spec.param_dict["GSPLIT"] > 1
+    prep = prepare(job.spec, dtype, shape)
+    assert prep.grid[2] == job.spec.param_dict["GSPLIT"]
+    for seed in (1, 2, 3, 1):
+        v = verify.verify(prep, seed)
+        assert v.verdict == OK, f"GSPLIT {pinned} {epi.label} {dtype} {shape} seed {seed}: {v.detail}"
+
+
 # hgemm_fused_bias_act with its parent's tuning options: the deferred store (DEFER=1, the
 # epilogue applied as each tile is packed, its bias loaded under the last k tile), fewer C
 # staging boxes, stream-K (1) and the tail split (3), and BN 128. 2050 x 4104 x 4104 makes

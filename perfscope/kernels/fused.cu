@@ -64,15 +64,16 @@
 //
 // hgemm_small_m
 //   template <typename T, int BM = 64, int BN = 128, int BK = 64, int STAGES = 8,
-//             int ACT = 1, int RESIDUAL = 0, int AROWS = BM, int MCAST = 1, int MPAIR = 1>
+//             int ACT = 1, int RESIDUAL = 0, int AROWS = BM, int MCAST = 1, int MPAIR = 1,
+//             int GSPLIT = 1>
 //   threads  128 * (1 + CONS), CONS = 1 consumer warpgroup for BM = 64, else 2; each
 //            consumer owns BM / CONS rows (MI = BM / 64 / CONS m64 fragments)
 //   cluster  (P * S, 1, 1), a launch attribute; S = split count, P = MCAST * MPAIR (1 or
 //            2: a pair of output tiles), S read as %cluster_nctarank / P
-//   grid     dim3(ceil(N / BN) * S * MPAIR, ceil(M / BM / MPAIR)): CTA x = n * S + s
+//   grid     dim3(ceil(N / BN) * S * MPAIR, ceil(M / BM / MPAIR), GSPLIT): CTA x = n * S + s
 //            (with MPAIR = 2, x = (2n + m % 2) * S + s and y = m / 2) computes k tiles
-//            [s*KT/S, (s+1)*KT/S) of output tile (m = y, n); with M <= BM there is one tile
-//            row, so B is read from DRAM exactly once
+//            [p*KT/P, (p+1)*KT/P) of output tile (m = y, n), p = z * S + s of P = S * GSPLIT
+//            parts; with M <= BM there is one tile row, so B is read from DRAM exactly once
 //   smem     dynamic STAGES * (BM*BK + BK*BN) * 2 + 1024 bytes (the host's rings: 192 KB
 //            at BM 128 / 256, and at BM 64 the measured 8 stages of BN 64 (128 KB) or 6 of
 //            BN 128 (144 KB), fused_specs.SMALL_M_THIN_STAGES); static 2 * STAGES mbarriers. After
@@ -109,6 +110,14 @@
 //            Issuing the pair's own A loads before the cluster barrier made it slower
 //            (1.03-1.05x the time at N = 8192: the first k tile's B then queued behind the
 //            ring's A tiles).
+//            GSPLIT > 1 (default 1; MI = 1 only): split-K across the grid's z instead of the
+//            cluster, so a pair (MPAIR = 2) can also split without clusters of 4, which the
+//            H200 holds too few of at once: the CTA of part z > 0 pushes each consumer's
+//            64 x BN fp32 fragment through hopper.cuh's stream-K workspace (StreamK::write,
+//            a slot per (x, y) and part) and skips the epilogue; part 0 adds the others'
+//            (StreamK::add_partial, waiting on their flags) and finishes the tile. Part 0
+//            waits for CTAs launched after it, so every CTA must be co-resident (the host
+//            keeps the grid within the SMs) and launches of one module must not overlap.
 //            Tile shape, chosen on the host (fused_specs.small_m_for): BN = 64 (wgmma n64;
 //            8 stages at BM = 64 and at BM = 128) wherever the 64-column tiles fit one wave,
 //            with BM = 64 up to M = 64 and BM = 128 above (two tile rows at M = 256, B read
@@ -695,7 +704,7 @@ hgemm_fused_bias_act(const __grid_constant__ TensorMap2D tmap_a,
 
 // ====================================================================== fused stage 2
 template <typename T, int BM, int BN, int BK, int STAGES, int ACT, int RESIDUAL, int AROWS,
-          int MCAST, int MPAIR>
+          int MCAST, int MPAIR, int GSPLIT>
 __global__ void __launch_bounds__(BM == 64 ? 256 : 384, 1)
 hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant__ TensorMap2D tmap_b,
               const __grid_constant__ TensorMap2D tmap_c, T* C, int M, int N, int K,
@@ -716,6 +725,8 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
     static_assert(MCAST == 1 || MCAST == 2, "A from L2 once per CTA, or once per pair of N tiles");
     static_assert(MPAIR == 1 || MPAIR == 2, "B from L2 once per CTA, or once per pair of M tiles");
     static_assert(MCAST == 1 || MPAIR == 1, "a pair shares A (MCAST) or B (MPAIR), not both");
+    static_assert(GSPLIT >= 1 && (GSPLIT == 1 || MI == 1),
+                  "a grid split pushes one 64-row fragment per consumer (StreamK's slot)");
     constexpr unsigned PAIR = MCAST * MPAIR;         // CTAs sharing one operand's loads
     // In a pair a slot is refilled by both CTAs (the shared operand's boxes by one of them,
     // for both), so its "empty" barrier waits for lane 0 of every consumer warp of both.
@@ -739,9 +750,13 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
     const int n0 = (blockIdx.x / (splits * MPAIR)) * BN;
     const int m0 = (blockIdx.y * MPAIR + (MPAIR == 2 ? pair : 0u)) * BM;
     const int KT = (K + BK - 1) / BK;
-    // k tiles [KT*rank/S, KT*(rank+1)/S): every split gets floor or ceil of KT/S (KT*S < 2^31).
-    const int kt0 = KT * static_cast<int>(rank) / static_cast<int>(splits);
-    const int nk = KT * static_cast<int>(rank + 1) / static_cast<int>(splits) - kt0;
+    // k tiles [KT*p/P, KT*(p+1)/P) of part p = z * S + rank, P = S * GSPLIT: every part gets
+    // floor or ceil of KT/P (KT*P < 2^31).
+    const int parts = static_cast<int>(splits) * GSPLIT;
+    const int part = static_cast<int>(rank) +
+                     (GSPLIT > 1 ? static_cast<int>(blockIdx.z * splits) : 0);
+    const int kt0 = KT * part / parts;
+    const int nk = KT * (part + 1) / parts - kt0;
     // k tile i of this CTA's share into slot i % STAGES (thread 0 only). Slot s, round
     // r >= 1 waits for the consumers' (r-1)-th release of it.
     const auto issue = [&](int i) {
@@ -890,6 +905,18 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
                     }
             }
             fused::cluster_barrier();
+        }
+        if constexpr (GSPLIT > 1) {
+            // A grid split (MI = 1): part z > 0 leaves its fragment in the stream-K workspace
+            // (slot per (x, y) and part) and does not store; part 0 adds them and finishes.
+            const hop::StreamK<BN, 1> sk(1, KT, 1);
+            const int slot0 = static_cast<int>(blockIdx.y * gridDim.x + blockIdx.x) * (GSPLIT - 1);
+            if (blockIdx.z != 0) {
+                sk.write(acc[0], slot0 + static_cast<int>(blockIdx.z) - 1, c, 1 + c);
+                if (splits == 1 && ctas > 1) fused::cluster_barrier();   // the pair, as below
+                return;
+            }
+            for (int z = 1; z < GSPLIT; ++z) sk.add_partial(acc[0], slot0 + z - 1, c, 1 + c);
         }
         // The owned units: bias / activation / residual, then each 64 x 64 box staged at its
         // place in the (now free) ring and stored by TMA.

@@ -235,6 +235,26 @@ def small_m_pairs(shape: Shape, bn: int, bk: int = 64,
     return bn == SMALL_M_NARROW and _ceil(shape.k, bk) >= SMALL_M_PAIR_MIN_K_TILES
 
 
+# Paired 128 x 128 tiles that also split K over the grid (GSPLIT=2: part 1's fp32 fragments
+# through the stream-K workspace, no cluster of 4) where the pairs alone fill at most half
+# the SMs and K is long. Measured (H200, 2026-12-04, fused/small-m-gsplit.json, bf16 / fp16
+# against cublas+gelu, each configuration in its own alternating rounds): 1.048 / 1.053 at
+# 256 x 4096 x 14336, where the paired 128 x 64 tiles the host took before ran 0.950 / 0.932
+# and unpaired 128 x 128 tiles split the same way 0.929 / 0.958; at 256 x 4096 x 4096 (64 k
+# tiles) 1.001 / 0.987 against 1.062 / 1.066 for the host's 128 x 64 tiles. The k-tile
+# threshold is the pairs' own (SMALL_M_PAIR_MIN_K_TILES); no shape between was timed.
+def small_m_grid_split(shape: Shape, bk: int = 64,
+                       multiprocessors: int = H200_MULTIPROCESSORS) -> bool:
+    """Whether the host takes paired 128 x 128 tiles with GSPLIT=2 for this shape: M above
+    128, the pairs' CTAs at most half the SMs (so all of both parts are resident at once),
+    and at least SMALL_M_PAIR_MIN_K_TILES k tiles."""
+    if not 128 < shape.m <= SMALL_M_MAX_M:
+        return False
+    paired_ctas = 2 * _ceil(shape.n, 128)   # two 128-row tiles per N tile, one pair
+    return (2 * paired_ctas <= multiprocessors
+            and _ceil(shape.k, bk) >= SMALL_M_PAIR_MIN_K_TILES)
+
+
 def small_m_narrow_rows(m: int) -> int:
     """The tile rows beside 64 columns: 64 up to M = 64, else 128 (two tile rows at M = 256)."""
     return 64 if m <= 64 else 128
@@ -252,6 +272,40 @@ def check_small_m(spec: KernelSpec, shape: Shape) -> None:
         raise PerfscopeError(f"{spec.name} covers M of 1 to {most}, not M={shape.m}; take "
                              + ("hgemm_small_m" if shape.m <= SMALL_M_MAX_M
                                 else "hgemm_fused_bias_act") + " for that shape")
+
+
+# hgemm_small_m's GSPLIT: at most this many parts of K over the grid's z.
+SMALL_M_MAX_GSPLIT = 4
+
+
+def check_small_m_gsplit(spec: KernelSpec, shape: Shape,
+                         multiprocessors: int = H200_MULTIPROCESSORS) -> None:
+    """Refuse, in one sentence, a GSPLIT hgemm_small_m cannot run: above SMALL_M_MAX_GSPLIT,
+    with two m64 fragments per consumer (BM 256), more parts than k tiles, more CTAs than
+    multiprocessors (part 0 waits for the other parts, so all must be resident at once),
+    or more pushed fragments than the stream-K workspace's STREAMK_MAX_CTAS slots."""
+    p = spec.param_dict
+    g = p.get("GSPLIT", 1)
+    if g == 1:
+        return
+    if not 1 <= g <= SMALL_M_MAX_GSPLIT:
+        raise PerfscopeError(f"{SMALL_M} splits K over the grid into 1 to {SMALL_M_MAX_GSPLIT} "
+                             f"parts, not GSPLIT={g}")
+    if p["BM"] // 64 // small_m_consumers(p["BM"]) != 1:
+        raise PerfscopeError(f"{SMALL_M} with GSPLIT={g} needs one m64 fragment per consumer "
+                             f"(BM 64 or 128), not BM={p['BM']}")
+    _, _, k_tiles = small_m_tiles(p, shape)
+    gx, gy, _ = small_m_grid_for(p, shape, 1)
+    if k_tiles < g:
+        raise PerfscopeError(f"{SMALL_M} cannot split K={shape.k} ({k_tiles} k tiles) into "
+                             f"GSPLIT={g} parts")
+    if gx * gy * g > multiprocessors:
+        raise PerfscopeError(f"{SMALL_M} with GSPLIT={g} at {shape} needs {gx * gy * g} CTAs "
+                             f"resident at once, more than the {multiprocessors} SMs; take a "
+                             "smaller GSPLIT or wider tiles")
+    if gx * gy * (g - 1) > STREAMK_MAX_CTAS:
+        raise PerfscopeError(f"{SMALL_M} with GSPLIT={g} at {shape} pushes {gx * gy * (g - 1)} "
+                             f"partial tiles, more than the workspace's {STREAMK_MAX_CTAS} slots")
 
 
 def small_m_pair(p: Params) -> int:
@@ -280,7 +334,8 @@ def check_small_m_pairs(spec: KernelSpec, shape: Shape) -> None:
 def small_m_for(spec: KernelSpec, shape: Shape, pinned: Mapping[str, int] | None = None) -> KernelSpec:
     """hgemm_small_m with BN chosen for the shape (small_m_width), MPAIR (small_m_pairs, which
     takes 128-row tiles) and BM, STAGES and AROWS for M (small_m_params), each unless pinned;
-    any other stage unchanged."""
+    or, where small_m_grid_split says and no tile parameter is pinned, paired 128 x 128 tiles
+    split over the grid (GSPLIT=2); any other stage unchanged."""
     if spec.name == SMALL_M_STREAMK:
         return _streamk_for(spec, shape, pinned or {})
     if spec.name != SMALL_M:
@@ -288,6 +343,11 @@ def small_m_for(spec: KernelSpec, shape: Shape, pinned: Mapping[str, int] | None
     check_small_m(spec, shape)
     pinned = pinned or {}
     bk = spec.param_dict["BK"]
+    if not pinned.keys() & {"BM", "BN", "MCAST", "MPAIR", "GSPLIT"} and small_m_grid_split(shape, bk):
+        chosen = {k: v for k, v in {"BN": 128, "MPAIR": 2, "GSPLIT": 2,
+                                    **small_m_params(shape.m, 128, bk, 128)}.items()
+                  if k not in pinned}
+        return spec.with_params(**chosen)
     bn = pinned.get("BN", small_m_width(shape))
     # Pairs only where nothing pinned rules them out (A shared instead, no pair, 256 rows).
     pairs = (pinned.get("MPAIR", 2) == 2 and pinned.get("MCAST", 1) == 1
@@ -299,6 +359,7 @@ def small_m_for(spec: KernelSpec, shape: Shape, pinned: Mapping[str, int] | None
               if k not in pinned}
     out = spec.with_params(**chosen) if chosen else spec
     check_small_m_pairs(out, shape)
+    check_small_m_gsplit(out, shape)
     return out
 
 
@@ -343,6 +404,9 @@ def fused_geometry(spec: KernelSpec, shape: Shape, multiprocessors: int,
         tiles_n, tiles_m, k_tiles = small_m_tiles(p, shape)
         pair = small_m_pair(p)
         check_small_m_pairs(spec, shape)
+        if p.get("GSPLIT", 1) > 1:
+            check_small_m_gsplit(spec, shape, multiprocessors)
+            return small_m_grid_for(p, shape, 1), pair
         tiles = tiles_n * tiles_m
         splits = split_count(tiles, k_tiles, multiprocessors,
                              None if fits is None else lambda s: fits(s * pair, tiles // pair),
@@ -376,19 +440,21 @@ def small_m_grid_for(p: Params, shape: Shape, splits: int) -> tuple[int, int, in
     2 S CTAs of two vertically adjacent tiles)."""
     tiles_n, tiles_m, _ = small_m_tiles(p, shape)
     mpair = p.get("MPAIR", 1)
-    return (tiles_n * splits * mpair, _ceil(tiles_m, mpair), 1)
+    return (tiles_n * splits * mpair, _ceil(tiles_m, mpair), p.get("GSPLIT", 1))
 
 
 def _small_m_grid(p: Params, shape: Shape) -> tuple[int, int, int]:
     tiles_n, tiles_m, k_tiles = small_m_tiles(p, shape)
     pair = small_m_pair(p)
+    if p.get("GSPLIT", 1) > 1:   # split over the grid's z, not the cluster
+        return small_m_grid_for(p, shape, 1)
     return small_m_grid_for(p, shape, split_count(tiles_n * tiles_m, k_tiles, H200_MULTIPROCESSORS,
                                                   max_splits=MAX_SPLITS // pair))
 
 
-_small_m_grid.__doc__ = ("(ceil(N/BN) * S * MPAIR, ceil(M/BM/MPAIR), 1), S = split_count(...) "
-                         "for 132 SMs; the launch uses the device's count and cluster dims "
-                         "(MCAST * MPAIR * S, 1, 1)")
+_small_m_grid.__doc__ = ("(ceil(N/BN) * S * MPAIR, ceil(M/BM/MPAIR), GSPLIT), S = "
+                         "split_count(...) for 132 SMs (1 with GSPLIT > 1); the launch uses the "
+                         "device's count and cluster dims (MCAST * MPAIR * S, 1, 1)")
 
 
 def _small_m_block(p: Params) -> tuple[int, int, int]:
@@ -469,7 +535,7 @@ FUSED: tuple[KernelSpec, ...] = (
     KernelSpec(name="hgemm_small_m", entry="hgemm_small_m",
                params=(("BM", 64), ("BN", 128), ("BK", 64), ("STAGES", 8),
                        ("ACT", ACTIVATIONS["gelu"]), ("RESIDUAL", 0), ("AROWS", 64),
-                       ("MCAST", 1), ("MPAIR", 1)),
+                       ("MCAST", 1), ("MPAIR", 1), ("GSPLIT", 1)),
                block=_small_m_block, grid=_small_m_grid, dynamic_smem=_small_m_smem,
                fingerprint=("tma", "gmma"),
                change="For M <= 256: one thin tile row (M zero-padded to BM), a deep ring "
@@ -495,7 +561,10 @@ FUSED: tuple[KernelSpec, ...] = (
                      "Same ABI and epilogue parameters as hgemm_fused_bias_act. MCAST=2 "
                      "multicasts A across pairs of N tiles (clusters of 2 x S CTAs); measured "
                      "slower on the H200 (0.67-0.99 of MCAST=1's speed), so 1 stays the "
-                     "default.", **_COMMON),
+                     "default. GSPLIT > 1 splits K over the grid's z instead of the cluster "
+                     "(the parts' fp32 fragments through hopper.cuh's stream-K workspace, part "
+                     "0 finishing), so pairs can split without clusters of 4; every CTA must "
+                     "be co-resident (check_small_m_gsplit).", **_COMMON),
     KernelSpec(name=SMALL_M_STREAMK, entry=SMALL_M_STREAMK,
                params=(("BM", 64), ("BN", 64), ("BK", 64), ("STAGES", 8),
                        ("ACT", ACTIVATIONS["gelu"]), ("RESIDUAL", 0), ("AROWS", 64)),
