@@ -79,12 +79,22 @@ GSPLIT_CASES = (
     ((16, 4096, 4096), (None, {"GSPLIT": 2})),
     ((64, 4096, 4096), (None, {"GSPLIT": 2})),
 )
+# --wide: paired 128 x 256 tiles (m64n256 per consumer), split over the grid where the pairs
+# alone leave SMs idle, against the host's choice at the M = 256 shapes.
+_PAIR256 = {"BM": 128, "BN": 256, "MPAIR": 2}
+WIDE_CASES = (
+    ((256, 8192, 8192), (None, {**_PAIR256, "GSPLIT": 2})),
+    ((256, 4096, 14336), (None, {**_PAIR256, "GSPLIT": 4})),
+    ((256, 14336, 4096), (None, _PAIR256)),
+)
 
 
 def plan_jobs(mode: str) -> list:
-    """Every job of one mode ("tiles", "multicast", "pairs", "decode" or "gsplit"), in order."""
-    if mode == "gsplit":
-        return [job for (m, n, k), cfgs in GSPLIT_CASES for cfg in cfgs
+    """Every job of one mode ("tiles", "multicast", "pairs", "decode", "gsplit" or "wide"), in
+    order."""
+    if mode in ("gsplit", "wide"):
+        cases = GSPLIT_CASES if mode == "gsplit" else WIDE_CASES
+        return [job for (m, n, k), cfgs in cases for cfg in cfgs
                 for job in bench.plan(["hgemm_small_m"], ["bf16", "fp16"], Shape(m, n, k), cfg)]
     configs, shapes, dtypes = {
         "multicast": (MULTICAST_CONFIGS, MULTICAST_SHAPES, ["bf16", "fp16"]),
@@ -111,11 +121,14 @@ def main() -> int:
                     help="time the tile widths at M <= 64 instead")
     ap.add_argument("--gsplit", action="store_true",
                     help="time split-K over the grid (GSPLIT) against the host's choice instead")
+    ap.add_argument("--wide", action="store_true",
+                    help="time paired 128 x 256 tiles at M = 256 against the host's choice instead")
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
     mode = ("multicast" if args.multicast else "pairs" if args.pairs
-            else "decode" if args.decode else "gsplit" if args.gsplit else "tiles")
+            else "decode" if args.decode else "gsplit" if args.gsplit
+            else "wide" if args.wide else "tiles")
     out = args.out or Path("reports/reference/h200/fused") / f"small-m-{mode}.json"
     jobs = plan_jobs(mode)
     done = []
