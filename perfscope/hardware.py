@@ -41,6 +41,11 @@ TENSOR_PIPE_ACTIVE_PRACTICAL = 0.96
 # (dram__bytes_read.sum.pct_of_peak_sustained_elapsed): 0.89 of peak in practice.
 DRAM_PRACTICAL_SHARE = 0.89
 
+# Shared memory serves 32 banks of 4 bytes per SM clock (sm_80 to sm_90; CUDA C++
+# Programming Guide, "Shared Memory" of the compute capabilities): what wgmma reads its
+# shared operands from and what TMA writes the tiles into, one budget.
+SMEM_BYTES_PER_SM_CLOCK = 128
+
 # Element sizes in bytes.
 ELEMENT_BYTES: Mapping[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
 # The C a GEMM of an element type writes, where it is not that type: perfscope's fp8 GEMMs

@@ -282,6 +282,13 @@ CASES: tuple[Case, ...] = (
          lambda: (one("cublas_sgemm_4096"), {})),
     Case("PS112", False, "real", "the transpose's excess is on LDS loads, a bank conflict",
          lambda: (one("smem_transpose"), {})),
+    Case("PS114", True, "real", "hgemm_small_m's paired 128x64 tiles at 256x4096x14336: m64n64 "
+         "wgmmas and 24 KB in per k tile, roof 0.57 of the tensor peak, run at 0.59",
+         lambda: fused("hgemm_small_m@AROWS=128,BM=128,BN=64,MPAIR=2-bf16-256x4096x14336")),
+    Case("PS114", False, "real", "the same shape on 128x128 tiles split over the grid: roof 0.80",
+         lambda: fused("hgemm_small_m@AROWS=128,BM=128,GSPLIT=2,MPAIR=2,STAGES=6-bf16-256x4096x14336")),
+    Case("PS114", False, "real", "Triton's 64x64 tiles run at 0.62 of their roof: L2, not the banks "
+         "(PS104)", lambda: external("triton_64x64")),
     Case("PS113", True, "real", "sgemm_smem: 1.25 shared loads per FFMA, MIO-throttled",
          lambda: reference("sgemm_smem", "fp32")),
     Case("PS113", False, "real", "cuBLAS's SGEMM reads LDS.128 fragments, 0.05 shared loads per FFMA",

@@ -11,9 +11,12 @@ What extra traffic costs is weighed by the unit it goes through (perfscope.rules
 
 from __future__ import annotations
 
+import re
+
 from perfscope.families import base_opcode
-from perfscope.hardware import ELEMENT_BYTES
+from perfscope.hardware import ELEMENT_BYTES, PEAK_FLOP_PER_SM_CLOCK, SMEM_BYTES_PER_SM_CLOCK
 from perfscope.metrics import (
+    M_CYCLES,
     M_DRAM_READ,
     M_DRAM_WRITE,
     M_GLOBAL_IDEAL,
@@ -30,7 +33,7 @@ from perfscope.metrics import (
     STALL_METRICS,
     TRAFFIC_METRICS_GLOBAL,
 )
-from perfscope.rules.bounds import work_of
+from perfscope.rules.bounds import sass_flops, work_of
 from perfscope.rules.facts import (
     GLOBAL_FIELDS,
     GLOBAL_WAIT_STALLS,
@@ -558,5 +561,132 @@ SMEM_BANDWIDTH = Rule(
                 ("MIN_STALL_SHARE", MIN_STALL_SHARE)),
 )
 
+# PS114: a wgmma kernel whose shared-memory traffic at the tensor peak exceeds the banks'
+# rate runs at most SMEM_ROOF of that peak; it fires below WGMMA_SMEM_ROOF_MAX when the
+# kernel runs within AT_ROOF of its roof (the roof, not latency, sets its pace).
+WGMMA_SMEM_ROOF_MAX = 0.75
+AT_ROOF = 0.85
+WIDEST_WGMMA_N = 256
+_GMMA_SHAPE = re.compile(r"^(HGMMA|QGMMA)\.(\d+)x(\d+)x(\d+)")
+# Operand bytes per element and the peak each instruction family is held to.
+_GMMA_KIND = {"HGMMA": (2, "tensor16"), "QGMMA": (1, "tensor8")}
+
+
+def _smem_roof(operand: float, tma: float) -> float:
+    """The share of the tensor peak shared memory lets through: its bytes per clock over
+    what the operands and the incoming tiles need at that peak."""
+    return min(1.0, SMEM_BYTES_PER_SM_CLOCK / (operand + tma))
+
+
+def _manifest_tile(inputs: Inputs) -> tuple[int, int] | None:
+    """(BM, BN) of the CTA tile where the run manifest names them."""
+    params = inputs.manifest.params if inputs.manifest is not None else {}
+    if "BM" in params and "BN" in params:
+        return int(params["BM"]), int(params["BN"])
+    return None
+
+
+def _check_wgmma_smem_roof(inputs: Inputs) -> Hit | None:
+    """Symptom: a wgmma kernel's tensor math runs at (or near) the rate shared memory's
+    bandwidth allows, and that rate is well under the tensor peak: its wgmma instructions
+    are narrow (m64n64) or its tiles bring many bytes into shared memory per FLOP.
+    Why: wgmma.m64nNk16 with both operands in shared memory reads (64 + N) x 16 elements
+    for 64 x N x 16 x 2 FLOPs, and every byte the tiles bring in (TMA, cp.async) is written
+    into the same banks, which serve 128 bytes per SM clock. At 4096 FLOP per clock (bf16)
+    an n64 wgmma alone needs 128 B/clock, n128 96, n256 80; with a 128 x 64 tile's 24 KB per
+    k tile landing beside it, shared memory caps the tensor pipe near 0.6 of its peak.
+    Fix: more columns per wgmma (m64n128 / m64n256) and fewer bytes in per FLOP (larger
+    tiles, or a cluster that multicasts the shared operand); where the wider tile leaves
+    SMs idle, split K (over the grid when a cluster cannot hold the splits).
+    Estimate: 1 - roof / roof', roof' the same kernel's roof with wgmmas of twice the N (up
+    to 256) at the same incoming bytes per FLOP: the tensor time a wider instruction saves.
+    Example:
+        before: HGMMA.64x64x16   128 + 96 B/clock at peak -> roof 0.57 (hgemm_small_m, 128x64 tiles)
+        after:  HGMMA.64x128x16   96 + 64 B/clock at peak -> roof 0.80 (128x128 tiles, K split in two)
+    Source: seed 000 §4 (wgmma from shared memory, tile shape); PTX ISA: wgmma.mma_async
+    (shared-memory matrix descriptors); measured on the H200 (fused/README.md, GSPLIT: the
+    128x64 tiles' tensor pipe 61% busy under ncu, 1.05 of cublas+gelu against 0.95 with
+    128x128)."""
+    p = inputs.profile
+    need_opcodes(p)
+    shapes = [(m, n) for op, n in p.opcodes.with_modifiers.items()
+              if (m := _GMMA_SHAPE.match(op)) is not None and n > 0]
+    if not shapes:
+        return None
+    cc = p.identity.compute_capability or ""
+    cycles = need(p.identity.cycles, M_CYCLES)
+    sms = need(p.identity.sm_count, "device__attribute_multiprocessor_count")
+    sectors = need(p.metric(M_L2_READ_SECTORS), M_L2_READ_SECTORS)
+    flops = sass_flops(p)
+    if not flops or not cycles or not sms:
+        return None
+    # Operand bytes per FLOP, weighted by each shape's FLOPs (a warpgroup instruction is
+    # counted once per warp: four per wgmma, as in sass_flops).
+    op_bytes, peak, widest = 0.0, None, None
+    for m, count in shapes:
+        elem, kind = _GMMA_KIND[m[1]]
+        rows, cols, depth = int(m[2]), int(m[3]), int(m[4])
+        op_bytes += count / 4 * (rows + cols) * depth * elem
+        per = PEAK_FLOP_PER_SM_CLOCK.get(cc, {}).get(kind)
+        peak = per if peak is None else min(peak, per or peak)
+        if widest is None or count > widest[1]:
+            widest = (m, count, rows, cols, depth, elem)
+    if peak is None:
+        return None
+    m, _, rows, cols, depth, elem = widest
+    operand = op_bytes / flops * peak                     # B per SM clock at the peak
+    # Bytes into shared memory: the CTA tile's A and B per k step where the run manifest
+    # names the tile (a multicast tile still lands in every CTA of the cluster), else the
+    # L2 -> SM reads, a lower bound (TMA multicast and traffic ncu counts elsewhere).
+    tma = sectors * SECTOR_BYTES / flops * peak
+    tile = _manifest_tile(inputs)
+    if tile is not None:
+        bm, bn = tile
+        tma = max(tma, (bm + bn) * elem / (2 * bm * bn) * peak)
+    roof = _smem_roof(operand, tma)
+    achieved = flops / (cycles * sms * peak)
+    if roof >= WGMMA_SMEM_ROOF_MAX or achieved < AT_ROOF * roof:
+        return None
+    wider = min(WIDEST_WGMMA_N, 2 * cols)
+    if wider <= cols:
+        return None
+    # The dominant shape's operand bytes at twice the N; the others as they are.
+    per_flop = (rows + cols) * depth * elem / (rows * cols * depth * 2)
+    per_flop_wider = (rows + wider) * depth * elem / (rows * wider * depth * 2)
+    roof_wider = _smem_roof(operand - (per_flop - per_flop_wider) * peak, tma)
+    return Hit((
+        Evidence("wgmma shape (most executed)", m[0], f"{(rows + cols) * depth * elem} B of "
+                 f"shared operands per {rows * cols * depth * 2} FLOP"),
+        Evidence("shared operand bytes per SM clock at the tensor peak", round(operand, 1),
+                 f"wgmma shapes x {peak} FLOP/clock"),
+        Evidence("bytes into shared memory per SM clock at the peak", round(tma, 1),
+                 "the manifest's BM x BN tile per k step, else "
+                 f"{M_L2_READ_SECTORS} x 32: written into the same banks"),
+        Evidence("shared-memory roof (share of the tensor peak)", round(roof, 3),
+                 f"{SMEM_BYTES_PER_SM_CLOCK} B/clock / (operands + incoming); < {WGMMA_SMEM_ROOF_MAX}"),
+        Evidence("achieved share of the tensor peak per elapsed cycle", round(achieved, 3),
+                 f">= {AT_ROOF} x roof"),
+    ), 1 - roof / roof_wider, (("shape", m[0]), ("roof", f"{roof:.2f}"), ("wider", str(wider)),
+                               ("roof_wider", f"{roof_wider:.2f}")))
+
+
+WGMMA_SMEM_ROOF = Rule(
+    code="PS114", tag="smem-bandwidth",
+    title="Shared memory caps the tensor pipe: narrow wgmma or too many bytes in per FLOP",
+    severity="warning",
+    metrics=(*OPCODE_METRICS, M_L2_READ_SECTORS, M_CYCLES),
+    check=_check_wgmma_smem_roof,
+    fix="Shared memory lets {shape} run at {roof} of the tensor peak at most. Give each wgmma "
+        "more columns (m64n{wider}: roof {roof_wider}) and bring fewer bytes in per FLOP "
+        "(larger tiles, or a cluster that multicasts the shared operand); if the wider tile "
+        "leaves SMs idle, split K, over the grid where a cluster cannot hold the splits.",
+    reference="PTX ISA: wgmma.mma_async (matrix descriptors in shared memory); CUDA C++ "
+              "Programming Guide: Shared Memory (banks)",
+    ncu=("HighPipeUtilization",),
+    thresholds=(("WGMMA_SMEM_ROOF_MAX", WGMMA_SMEM_ROOF_MAX), ("AT_ROOF", AT_ROOF),
+                ("SMEM_BYTES_PER_SM_CLOCK", SMEM_BYTES_PER_SM_CLOCK)),
+)
+
 RULES = (UNCOALESCED_GLOBAL, SCALAR_LOADS, NO_DATA_REUSE, SMALL_TILE, STORE_INEFFICIENCY,
-         BANK_CONFLICTS_LOADS, BANK_CONFLICTS_STORES, UNCOALESCED_SHARED, SMEM_BANDWIDTH)
+         BANK_CONFLICTS_LOADS, BANK_CONFLICTS_STORES, UNCOALESCED_SHARED, SMEM_BANDWIDTH,
+         WGMMA_SMEM_ROOF)

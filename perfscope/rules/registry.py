@@ -35,6 +35,7 @@ from perfscope.rules.memory import (
     STORE_INEFFICIENCY,
     UNCOALESCED_GLOBAL,
     UNCOALESCED_SHARED,
+    WGMMA_SMEM_ROOF,
 )
 from perfscope.rules.model import Rule
 from perfscope.rules.registers import REGISTER_OCCUPANCY, SMEM_OCCUPANCY, SPILLS, SPILLS_STATIC
@@ -50,6 +51,7 @@ REGISTRY: tuple[Rule, ...] = (
     BANK_CONFLICTS_STORES,   # PS111
     UNCOALESCED_SHARED,      # PS112
     SMEM_BANDWIDTH,          # PS113
+    WGMMA_SMEM_ROOF,         # PS114
     LOADS_NOT_OVERLAPPED,    # PS120
     BARRIER_BOUND,           # PS121
     PARTLY_EXPOSED,          # PS122
