@@ -893,6 +893,9 @@ def test_small_m_splits_pairs_over_the_grid_where_measured(shape, gsplit):
         grid, cluster = fused_geometry(spec, shape, H200_MULTIPROCESSORS)
         assert cluster == 2 and grid[2] == gsplit
         assert grid[0] * grid[1] * grid[2] <= H200_MULTIPROCESSORS
+        # Part 0 waits for the other parts: a GPU that cannot hold every pair at once refuses.
+        with pytest.raises(PerfscopeError, match="clusters of 2 resident at once"):
+            fused_geometry(spec, shape, H200_MULTIPROCESSORS, lambda ctas, clusters: False)
     # A pinned tile parameter keeps the host's other choice.
     assert small_m_for(BY_NAME["hgemm_small_m"].with_params(BN=64), shape,
                        {"BN": 64}).param_dict["GSPLIT"] == 1

@@ -406,7 +406,16 @@ def fused_geometry(spec: KernelSpec, shape: Shape, multiprocessors: int,
         check_small_m_pairs(spec, shape)
         if p.get("GSPLIT", 1) > 1:
             check_small_m_gsplit(spec, shape, multiprocessors)
-            return small_m_grid_for(p, shape, 1), pair
+            grid = small_m_grid_for(p, shape, 1)
+            # Part 0 (z = 0, launched first) waits for the other parts: beside all of part
+            # 0's clusters at least one more must be resident, so some part 0 finishes and
+            # frees its SMs (check_small_m_gsplit already keeps every CTA within the SMs).
+            clusters = grid[0] * grid[1] // pair + 1
+            if fits is not None and pair > 1 and not fits(pair, clusters):
+                raise PerfscopeError(f"{SMALL_M} with GSPLIT={p['GSPLIT']} at {shape} needs "
+                                     f"{clusters} clusters of {pair} resident at once, more than "
+                                     "this GPU holds; take GSPLIT=1")
+            return grid, pair
         tiles = tiles_n * tiles_m
         splits = split_count(tiles, k_tiles, multiprocessors,
                              None if fits is None else lambda s: fits(s * pair, tiles // pair),
