@@ -29,7 +29,9 @@ import sys
 import time
 from pathlib import Path
 
+from perfscope.errors import PerfscopeError
 from perfscope.kernels import Shape, get_spec
+from perfscope.kernels.spec import parse_shape
 
 log = logging.getLogger("energy_per_launch")
 
@@ -162,6 +164,7 @@ def run_shape(cp, shape: Shape, cases, clock, opts) -> list[dict]:
                      "nvml_mhz_median": statistics.median(mhz) if mhz else None})
     base = rows[0] if rows else None
     for r in rows:
+        r["against"] = base["case"]   # the first case that verified
         r["time_vs_first"] = round(r["us_per_launch"] / base["us_per_launch"], 4)
         if r["mj_per_launch"] is not None and base["mj_per_launch"]:
             r["energy_vs_first"] = round(r["mj_per_launch"] / base["mj_per_launch"], 4)
@@ -184,13 +187,22 @@ def main(argv: list[str] | None = None) -> int:
         print("energy_per_launch: --seconds must be positive and --rounds at least 1",
               file=sys.stderr)
         return 2
-    wanted = [tuple(int(x) for x in s.lower().split("x")) for s in args.shape] or list(CASES)
+    try:
+        wanted = [(sh.m, sh.n, sh.k) for sh in map(parse_shape, args.shape)] or list(CASES)
+    except PerfscopeError as exc:
+        print(f"energy_per_launch: {exc}", file=sys.stderr)
+        return 2
     unknown = [s for s in wanted if s not in CASES]
     if unknown:
         print(f"energy_per_launch: no cases for {unknown[0]}; built in: "
               + ", ".join("x".join(map(str, s)) for s in CASES), file=sys.stderr)
         return 2
-    import cupy as cp
+    try:
+        import cupy as cp
+    except ImportError:
+        print("energy_per_launch: needs CuPy and an NVIDIA GPU, and this machine has no CuPy",
+              file=sys.stderr)
+        return 2
 
     from perfscope.environment import ClockReader, collect_environment
 

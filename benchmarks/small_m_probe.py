@@ -435,6 +435,14 @@ def main(argv: list[str] | None = None) -> int:
     except PerfscopeError as exc:
         print(f"small_m_probe: {exc}", file=sys.stderr)
         return 2
+    # The probes index CTAs by x and y; a split over the grid's z would share their rows.
+    split = [s for s in shapes if small_m_for(get_spec("hgemm_small_m").with_params(**pinned), s,
+                                              pinned).param_dict.get("GSPLIT", 1) > 1]
+    if split:
+        print(f"small_m_probe: hgemm_small_m splits K over the grid at {split[0]} (GSPLIT), whose "
+              "CTAs the probes cannot tell apart; pin --param GSPLIT=1 or take another shape",
+              file=sys.stderr)
+        return 2
     sources = {"current": (KERNEL_DIR / "fused.cu").read_text()}
     if args.against_source is not None:
         try:

@@ -112,16 +112,17 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, help="default reports/reference/h200/fused/"
-                    "small-m-tiles.json (small-m-multicast.json with --multicast)")
-    ap.add_argument("--multicast", action="store_true",
+                    "small-m-tiles.json (small-m-MODE.json with a mode)")
+    modes = ap.add_mutually_exclusive_group()
+    modes.add_argument("--multicast", action="store_true",
                     help="time MCAST=1 against MCAST=2 instead of the tile shapes")
-    ap.add_argument("--pairs", action="store_true",
+    modes.add_argument("--pairs", action="store_true",
                     help="time M-tile pairs sharing B (MPAIR=2) at M = 256 instead")
-    ap.add_argument("--decode", action="store_true",
+    modes.add_argument("--decode", action="store_true",
                     help="time the tile widths at M <= 64 instead")
-    ap.add_argument("--gsplit", action="store_true",
+    modes.add_argument("--gsplit", action="store_true",
                     help="time split-K over the grid (GSPLIT) against the host's choice instead")
-    ap.add_argument("--wide", action="store_true",
+    modes.add_argument("--wide", action="store_true",
                     help="time paired 128 x 256 tiles at M = 256 against the host's choice instead")
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=5)

@@ -25,7 +25,7 @@ from typer.core import TyperGroup
 
 from perfscope.errors import PerfscopeError
 from perfscope.kernels.epilogue import DEFAULT_QUANT_SCALE
-from perfscope.kernels.listing import kernels_table
+from perfscope.kernels.listing import REFERENCE_BENCHES, bench_files, kernels_table
 from perfscope.kernels.spec import parse_params, parse_shape
 from perfscope.locations import CHECKOUT, LOCAL_ROOT, existing_reference_root, reference_root
 from perfscope.render.progress import NcuProgress, TuneProgressBar
@@ -287,6 +287,9 @@ def kernels(
 ) -> None:
     """The stages perfscope builds: parent, what each changes, arch, measured ratios."""
 
+    if bench is not None and not bench_files(bench):
+        raise PerfscopeError(f"--bench {bench} is neither a bench file nor a folder holding one "
+                             f"({', '.join(REFERENCE_BENCHES)})")
     _show(kernels_table(bench if bench is not None else reference_root() / "h200"), _fmt(as_json))
 
 

@@ -18,6 +18,7 @@ def energy():
 
 @pytest.mark.parametrize("argv, says", [
     (["--shape", "1x2x3"], "no cases for (1, 2, 3)"),
+    (["--shape", "abc"], "is not of the form MxNxK"),
     (["--seconds", "0"], "--seconds must be positive"),
     (["--rounds", "0"], "--rounds at least 1"),
 ])

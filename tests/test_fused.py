@@ -800,6 +800,14 @@ def test_small_m_ramp_probes_time_the_first_ring_and_nothing_else():
         probe.patch_ramp("__global__ void other() {}")
 
 
+def test_small_m_probe_refuses_a_split_over_the_grid(capsys):
+    """The probes index CTAs by x and y: the host's GSPLIT shapes are refused in a sentence
+    before any GPU work."""
+    probe = benchmark_script("small_m_probe")
+    assert probe.main(["--shape", "256x4096x14336"]) == 2
+    assert "splits K over the grid at 256x4096x14336" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_epilogue_cost_variants_patch_the_committed_epilogue():
     """benchmarks/epilogue_cost.py builds hgemm_fused_bias_act with parts of its epilogue
@@ -896,9 +904,11 @@ def test_small_m_splits_pairs_over_the_grid_where_measured(shape, gsplit):
         # Part 0 waits for the other parts: a GPU that cannot hold every pair at once refuses.
         with pytest.raises(PerfscopeError, match="clusters of 2 resident at once"):
             fused_geometry(spec, shape, H200_MULTIPROCESSORS, lambda ctas, clusters: False)
-    # A pinned tile parameter keeps the host's other choice.
-    assert small_m_for(BY_NAME["hgemm_small_m"].with_params(BN=64), shape,
-                       {"BN": 64}).param_dict["GSPLIT"] == 1
+        # A pinned tile parameter keeps the host's other choice; so does a GPU whose
+        # multiprocessors do not hold both parts (an H100 PCIe's 114).
+        assert small_m_for(BY_NAME["hgemm_small_m"].with_params(BN=64), shape,
+                           {"BN": 64}).param_dict["GSPLIT"] == 1
+        assert small_m_for(BY_NAME["hgemm_small_m"], shape, None, 114).param_dict["GSPLIT"] == 1
 
 
 @pytest.mark.parametrize("shape, pinned, says", [

@@ -137,7 +137,7 @@ def test_small_m_pairs_sharing_b_are_correct(shape, tile, epi, dtype):
 # GSPLIT splits K over the grid's z (part 0 adds the others' fragments from the stream-K
 # workspace): the host's paired 128 x 128 tiles with GSPLIT=2 (ragged M, N and K: 33 N tiles,
 # 132 CTAs), and pinned: the 64-row tile, three parts of a ragged K, four parts of 128 x 128
-# tiles at M = 130 (one row of two consumers), a pair at a short K.
+# tiles at M = 130 (two tile rows, the second of 2 rows, two consumers), a pair at a short K.
 GSPLIT_CASES = ((Shape(200, 4104, 8200), {}),
                 (Shape(16, 4096, 4104), {"GSPLIT": 2}),
                 (Shape(37, 1032, 4104), {"GSPLIT": 3}),

@@ -80,3 +80,10 @@ def test_the_command_lists_the_fused_ranges():
     rows = {r["name"]: r for r in json.loads(result.output)}
     assert rows["hgemm_fused_bias_act"]["reference"] == "cublas+gelu"
     assert rows["hgemm_fused_bias_act"]["shapes"] == 16
+
+
+def test_a_bench_that_is_not_there_is_one_sentence(tmp_path):
+    result = CliRunner().invoke(app, ["kernels", "--bench", str(tmp_path / "nope.json")])
+    assert result.exit_code == 2
+    assert "is neither a bench file nor a folder holding one" in result.output
+    assert result.output.count("\n") == 1

@@ -243,16 +243,19 @@ def small_m_pairs(shape: Shape, bn: int, bk: int = 64,
 # and unpaired 128 x 128 tiles split the same way 0.929 / 0.958; at 256 x 4096 x 4096 (64 k
 # tiles) 1.001 / 0.987 against 1.062 / 1.066 for the host's 128 x 64 tiles. The k-tile
 # threshold is the pairs' own (SMALL_M_PAIR_MIN_K_TILES); no shape between was timed.
+# The tile small_m_grid_split takes: paired 128 x 128 tiles in two parts of K.
+SMALL_M_GRID_SPLIT = {"BM": 128, "BN": 128, "MPAIR": 2, "GSPLIT": 2}
+
+
 def small_m_grid_split(shape: Shape, bk: int = 64,
                        multiprocessors: int = H200_MULTIPROCESSORS) -> bool:
-    """Whether the host takes paired 128 x 128 tiles with GSPLIT=2 for this shape: M above
-    128, the pairs' CTAs at most half the SMs (so all of both parts are resident at once),
-    and at least SMALL_M_PAIR_MIN_K_TILES k tiles."""
-    if not 128 < shape.m <= SMALL_M_MAX_M:
+    """Whether the host takes SMALL_M_GRID_SPLIT for this shape: M above 128, both parts'
+    CTAs within the SMs (so all are resident at once), and at least
+    SMALL_M_PAIR_MIN_K_TILES k tiles."""
+    if not 128 < shape.m <= SMALL_M_MAX_M or _ceil(shape.k, bk) < SMALL_M_PAIR_MIN_K_TILES:
         return False
-    paired_ctas = 2 * _ceil(shape.n, 128)   # two 128-row tiles per N tile, one pair
-    return (2 * paired_ctas <= multiprocessors
-            and _ceil(shape.k, bk) >= SMALL_M_PAIR_MIN_K_TILES)
+    gx, gy, gz = small_m_grid_for({**SMALL_M_GRID_SPLIT, "BK": bk}, shape, 1)
+    return gx * gy * gz <= multiprocessors
 
 
 def small_m_narrow_rows(m: int) -> int:
@@ -331,11 +334,12 @@ def check_small_m_pairs(spec: KernelSpec, shape: Shape) -> None:
                              "(or a BM that gives two tile rows)")
 
 
-def small_m_for(spec: KernelSpec, shape: Shape, pinned: Mapping[str, int] | None = None) -> KernelSpec:
+def small_m_for(spec: KernelSpec, shape: Shape, pinned: Mapping[str, int] | None = None,
+                multiprocessors: int = H200_MULTIPROCESSORS) -> KernelSpec:
     """hgemm_small_m with BN chosen for the shape (small_m_width), MPAIR (small_m_pairs, which
     takes 128-row tiles) and BM, STAGES and AROWS for M (small_m_params), each unless pinned;
-    or, where small_m_grid_split says and no tile parameter is pinned, paired 128 x 128 tiles
-    split over the grid (GSPLIT=2); any other stage unchanged."""
+    or, where small_m_grid_split says for this many multiprocessors and no tile parameter is
+    pinned, paired 128 x 128 tiles split over the grid (GSPLIT=2); any other stage unchanged."""
     if spec.name == SMALL_M_STREAMK:
         return _streamk_for(spec, shape, pinned or {})
     if spec.name != SMALL_M:
@@ -343,23 +347,21 @@ def small_m_for(spec: KernelSpec, shape: Shape, pinned: Mapping[str, int] | None
     check_small_m(spec, shape)
     pinned = pinned or {}
     bk = spec.param_dict["BK"]
-    if not pinned.keys() & {"BM", "BN", "MCAST", "MPAIR", "GSPLIT"} and small_m_grid_split(shape, bk):
-        chosen = {k: v for k, v in {"BN": 128, "MPAIR": 2, "GSPLIT": 2,
-                                    **small_m_params(shape.m, 128, bk, 128)}.items()
-                  if k not in pinned}
-        return spec.with_params(**chosen)
-    bn = pinned.get("BN", small_m_width(shape))
-    # Pairs only where nothing pinned rules them out (A shared instead, no pair, 256 rows).
-    pairs = (pinned.get("MPAIR", 2) == 2 and pinned.get("MCAST", 1) == 1
-             and pinned.get("BM", 128) == 128 and small_m_pairs(shape, bn, bk))
-    bm = pinned.get("BM", small_m_narrow_rows(shape.m) if bn == SMALL_M_NARROW or pairs
-                    else small_m_tile_rows(shape.m))
-    chosen = {k: v for k, v in {"BN": bn, "MPAIR": 2 if pairs else 1,
-                                **small_m_params(shape.m, bn, bk, bm)}.items()
-              if k not in pinned}
+    if (not pinned.keys() & {"BM", "BN", "MCAST", "MPAIR", "GSPLIT"}
+            and small_m_grid_split(shape, bk, multiprocessors)):
+        tile = {**SMALL_M_GRID_SPLIT, **small_m_params(shape.m, 128, bk, 128)}
+    else:
+        bn = pinned.get("BN", small_m_width(shape))
+        # Pairs only where nothing pinned rules them out (A shared instead, no pair, 256 rows).
+        pairs = (pinned.get("MPAIR", 2) == 2 and pinned.get("MCAST", 1) == 1
+                 and pinned.get("BM", 128) == 128 and small_m_pairs(shape, bn, bk))
+        bm = pinned.get("BM", small_m_narrow_rows(shape.m) if bn == SMALL_M_NARROW or pairs
+                        else small_m_tile_rows(shape.m))
+        tile = {"BN": bn, "MPAIR": 2 if pairs else 1, **small_m_params(shape.m, bn, bk, bm)}
+    chosen = {k: v for k, v in tile.items() if k not in pinned}
     out = spec.with_params(**chosen) if chosen else spec
     check_small_m_pairs(out, shape)
-    check_small_m_gsplit(out, shape)
+    check_small_m_gsplit(out, shape, multiprocessors)
     return out
 
 

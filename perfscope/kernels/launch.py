@@ -74,6 +74,23 @@ def driver_compute_capability() -> int | None:
     return major.value * 10 + minor.value
 
 
+def driver_multiprocessors() -> int | None:
+    """Device 0's multiprocessor count, asked of the driver without CuPy; None with no
+    driver or no device."""
+    import ctypes
+
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    dev, count = ctypes.c_int(0), ctypes.c_int(0)
+    # CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16 (cuda.h).
+    if (cuda.cuInit(0) != 0 or cuda.cuDeviceGet(ctypes.byref(dev), 0) != 0
+            or cuda.cuDeviceGetAttribute(ctypes.byref(count), 16, dev) != 0):
+        return None
+    return count.value
+
+
 def never_run_refusal(spec: KernelSpec, cc: int | None) -> str:
     """The one sentence that refuses to run a "compiled, never run" stage on this machine."""
     need = " or ".join(f"{c / 10:.1f}" for c in spec.only_cc) or f"{spec.min_cc / 10:.1f}+"

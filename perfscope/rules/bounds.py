@@ -54,7 +54,8 @@ PART_OF_WORK = 0.5
 # the roof of the instruction the kernel uses now.
 PATH_CHANGE_TAGS = frozenset({"legacy-mma", "no-tensor-cores"})
 
-_MMA_SHAPE = re.compile(r"^(?:H|Q|I|B)GMMA\.(\d+)x(\d+)x(\d+)")
+# The M x N x K of a warpgroup MMA opcode (HGMMA.64x256x16.F32.BF16).
+MMA_SHAPE = re.compile(r"^(?:H|Q|I|B)GMMA\.(\d+)x(\d+)x(\d+)")
 # FLOP per warp-level instruction of the mma.sync shapes (m x n x k x 2).
 _HMMA_FLOPS = {"16816": 16 * 8 * 16 * 2, "1688": 16 * 8 * 8 * 2, "884": 8 * 8 * 4 * 2}
 _BF16_MARKS = (".BF16", "BF16")
@@ -107,7 +108,7 @@ def sass_flops(p: KernelProfile) -> float | None:
     flops = 0.0
     for op, n in ops.items():
         base = base_opcode(op)
-        if (m := _MMA_SHAPE.match(op)) is not None:
+        if (m := MMA_SHAPE.match(op)) is not None:
             # A warpgroup instruction is counted once per warp: four per wgmma.
             flops += n * int(m[1]) * int(m[2]) * int(m[3]) * 2 / 4
         elif base == "HMMA":
