@@ -832,6 +832,16 @@ def versions(cp: Any | None, libs: dict[str, Any]) -> dict[str, str]:
     return out
 
 
+
+def _launch_label(c: dict) -> str:
+    """How a small-M candidate splits K, for the tables: " S=s" for s splits over a cluster,
+    " pair" for a pair of tiles sharing an operand, " z=g" for g parts over the grid."""
+    p = c.get("params", {})
+    pair = p.get("MCAST", 1) * p.get("MPAIR", 1)
+    splits = c.get("cluster", 1) // pair
+    return ((f" S={splits}" if splits > 1 else "") + (" pair" if pair > 1 else "")
+            + (f" z={p['GSPLIT']}" if p.get("GSPLIT", 1) > 1 else ""))
+
 def table(record: dict[str, Any]) -> str:
     lines = []
     bad = [r for r in record["correctness"] if r.get("verdict") != "OK"]
@@ -856,7 +866,7 @@ def table(record: dict[str, Any]) -> str:
                    else "")
             speed = "; ".join(f"{b.split(' ')[0]} " + "/".join(f"{x:.2f}" for x in v)
                               for b, v in c.get("speedup_per_round", {}).items())
-            label = name + (f" S={c['cluster']}" if c.get("cluster", 1) > 1 else "")
+            label = name + _launch_label(c)
             lines.append(
                 f"{e['dtype']:<5} {e['m']:>5} {e['n']:>6} {e['k']:>6}  {label:<28} "
                 f"{c.get('verdict', '-'):<7} "
@@ -893,7 +903,7 @@ def summary(record: dict[str, Any]) -> str:
                 for b in BASELINES]
         speed = [f"{statistics.median(row['speedup_per_round'][b]):.2f}"
                  if b in row.get("speedup_per_round", {}) else "-" for b in BASELINES]
-        label = SHORT.get(name, name) + (f" S={row['cluster']}" if row.get("cluster", 1) > 1 else "")
+        label = SHORT.get(name, name) + _launch_label(row)
         pct = (f"{100 * row['compulsory_gbps'] / bw:5.1f}%" if bw and e["m"] <= BANDWIDTH_MAX_M
                else "")
         lines.append(f"{e['dtype']:<5} {e['m']:>5} {e['n']:>6} {e['k']:>6}  {label:<16} {ms:8.4f}  "

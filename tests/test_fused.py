@@ -942,3 +942,12 @@ def test_small_m_grid_split_pushes_and_adds_partials_without_spills():
             sum(v for op, v in ops.items() if op.startswith("UTMALDG") and "MULTICAST" in op))
     assert counts[2][0] > 0 and counts[2][1] > 0 and counts[2][2] > 0, counts
     assert counts[1][0] == 0 and counts[1][1] == 0, counts
+
+
+def test_fused_check_labels_say_how_k_is_split():
+    """The check's tables tell a cluster's splits from a pair sharing an operand and from
+    parts over the grid (its "S=2" once named a pair's cluster as two splits)."""
+    assert fc._launch_label({"cluster": 2, "params": {"MPAIR": 2, "GSPLIT": 2}}) == " pair z=2"
+    assert fc._launch_label({"cluster": 2, "params": {"MPAIR": 1}}) == " S=2"
+    assert fc._launch_label({"cluster": 4, "params": {"MPAIR": 2}}) == " S=2 pair"
+    assert fc._launch_label({"cluster": 1, "params": {}}) == ""
