@@ -556,7 +556,8 @@ FUSED: tuple[KernelSpec, ...] = (
                       "shared memory, so about every SM streams its own slab of B once and the "
                       "fused epilogue runs once per output element; above M = 128, pairs of "
                       "128-row tiles whose two CTAs share each B tile by TMA multicast "
-                      "(MPAIR=2).",
+                      "(MPAIR=2), split over the grid (GSPLIT=2, the partials through a global "
+                      "workspace) where the pairs alone would leave half the SMs idle.",
                notes="Launched with cluster dims (P * S, 1, 1), P = MCAST * MPAIR, S from "
                      "split_count (the kernel reads it from %cluster_nctarank); a launch "
                      "without the cluster "
