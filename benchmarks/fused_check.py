@@ -832,7 +832,6 @@ def versions(cp: Any | None, libs: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-
 def _launch_label(c: dict) -> str:
     """How a small-M candidate splits K, for the tables: " S=s" for s splits over a cluster,
     " pair" for a pair of tiles sharing an operand, " z=g" for g parts over the grid."""
@@ -841,6 +840,7 @@ def _launch_label(c: dict) -> str:
     splits = c.get("cluster", 1) // pair
     return ((f" S={splits}" if splits > 1 else "") + (" pair" if pair > 1 else "")
             + (f" z={p['GSPLIT']}" if p.get("GSPLIT", 1) > 1 else ""))
+
 
 def table(record: dict[str, Any]) -> str:
     lines = []

@@ -56,26 +56,8 @@ def driver_device_count() -> int:
     return count.value
 
 
-def driver_compute_capability() -> int | None:
-    """Device 0's compute capability as 90 for 9.0, asked of the driver without CuPy; None
-    with no driver or no device."""
-    import ctypes
-
-    try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return None
-    dev, major, minor = ctypes.c_int(0), ctypes.c_int(0), ctypes.c_int(0)
-    # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75, _MINOR = 76 (cuda.h).
-    if (cuda.cuInit(0) != 0 or cuda.cuDeviceGet(ctypes.byref(dev), 0) != 0
-            or cuda.cuDeviceGetAttribute(ctypes.byref(major), 75, dev) != 0
-            or cuda.cuDeviceGetAttribute(ctypes.byref(minor), 76, dev) != 0):
-        return None
-    return major.value * 10 + minor.value
-
-
-def driver_multiprocessors() -> int | None:
-    """Device 0's multiprocessor count, asked of the driver without CuPy; None with no
+def _driver_attributes(*attributes: int) -> tuple[int, ...] | None:
+    """Device 0's CUdevice_attribute values, asked of the driver without CuPy; None with no
     driver or no device."""
     import ctypes
 
@@ -83,12 +65,32 @@ def driver_multiprocessors() -> int | None:
         cuda = ctypes.CDLL("libcuda.so.1")
     except OSError:
         return None
-    dev, count = ctypes.c_int(0), ctypes.c_int(0)
-    # CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16 (cuda.h).
-    if (cuda.cuInit(0) != 0 or cuda.cuDeviceGet(ctypes.byref(dev), 0) != 0
-            or cuda.cuDeviceGetAttribute(ctypes.byref(count), 16, dev) != 0):
+    dev = ctypes.c_int(0)
+    if cuda.cuInit(0) != 0 or cuda.cuDeviceGet(ctypes.byref(dev), 0) != 0:
         return None
-    return count.value
+    values = []
+    for attribute in attributes:
+        value = ctypes.c_int(0)
+        if cuda.cuDeviceGetAttribute(ctypes.byref(value), attribute, dev) != 0:
+            return None
+        values.append(value.value)
+    return tuple(values)
+
+
+def driver_compute_capability() -> int | None:
+    """Device 0's compute capability as 90 for 9.0, asked of the driver without CuPy; None
+    with no driver or no device."""
+    # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75, _MINOR = 76 (cuda.h).
+    got = _driver_attributes(75, 76)
+    return None if got is None else got[0] * 10 + got[1]
+
+
+def driver_multiprocessors() -> int | None:
+    """Device 0's multiprocessor count, asked of the driver without CuPy; None with no
+    driver or no device."""
+    # CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16 (cuda.h).
+    got = _driver_attributes(16)
+    return None if got is None else got[0]
 
 
 def never_run_refusal(spec: KernelSpec, cc: int | None) -> str:

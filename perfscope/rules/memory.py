@@ -11,6 +11,8 @@ What extra traffic costs is weighed by the unit it goes through (perfscope.rules
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from perfscope.families import base_opcode
 from perfscope.hardware import ELEMENT_BYTES, PEAK_FLOP_PER_SM_CLOCK, SMEM_BYTES_PER_SM_CLOCK
 from perfscope.metrics import (
@@ -570,6 +572,21 @@ WIDEST_WGMMA_N = 256
 _GMMA_KIND = {"HGMMA": (2, "tensor16"), "QGMMA": (1, "tensor8")}
 
 
+class _Wgmma(NamedTuple):
+    """One executed wgmma shape: its label, M x N x K, operand element bytes, and over all
+    its executions the FLOPs, the shared operand bytes and the SM clocks of tensor work at
+    its family's peak."""
+
+    label: str
+    rows: int
+    cols: int
+    depth: int
+    elem: int
+    flops: float
+    operand_bytes: float
+    clocks: float
+
+
 def _smem_roof(operand: float, tma: float) -> float:
     """The share of the tensor peak shared memory lets through: its bytes per clock over
     what the operands and the incoming tiles need at that peak."""
@@ -625,23 +642,23 @@ def _check_wgmma_smem_roof(inputs: Inputs) -> Hit | None:
         elem = _GMMA_KIND[family_][0]
         rows, cols, depth = int(m[1]), int(m[2]), int(m[3])
         flops = n / 4 * rows * cols * depth * 2
-        shapes.append((op.split(".F32")[0], rows, cols, depth, elem, flops,
-                       n / 4 * (rows + cols) * depth * elem, flops / per))
+        shapes.append(_Wgmma(op.split(".F32")[0], rows, cols, depth, elem, flops,
+                             n / 4 * (rows + cols) * depth * elem, flops / per))
     if not shapes:
         return None
     cycles = need(p.identity.cycles, M_CYCLES)
     sms = need(p.identity.sm_count, "device__attribute_multiprocessor_count")
     sectors = need(p.metric(M_L2_READ_SECTORS), M_L2_READ_SECTORS)
-    clocks = sum(sh[7] for sh in shapes)          # SM clocks of tensor work at the peak
-    flops = sum(sh[5] for sh in shapes)
+    clocks = sum(sh.clocks for sh in shapes)      # SM clocks of tensor work at the peak
+    flops = sum(sh.flops for sh in shapes)
     if not cycles or not sms or not clocks:
         return None
-    operand = sum(sh[6] for sh in shapes) / clocks        # B per SM clock at the peak
+    operand = sum(sh.operand_bytes for sh in shapes) / clocks   # B per SM clock at the peak
     # Bytes into shared memory: the CTA tile's A (AROWS of its rows, where fewer arrive)
     # and B per k step where the run manifest names the tile (a multicast tile still lands
     # in every CTA of the cluster), else the L2 -> SM reads, a lower bound (TMA multicast
     # and traffic ncu counts elsewhere).
-    dominant = max(shapes, key=lambda sh: sh[5])
+    dominant = max(shapes, key=lambda sh: sh.flops)
     label, rows, cols, depth, elem = dominant[:5]
     incoming = sectors * SECTOR_BYTES
     tile = _manifest_tile(inputs)
@@ -658,7 +675,7 @@ def _check_wgmma_smem_roof(inputs: Inputs) -> Hit | None:
         return None
     # The dominant shape's operand bytes at twice its N, over its own FLOPs; the others as
     # they are.
-    saved = dominant[5] * elem * (1 / cols - 1 / wider) / 2
+    saved = dominant.flops * elem * (1 / cols - 1 / wider) / 2
     roof_wider = _smem_roof(operand - saved / clocks, tma)
     return Hit((
         Evidence("wgmma shape (most FLOPs)", label, f"{(rows + cols) * depth * elem} B of "
