@@ -150,7 +150,11 @@ def _stage_file(name: str, compile: CompileInfo, run_dir: Path | None, kernel_di
                 ) -> tuple[SourceFile, list[str] | None] | None:
     """A ladder stage's file from the run's sources or the checkout, hash-checked."""
     base = PurePosixPath(name).name
-    places = [(run_dir, RUN, f"{RUN_SOURCES}/{base}"),
+    # A run folder that holds reports compiled from several trees keeps each older tree's
+    # sources under sources/<source hash>/, beside the newest in sources/ itself.
+    kept = compile.source_hash
+    places = [*([(run_dir / kept, RUN, f"{RUN_SOURCES}/{kept}/{base}")] if kept else []),
+              (run_dir, RUN, f"{RUN_SOURCES}/{base}"),
               (kernel_dir, CHECKOUT, f"perfscope/kernels/{base}")] if run_dir else \
         [(kernel_dir, CHECKOUT, f"perfscope/kernels/{base}")]
     where = {RUN: "the run's copy beside its reports", CHECKOUT: "the checkout's copy"}

@@ -284,6 +284,29 @@ def test_source_view_checks_the_checkout_against_the_compile(tmp_path):
     assert all(line.text is None for line in view.lines) and view.lines[0].sass
 
 
+@needs_reference
+def test_source_view_finds_an_older_trees_copy_under_its_hash(tmp_path):
+    """A run folder holding reports of several trees keeps the older tree's sources under
+    sources/<source hash>/: a report compiled from it shows its lines from there, whatever
+    sources/ and the checkout hold now."""
+    from perfscope.diagnosis import diagnose
+    from perfscope.source import RUN, source_view
+
+    report_path = _lone_report(tmp_path, "hgemm_bcf", "fp16")
+    [r] = diagnose([report_path])
+    kept = report_path.parent / "sources" / r.manifest.compile.source_hash
+    shutil.copytree(REFERENCE / "sources", kept)
+    (report_path.parent / "sources" / "hgemm.cu").write_text("// a later tree\n")
+    edited = tmp_path / "kernels"
+    shutil.copytree(REFERENCE / "sources", edited)
+    (edited / "hgemm.cu").write_text("// edited\n" + (edited / "hgemm.cu").read_text())
+    [r] = diagnose([report_path])
+    view = source_view(r.profile, r.manifest.compile, kernel_dir=edited)
+    [file] = view.files
+    assert file.origin == RUN and file.shown == f"sources/{r.manifest.compile.source_hash}/hgemm.cu"
+    assert view.lines[0].text
+
+
 def test_source_view_of_user_reports():
     from perfscope.source import EMBEDDED, MISSING, source_view
 

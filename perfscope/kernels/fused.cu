@@ -114,7 +114,8 @@
 //            cluster, so a pair (MPAIR = 2) can also split without clusters of 4, which the
 //            H200 holds too few of at once: the CTA of part z > 0 pushes each consumer's
 //            64 x BN fp32 fragment through hopper.cuh's stream-K workspace (StreamK::write,
-//            a slot per (x, y) and part) and skips the epilogue; part 0 adds the others'
+//            a slot per (x, y) and part) and skips the epilogue (it loads no bias and
+//            prefetches no residual); part 0 adds the others'
 //            (StreamK::add_partial, waiting on their flags) and finishes the tile. Part 0
 //            waits for CTAs launched after it, so every CTA must be co-resident (the host
 //            keeps the grid within the SMs) and launches of one module must not overlap.
@@ -125,7 +126,10 @@
 //            else BN = 128 and the one tile row of BM = 64 / 128 / 256, or above M = 128 two
 //            paired rows of BM = 128 where both fit one wave (fused_specs.small_m_pairs).
 //            BN = 256 (4 stages at BM = 64) still compiles; it was
-//            the slowest width at every timed shape. AROWS < BM (16 or 32, for M <= AROWS
+//            the slowest width at every timed shape. At M = 256, 64-row tiles four deep
+//            (m64n128 / m64n256 past PS114's m64n64 roof) measured 0.68-0.93 of cublas+gelu
+//            against the host's 1.02-1.08: four tile rows read B four times, from DRAM
+//            (fused/small-m-thin.json). AROWS < BM (16 or 32, for M <= AROWS
 //            at BM = 64): A's TMA box holds only AROWS rows, and the tile's other rows are
 //            zeroed once at the start, so no k tile spends TMA time zero-filling rows past M.
 //            MCAST = 2 (default 1): clusters of 2 x S CTAs, the S splits of two adjacent N
@@ -810,8 +814,9 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
         if constexpr (CONS == 2) setmaxnreg_dec<40>();
         if (tid == 0) {
             for (int i = early; i < nk; ++i) issue(i);
-        } else if (RESIDUAL && tid / 32 == 1 && rank == 0) {
-            // The leader's epilogue reads this tile's residual rows: to L2 meanwhile.
+        } else if (RESIDUAL && tid / 32 == 1 && rank == 0 && (GSPLIT == 1 || blockIdx.z == 0)) {
+            // The leader's epilogue reads this tile's residual rows: to L2 meanwhile (a grid
+            // split's part z > 0 has no epilogue).
             fused::prefetch_rows_l2(residual, m0, min(m0 + BM, M), n0, min(n0 + BN, N), N,
                                     tid % 32);
         }
@@ -833,9 +838,11 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
             return static_cast<unsigned>(((c * MI + mi) * NB + b)) % splits == rank;
         };
         // An owner's bias pairs, loaded before the stream and held in registers, so the
-        // epilogue does not wait for them behind the stream's DRAM queue.
+        // epilogue does not wait for them behind the stream's DRAM queue; a grid split's part
+        // z > 0 only hands its partial on and loads none.
         unsigned bias_pairs[BN / 8];
-        if (rank < static_cast<unsigned>(UNITS)) fused::load_bias_pairs<T, BN>(bias_pairs, bias, n0, N);
+        if (rank < static_cast<unsigned>(UNITS) && (GSPLIT == 1 || blockIdx.z == 0))
+            fused::load_bias_pairs<T, BN>(bias_pairs, bias, n0, N);
         float acc[MI][BN / 2];
 #pragma unroll
         for (int mi = 0; mi < MI; ++mi)
