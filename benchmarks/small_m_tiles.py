@@ -1,6 +1,7 @@
 """hgemm_small_m's tile shape at M = 128 and 256, measured, before small_m_for's choice changes.
 
-    PYTHONPATH=. python3 benchmarks/small_m_tiles.py [--multicast | --pairs | --decode] [--out FILE]
+    PYTHONPATH=. python3 benchmarks/small_m_tiles.py [--multicast | --pairs | --decode | --gsplit
+        | --wide | --thin] [--out FILE]
 
 The question it answers: at M = 256 the host takes BM 256 x BN 128 where N is 8192 or
 more (four m64n128 fragments per CTA, so wgmma reads B from shared memory four times per k
@@ -88,12 +89,25 @@ WIDE_CASES = (
     ((256, 14336, 4096), (None, _PAIR256)),
 )
 
+# --thin: at M = 256, 64-row tiles (one consumer warpgroup, m64nBN per k16 step) four tile
+# rows deep, so the wgmma is n128 or n256 rather than the 128 x 64 tile's n64 (whose wgmma
+# operands alone fill shared memory's 128 B/clock: PS114's roof 0.57) while the grid still
+# covers the SMs: 64 x 128 tiles unsplit, 64 x 256 unsplit at N = 8192 and split over the
+# grid at N = 4096.
+_THIN128 = {"BM": 64, "BN": 128}
+_THIN256 = {"BM": 64, "BN": 256}
+THIN_CASES = (
+    ((256, 4096, 4096), (None, _THIN128, {**_THIN256, "GSPLIT": 2})),
+    ((256, 8192, 8192), (None, _THIN256, {**_THIN256, "STAGES": 5})),
+    ((256, 4096, 14336), (None, _THIN128, {**_THIN256, "GSPLIT": 2})),
+)
+
 
 def plan_jobs(mode: str) -> list:
-    """Every job of one mode ("tiles", "multicast", "pairs", "decode", "gsplit" or "wide"), in
-    order."""
-    if mode in ("gsplit", "wide"):
-        cases = GSPLIT_CASES if mode == "gsplit" else WIDE_CASES
+    """Every job of one mode ("tiles", "multicast", "pairs", "decode", "gsplit", "wide" or
+    "thin"), in order."""
+    if mode in ("gsplit", "wide", "thin"):
+        cases = {"gsplit": GSPLIT_CASES, "wide": WIDE_CASES, "thin": THIN_CASES}[mode]
         return [job for (m, n, k), cfgs in cases for cfg in cfgs
                 for job in bench.plan(["hgemm_small_m"], ["bf16", "fp16"], Shape(m, n, k), cfg)]
     configs, shapes, dtypes = {
@@ -124,12 +138,15 @@ def main() -> int:
                     help="time split-K over the grid (GSPLIT) against the host's choice instead")
     modes.add_argument("--wide", action="store_true",
                     help="time paired 128 x 256 tiles at M = 256 against the host's choice instead")
+    modes.add_argument("--thin", action="store_true",
+                    help="time 64-row tiles of 128 / 256 columns at M = 256 against the host's "
+                         "choice instead")
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
     mode = ("multicast" if args.multicast else "pairs" if args.pairs
             else "decode" if args.decode else "gsplit" if args.gsplit
-            else "wide" if args.wide else "tiles")
+            else "wide" if args.wide else "thin" if args.thin else "tiles")
     out = args.out or Path("reports/reference/h200/fused") / f"small-m-{mode}.json"
     jobs = plan_jobs(mode)
     done = []
