@@ -15,7 +15,11 @@ from perfscope.rules import rule_metrics
 # 3: device__attribute_max_gpu_frequency_khz asked for by name (PS171). ncu writes every
 # device attribute into every report, so the version-2 captures committed hold it already
 # (tests/test_rules_reference.py judges PS171 on each of them).
-COLLECTION_VERSION = 3
+# 4: l1tex__m_xbar2l1tex_read_sectors.sum.pct_of_peak_sustained_elapsed and
+# l1tex__cycles_elapsed.sum asked for by name (PS114's bytes into shared memory). Both come
+# with MemoryWorkloadAnalysis, so the version-3 captures committed hold them already and the
+# rule reads them there (tests/test_rules.py checks the count against the tiles' bytes).
+COLLECTION_VERSION = 4
 
 SECTIONS: tuple[str, ...] = (
     "SpeedOfLight",                 # sol

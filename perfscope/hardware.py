@@ -46,6 +46,15 @@ DRAM_PRACTICAL_SHARE = 0.89
 # shared operands from and what TMA writes the tiles into, one budget.
 SMEM_BYTES_PER_SM_CLOCK = 128
 
+# The L2 -> SM crossbar's peak into L1TEX / shared memory, sectors per SM clock, by compute
+# capability: what l1tex__m_xbar2l1tex_read_sectors' share of peak is a share of. Measured on
+# the H200 (the committed reference run): that share x 4 x l1tex__cycles_elapsed.sum gives
+# 50,331,648 sectors for hgemm_tma_wgmma_persistent at 4096^3, exactly its 512 tiles' TMA
+# bytes ((128 + 256) x 4096 x 2 each), and 22,020,608 for hgemm_small_m's paired 128 x 64
+# tiles at 256 x 4096 x 14336 (22,020,096 of tiles, multicast ones counted in both CTAs, and
+# 512 of bias loads).
+XBAR_TO_L1_SECTORS_PER_SM_CLOCK: Mapping[str, int] = {"9.0": 4}
+
 # Element sizes in bytes.
 ELEMENT_BYTES: Mapping[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
 # The C a GEMM of an element type writes, where it is not that type: perfscope's fp8 GEMMs

@@ -69,6 +69,12 @@ M_SPILL_INST = "sass__inst_executed_register_spilling"
 M_L2_SECTORS = "lts__t_sectors_srcunit_tex.sum"
 # The same, reads only: the operand bytes L2 sends to the SMs (tile reuse is judged on it).
 M_L2_READ_SECTORS = "lts__t_sectors_srcunit_tex_op_read.sum"
+# Sectors the crossbar delivers into each SM's L1TEX / shared memory (TMA tiles, multicast
+# ones once per receiving CTA, cp.async, loads), as a share of its peak rate; with the L1TEX
+# cycles and that rate (hardware.XBAR_TO_L1_SECTORS_PER_SM_CLOCK) the count itself. Both sit
+# in MemoryWorkloadAnalysis; the raw .sum does not.
+M_XBAR_IN_PCT = "l1tex__m_xbar2l1tex_read_sectors.sum.pct_of_peak_sustained_elapsed"
+M_L1TEX_CYCLES = "l1tex__cycles_elapsed.sum"
 M_DRAM_READ = "dram__bytes_read.sum"
 M_DRAM_WRITE = "dram__bytes_write.sum"
 TRAFFIC_METRICS_GLOBAL = (M_GLOBAL_SECTORS, M_GLOBAL_IDEAL, M_LOCAL_LD_SECT, M_LOCAL_ST_SECT)

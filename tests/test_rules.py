@@ -778,3 +778,31 @@ def test_dram_bound_advice_does_not_ask_for_depth_past_the_latency():
     kp, kw = external("torch_gelu_after_mm", 1)
     (f,) = [f for f in evaluate(kp, **kw).findings if f.code == "PS170"]
     assert not any(e.metric.startswith("shared memory per SM") for e in f.evidence)
+
+
+def test_bytes_into_shared_memory_are_measured_at_the_crossbar():
+    """PS114's incoming bytes: the crossbar's share of its peak x 4 sectors per clock x the
+    L1TEX cycles reproduces, to the sector, the TMA bytes the tiles bring: the persistent
+    stage's 512 tiles of (128 + 256) x 4096 x 2 bytes, and the paired 128 x 64 tiles' 24 KB
+    per k tile in each of 128 CTAs (multicast B counted in both) plus 512 sectors of bias
+    loads. L2's own read count sees about half of those TMA bytes, so without the crossbar
+    the rule takes the manifest's tile, and with neither the L2 reads, a lower bound."""
+    from perfscope.metrics import M_L2_READ_SECTORS, M_XBAR_IN_PCT
+    from perfscope.rules import memory
+
+    persistent, _ = reference("hgemm_tma_wgmma_persistent", "bf16")
+    assert memory._xbar_in_sectors(persistent) == pytest.approx(512 * 384 * 4096 * 2 / 32, rel=1e-6)
+    assert persistent.metric(M_L2_READ_SECTORS) < 0.5 * memory._xbar_in_sectors(persistent)
+    pairs, extra = fused("hgemm_small_m@AROWS=128,BM=128,BN=64,MPAIR=2-bf16-256x4096x14336")
+    assert memory._xbar_in_sectors(pairs) == pytest.approx(128 * 224 * 24 * 1024 / 32 + 512,
+                                                          rel=1e-6)
+    (finding,) = [f for f in evaluate(pairs, **extra).findings if f.code == "PS114"]
+    incoming = next(e for e in finding.evidence if e.metric.startswith("bytes into shared"))
+    assert M_XBAR_IN_PCT in incoming.threshold
+    # The crossbar's share blanked: the manifest's tile gives the same roof.
+    blind = dataclasses.replace(pairs, metrics=ChainMap({M_XBAR_IN_PCT: (None, "")}, pairs.metrics))
+    assert memory._xbar_in_sectors(blind) is None
+    (again,) = [f for f in evaluate(blind, **extra).findings if f.code == "PS114"]
+    assert again.estimated_gain == pytest.approx(finding.estimated_gain, rel=0.01)
+    assert "manifest" in next(e for e in again.evidence
+                              if e.metric.startswith("bytes into shared")).threshold

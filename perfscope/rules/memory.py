@@ -14,18 +14,25 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from perfscope.families import base_opcode
-from perfscope.hardware import ELEMENT_BYTES, PEAK_FLOP_PER_SM_CLOCK, SMEM_BYTES_PER_SM_CLOCK
+from perfscope.hardware import (
+    ELEMENT_BYTES,
+    PEAK_FLOP_PER_SM_CLOCK,
+    SMEM_BYTES_PER_SM_CLOCK,
+    XBAR_TO_L1_SECTORS_PER_SM_CLOCK,
+)
 from perfscope.metrics import (
     M_CYCLES,
     M_DRAM_READ,
     M_DRAM_WRITE,
     M_GLOBAL_IDEAL,
     M_GLOBAL_SECTORS,
+    M_L1TEX_CYCLES,
     M_L2_READ_SECTORS,
     M_L2_SECTORS,
     M_OPCODES,
     M_SHARED_IDEAL,
     M_SHARED_WAVEFRONTS,
+    M_XBAR_IN_PCT,
     MEMORY_PCT_METRICS,
     OPCODE_METRICS,
     SECTOR_BYTES,
@@ -33,6 +40,7 @@ from perfscope.metrics import (
     STALL_METRICS,
     TRAFFIC_METRICS_GLOBAL,
 )
+from perfscope.profile import KernelProfile
 from perfscope.rules.bounds import MMA_SHAPE as _MMA_SHAPE
 from perfscope.rules.bounds import work_of
 from perfscope.rules.facts import (
@@ -593,6 +601,36 @@ def _smem_roof(operand: float, tma: float) -> float:
     return min(1.0, SMEM_BYTES_PER_SM_CLOCK / (operand + tma))
 
 
+def _xbar_in_sectors(p: KernelProfile) -> float | None:
+    """Sectors the crossbar delivered into the SMs' L1TEX / shared memory: its share of the
+    peak rate x that rate x the L1TEX cycles summed over the SMs; None where a metric or the
+    rate (by compute capability) is missing."""
+    pct, cycles = p.metric(M_XBAR_IN_PCT), p.metric(M_L1TEX_CYCLES)
+    rate = XBAR_TO_L1_SECTORS_PER_SM_CLOCK.get(p.identity.compute_capability or "")
+    if pct is None or cycles is None or rate is None:
+        return None
+    return pct / 100 * rate * cycles
+
+
+def _incoming_bytes(inputs: Inputs, flops: float, elem: int) -> tuple[float, str]:
+    """Bytes brought into shared memory over the kernel, and where the figure comes from:
+    measured at the crossbar where the report holds it (TMA multicast lands once per
+    receiving CTA); else the run manifest's tile, A's arriving rows (AROWS) and B per k step,
+    or the L2 -> SM reads, whichever is larger (those reads are a lower bound: multicast and
+    traffic ncu counts elsewhere)."""
+    p = inputs.profile
+    measured = _xbar_in_sectors(p)
+    if measured is not None:
+        return measured * SECTOR_BYTES, (f"{M_XBAR_IN_PCT} x {M_L1TEX_CYCLES} x the crossbar's "
+                                         "sectors per clock, x 32")
+    incoming = need(p.metric(M_L2_READ_SECTORS), M_L2_READ_SECTORS) * SECTOR_BYTES
+    tile = _manifest_tile(inputs)
+    if tile is not None:
+        bm, bn, arows = tile
+        incoming = max(incoming, (arows + bn) * elem / (2 * bm * bn) * flops)
+    return incoming, f"the manifest's BM x BN tile per k step, else {M_L2_READ_SECTORS} x 32"
+
+
 def _manifest_tile(inputs: Inputs) -> tuple[int, int, int] | None:
     """(BM, BN, the rows of A that arrive) of the CTA tile where the run manifest names it
     (hgemm_small_m's AROWS: a thin M's tile pads the rest with zeros once)."""
@@ -648,23 +686,14 @@ def _check_wgmma_smem_roof(inputs: Inputs) -> Hit | None:
         return None
     cycles = need(p.identity.cycles, M_CYCLES)
     sms = need(p.identity.sm_count, "device__attribute_multiprocessor_count")
-    sectors = need(p.metric(M_L2_READ_SECTORS), M_L2_READ_SECTORS)
     clocks = sum(sh.clocks for sh in shapes)      # SM clocks of tensor work at the peak
     flops = sum(sh.flops for sh in shapes)
     if not cycles or not sms or not clocks:
         return None
     operand = sum(sh.operand_bytes for sh in shapes) / clocks   # B per SM clock at the peak
-    # Bytes into shared memory: the CTA tile's A (AROWS of its rows, where fewer arrive)
-    # and B per k step where the run manifest names the tile (a multicast tile still lands
-    # in every CTA of the cluster), else the L2 -> SM reads, a lower bound (TMA multicast
-    # and traffic ncu counts elsewhere).
     dominant = max(shapes, key=lambda sh: sh.flops)
     label, rows, cols, depth, elem = dominant[:5]
-    incoming = sectors * SECTOR_BYTES
-    tile = _manifest_tile(inputs)
-    if tile is not None:
-        bm, bn, arows = tile
-        incoming = max(incoming, (arows + bn) * elem / (2 * bm * bn) * flops)
+    incoming, source = _incoming_bytes(inputs, flops, elem)
     tma = incoming / clocks
     roof = _smem_roof(operand, tma)
     achieved = clocks / (cycles * sms)
@@ -683,8 +712,7 @@ def _check_wgmma_smem_roof(inputs: Inputs) -> Hit | None:
         Evidence("shared operand bytes per SM clock at the tensor peak", round(operand, 1),
                  "the wgmma shapes at their peak FLOP per clock"),
         Evidence("bytes into shared memory per SM clock at the peak", round(tma, 1),
-                 "the manifest's BM x BN tile per k step, else "
-                 f"{M_L2_READ_SECTORS} x 32: written into the same banks"),
+                 f"{source}: written into the same banks"),
         Evidence("shared-memory roof (share of the tensor peak)", round(roof, 3),
                  f"{SMEM_BYTES_PER_SM_CLOCK} B/clock / (operands + incoming); < {WGMMA_SMEM_ROOF_MAX}"),
         Evidence("achieved share of the tensor peak per elapsed cycle", round(achieved, 3),
@@ -697,7 +725,7 @@ WGMMA_SMEM_ROOF = Rule(
     code="PS114", tag="smem-bandwidth",
     title="Shared memory caps the tensor pipe: narrow wgmma or too many bytes in per FLOP",
     severity="warning",
-    metrics=(*OPCODE_METRICS, M_L2_READ_SECTORS, M_CYCLES),
+    metrics=(*OPCODE_METRICS, M_XBAR_IN_PCT, M_L1TEX_CYCLES, M_L2_READ_SECTORS, M_CYCLES),
     check=_check_wgmma_smem_roof,
     fix="Shared memory lets {shape} run at {roof} of the tensor peak at most. Give each wgmma "
         "more columns (m64n{wider}: roof {roof_wider}) and bring fewer bytes in per FLOP "
