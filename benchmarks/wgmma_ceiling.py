@@ -2,6 +2,7 @@
 
     PYTHONPATH=. python3 benchmarks/wgmma_ceiling.py [--json FILE] [--iters N] [--runs N]
                                                       [--warpgroups 1 2] [--dtypes bf16 fp16]
+                                                      [--widths 256 128] [--rounds N]
 
 One CTA per multiprocessor runs 1 or 2 warpgroups that do nothing but the k-tile step of
 hgemm_tma_wgmma_persistent's consumers (hop::Ring::consume in hopper.cuh without its
@@ -18,6 +19,12 @@ clock it runs at, and the time of one 128 x 256 x 64 k tile at that rate, the fi
 the stage's measured k-tile time against (benchmarks/tail_split_probe.py: 0.65-0.67 us at
 4096^3 on the H200). The stage cannot pass this; what separates it from it is the ring's
 feed (TMA, L2, barriers) and the epilogue, not the instruction.
+
+``--widths 128`` asks what the instruction's width costs in power: each warpgroup issues two
+``m64n128k16`` per k16 step instead of one ``m64n256k16`` (rows 0-127 of the slot's A against
+its first 128 columns of B: cuBLAS's 256 x 128 tile per consumer pair), the same FLOPs per
+trip. At the power cap the clock the loop holds is what the width draws; ``--rounds``
+repeats the whole set so that the widths alternate rather than follow one another.
 
 The kernel compiles through perfscope's NVRTC path (perfscope.build, sm_90a) with hopper.cuh
 from perfscope/kernels; it is loaded and launched with CuPy. Clocks are left as found.
@@ -58,7 +65,7 @@ template <typename T> struct One;
 template <> struct One<__half> { static constexpr unsigned BITS = 0x3c00u, MANT = 0x3ffu; };
 template <> struct One<__nv_bfloat16> { static constexpr unsigned BITS = 0x3f80u, MANT = 0x7fu; };
 
-template <typename T, int WGS>
+template <typename T, int WGS, int N>
 __global__ void __launch_bounds__(128 * WGS, 1)
 wgmma_loop(float* __restrict__ out, unsigned long long* __restrict__ clk, int iters,
            unsigned seed) {
@@ -83,14 +90,20 @@ wgmma_loop(float* __restrict__ out, unsigned long long* __restrict__ clk, int it
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
     }
     const int wg = threadIdx.x / 128;
-    float acc[128];
+    constexpr int MI = 256 / N;   // m64 fragments per warpgroup: the same FLOPs per trip
+    float acc[MI][N / 2];
 #pragma unroll
-    for (int j = 0; j < 128; ++j) acc[j] = 0.f;
+    for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+        for (int j = 0; j < N / 2; ++j) acc[mi][j] = 0.f;
     for (int i = 0; i < iters; ++i) {
         hop::wgmma_fence();
 #pragma unroll
         for (int k = 0; k < 4; ++k)
-            hop::Wgmma<T, 256>::mma(acc, S::a_desc(slot, wg % 2, k), S::b_desc(slot, k), 1);
+#pragma unroll
+            for (int mi = 0; mi < MI; ++mi)
+                hop::Wgmma<T, N>::mma(acc[mi], S::a_desc(slot, MI == 1 ? wg % 2 : mi, k),
+                                      S::b_desc(slot, k), 1);
         hop::wgmma_commit();
         hop::wgmma_wait<1>();
     }
@@ -103,7 +116,9 @@ wgmma_loop(float* __restrict__ out, unsigned long long* __restrict__ clk, int it
     }
     float s = 0.f;
 #pragma unroll
-    for (int j = 0; j < 128; ++j) s += acc[j];
+    for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+        for (int j = 0; j < N / 2; ++j) s += acc[mi][j];
     out[blockIdx.x * blockDim.x + threadIdx.x] = s;
 }
 """
@@ -112,16 +127,16 @@ DTYPES = {"bf16": "__nv_bfloat16", "fp16": "__half"}
 SMEM_BYTES = (BM + BN) * BK * 2 + 1024   # one slot, 1024-aligned
 
 
-def expression(dtype: str, wgs: int) -> str:
-    return f"wgmma_loop<{DTYPES[dtype]}, {wgs}>"
+def expression(dtype: str, wgs: int, width: int = 256) -> str:
+    return f"wgmma_loop<{DTYPES[dtype]}, {wgs}, {width}>"
 
 
-def build(dtypes: list[str], warpgroups: list[int]):
+def build(dtypes: list[str], warpgroups: list[int], widths: list[int]):
     """The compiled module and a note of how it was built (ptxas usage per kernel)."""
     from perfscope.build import CompileRequest, compile_cubin
     from perfscope.kernels.spec import KERNEL_DIR
 
-    exprs = tuple(expression(d, w) for d in dtypes for w in warpgroups)
+    exprs = tuple(expression(d, w, n) for d in dtypes for w in warpgroups for n in widths)
     module = compile_cubin(CompileRequest(source=SOURCE, source_name="wgmma_ceiling.cu",
                                           name_expressions=exprs, arch="sm_90a",
                                           include_dir=KERNEL_DIR))
@@ -181,6 +196,9 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--warpgroups", type=int, nargs="+", default=[1, 2], choices=[1, 2])
     ap.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=list(DTYPES))
+    ap.add_argument("--widths", type=int, nargs="+", default=[256], choices=[256, 128],
+                    help="wgmma N: one m64n256k16 or two m64n128k16 per k16 step")
+    ap.add_argument("--rounds", type=int, default=1, help="repeat the whole set, interleaved")
     args = ap.parse_args()
 
     import cupy as cp
@@ -192,29 +210,30 @@ def main() -> int:
     if env.compute_capability != "9.0":
         print(f"{name} is compute capability {env.compute_capability}; wgmma needs 9.0 (sm_90a)")
         return 2
-    module, how = build(args.dtypes, args.warpgroups)
+    module, how = build(args.dtypes, args.warpgroups, args.widths)
     raw = cp.RawModule(path=str(module.cubin_path))
     print(f"{name}: {sms} SMs; kernel built by {how}")
 
     rows = []
-    for dtype in args.dtypes:
-        for wgs in args.warpgroups:
-            fn = raw.get_function(module.mangled(expression(dtype, wgs)))
+    cases = [(d, w, n) for d in args.dtypes for w in args.warpgroups for n in args.widths]
+    for rnd in range(args.rounds):
+        for dtype, wgs, width in cases:
+            fn = raw.get_function(module.mangled(expression(dtype, wgs, width)))
             fn.max_dynamic_shared_size_bytes = SMEM_BYTES
+            tag = {"dtype": dtype, "n": width, "round": rnd}
             try:
-                rows.append({"dtype": dtype, **measure(cp, fn, sms, wgs, args)})
+                rows.append({**tag, **measure(cp, fn, sms, wgs, args)})
             except Exception as exc:
-                rows.append({"dtype": dtype, "warpgroups": wgs,
-                             "error": f"{type(exc).__name__}: {exc}"})
+                rows.append({**tag, "warpgroups": wgs, "error": f"{type(exc).__name__}: {exc}"})
 
-    print(f"\n{'dtype':6s} {'WGs':>4s} {'ms':>8s} {'TFLOP/s':>8s} {'NVML':>6s} {'in-kernel':>9s} "
+    print(f"\n{'dtype':6s} {'N':>4s} {'WGs':>4s} {'ms':>8s} {'TFLOP/s':>8s} {'NVML':>6s} {'in-kernel':>9s} "
           f"{'FLOP/SM-clk':>11s} {'of 4096':>8s} {'k tile clk':>10s}")
     for r in rows:
         if "error" in r:
-            print(f"{r['dtype']:6s} {r['warpgroups']:4d}  error: {r['error']}")
+            print(f"{r['dtype']:6s} {r['n']:4d} {r['warpgroups']:4d}  error: {r['error']}")
             continue
         nvml = r["sm_clock_mhz"]["median"] if r.get("sm_clock_mhz") else float("nan")
-        print(f"{r['dtype']:6s} {r['warpgroups']:4d} {r['ms_median']:8.2f} {r['tflops']:8.1f} "
+        print(f"{r['dtype']:6s} {r['n']:4d} {r['warpgroups']:4d} {r['ms_median']:8.2f} {r['tflops']:8.1f} "
               f"{nvml:6.0f} {r['in_kernel_mhz']:9.0f} {r['flop_per_sm_cycle']:11.0f} "
               f"{r['of_dense_peak_per_cycle']:8.1%} {r['k_tile_cycles']:10.0f}")
     print("(MHz: NVML's sampled SM clock and the in-kernel clock64 / %globaltimer; FLOP/SM-clk "
@@ -223,7 +242,8 @@ def main() -> int:
     if args.json:
         doc = {"schema": "perfscope.wgmma-ceiling/1", "gpu": name, "sms": sms,
                "environment": dataclasses.asdict(env),
-               "built_by": how, "instruction": "wgmma.mma_async.m64n256k16.f32 (SS)",
+               "built_by": how,
+               "instruction": " / ".join(f"wgmma.mma_async.m64n{n}k16.f32 (SS)" for n in args.widths),
                "flop_per_warpgroup_iter": FLOP_PER_WG_ITER, "rows": rows,
                "command": "PYTHONPATH=. python3 " + " ".join(sys.argv),
                "time": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}

@@ -352,21 +352,21 @@ def test_power_probes_patch_the_committed_header(tmp_path):
 @pytest.mark.slow
 def test_wgmma_ceiling_issues_the_stage_instruction():
     """benchmarks/wgmma_ceiling.py's loop is the persistent stage's k-tile step: HGMMA
-    64x256x16 from shared memory for both dtypes and both warpgroup counts, no HMMA, no
-    memory traffic in the loop (no LDG/UTMALDG), no spills."""
+    64x256x16 from shared memory for both dtypes and both warpgroup counts (64x128x16 at
+    --widths 128), no HMMA, no memory traffic in the loop (no LDG/UTMALDG), no spills."""
     from conftest import benchmark_script
 
     from perfscope.sass.disasm import disassemble
 
     tool = disassembler_or_skip()
     ceiling = benchmark_script("wgmma_ceiling")
-    module, how = ceiling.build(list(ceiling.DTYPES), [1, 2])
+    module, how = ceiling.build(list(ceiling.DTYPES), [1, 2], [256, 128])
     sass = disassemble(module.cubin_path, tool)
     for dtype in ceiling.DTYPES:
-        for wgs in (1, 2):
-            expr = ceiling.expression(dtype, wgs)
+        for wgs, width in ((1, 256), (2, 256), (1, 128), (2, 128)):
+            expr = ceiling.expression(dtype, wgs, width)
             assert not module.usage(expr).spills, how
             ops = sass.kernel(module.mangled(expr)).opcodes
-            hgmma = [op for op in ops if op.startswith("HGMMA.64x256x16.F32")]
+            hgmma = [op for op in ops if op.startswith(f"HGMMA.64x{width}x16.F32")]
             assert hgmma and all(op.endswith(".BF16") == (dtype == "bf16") for op in hgmma), hgmma
             assert not any(op.startswith(("HMMA", "LDG", "UTMALDG")) for op in ops), sorted(ops)
