@@ -42,16 +42,23 @@ from perfscope.locations import install_hint
 log = logging.getLogger(__name__)
 
 
-def driver_device_count() -> int:
-    """CUDA devices the driver reports, asked without CuPy (0 with no driver)."""
+def _driver():  # -> ctypes.CDLL | None
+    """libcuda, initialised, loaded without CuPy; None with no driver or a failed cuInit."""
     import ctypes
 
     try:
         cuda = ctypes.CDLL("libcuda.so.1")
     except OSError:
-        return 0
-    count = ctypes.c_int(0)
-    if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return None
+    return cuda if cuda.cuInit(0) == 0 else None
+
+
+def driver_device_count() -> int:
+    """CUDA devices the driver reports, asked without CuPy (0 with no driver)."""
+    import ctypes
+
+    cuda, count = _driver(), ctypes.c_int(0)
+    if cuda is None or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
         return 0
     return count.value
 
@@ -61,12 +68,8 @@ def _driver_attributes(*attributes: int) -> tuple[int, ...] | None:
     driver or no device."""
     import ctypes
 
-    try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return None
-    dev = ctypes.c_int(0)
-    if cuda.cuInit(0) != 0 or cuda.cuDeviceGet(ctypes.byref(dev), 0) != 0:
+    cuda, dev = _driver(), ctypes.c_int(0)
+    if cuda is None or cuda.cuDeviceGet(ctypes.byref(dev), 0) != 0:
         return None
     values = []
     for attribute in attributes:
