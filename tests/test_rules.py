@@ -806,3 +806,33 @@ def test_bytes_into_shared_memory_are_measured_at_the_crossbar():
     assert again.estimated_gain == pytest.approx(finding.estimated_gain, rel=0.01)
     assert "manifest" in next(e for e in again.evidence
                               if e.metric.startswith("bytes into shared")).threshold
+
+
+def test_small_tile_reads_each_tiles_own_bytes_per_flop():
+    """PS104 counts the bytes entering the SMs at the crossbar, which gives each tile its
+    arithmetic, (BM + BN) x 2 / (2 BM BN) bytes per FLOP against a 128 x 256 tile's: 1.00 for
+    the persistent stage's 128 x 256 TMA tiles, 1.33 for hgemm_tma_wgmma's 128 x 128, 2.67
+    for Triton's 64 x 64 (the one that fires). L2's read counter, which it read before,
+    put the 128 x 256 TMA tiles at 0.47, under what such a tile must read."""
+    from perfscope.metrics import M_L2_READ_SECTORS
+    from perfscope.rules import memory
+    from perfscope.rules.bounds import work_of
+    from perfscope.rules.model import Inputs
+
+    reference_bytes = (128 + 256) * 2 / (2 * 128 * 256)
+
+    def ratio(kp, extra, count):
+        flops = work_of(Inputs(profile=kp, manifest=extra["manifest"])).flops
+        return count / flops / reference_bytes
+
+    for (kp, extra), tile in ((reference("hgemm_tma_wgmma_persistent", "bf16"), 1.0),
+                              (reference("hgemm_tma_wgmma", "bf16"), 4 / 3),
+                              (external("triton_64x64"), 8 / 3)):
+        into, source = memory.bytes_into_sms(kp)
+        assert source == memory.CROSSBAR_SOURCE
+        assert ratio(kp, extra, into) == pytest.approx(tile, rel=0.01)
+    kp, extra = reference("hgemm_tma_wgmma_persistent", "bf16")
+    assert ratio(kp, extra, kp.metric(M_L2_READ_SECTORS) * 32) < 0.5
+    kp, extra = external("triton_64x64")
+    (finding,) = [f for f in evaluate(kp, **extra).findings if f.code == "PS104"]
+    assert "2.7x" in finding.fix
