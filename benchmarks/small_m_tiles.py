@@ -1,7 +1,7 @@
 """hgemm_small_m's tile shape at M = 128 and 256, measured, before small_m_for's choice changes.
 
     PYTHONPATH=. python3 benchmarks/small_m_tiles.py [--multicast | --pairs | --decode | --gsplit
-        | --wide | --thin] [--out FILE]
+        | --wide | --thin | --nvjet | --deep] [--out FILE]
 
 The question it answers: at M = 256 the host takes BM 256 x BN 128 where N is 8192 or
 more (four m64n128 fragments per CTA, so wgmma reads B from shared memory four times per k
@@ -28,6 +28,13 @@ fp16. Answer (2026-12-02, fused/small-m-pairs.json): paired 128 x 128 tiles 1.02
 N = 14336) and splits K over clusters to fill the SMs: do wider tiles, split more ways, read
 B faster? A 64-column tile reads 128 contiguous bytes of each of B's rows per k tile; 128
 and 256 columns read 256 and 512.
+
+``--thin``, ``--nvjet`` and ``--deep`` ask why cuBLASLt leads at M = 256 (256x4096x4096,
+256x8192x8192). Answers (2026-12-04, fused/README.md): 64-row tiles four deep read B four
+times (0.68-0.93 of cublas+gelu, small-m-thin.json); cuBLASLt's own patterns (64 x 128 tiles
+in pairs sharing B, 128 x 128 pairs sharing A) run 0.82-0.94 in this kernel at its default
+rings (small-m-nvjet.json), and the 64 x 128 pairs match the host's tiles, no more, at 8
+stages (small-m-deep.json).
 """
 
 from __future__ import annotations
@@ -102,12 +109,40 @@ THIN_CASES = (
     ((256, 4096, 14336), (None, _THIN128, {**_THIN256, "GSPLIT": 2})),
 )
 
+# --nvjet: the tile patterns cuBLASLt's GELU_BIAS kernels use where they lead at M = 256
+# (ncu on the H200, 2026-12-04; cuBLASLt runs C^T = B^T A^T, so its names' tiles are N x M):
+# at 256x4096x4096 nvjet_sm90_tst_128x64_64x8_1x2 is 64 x 128 tiles whose pairs of M tiles
+# share B (MPAIR=2 at BM 64); at 256x8192x8192 nvjet_sm90_tst_128x128_64x6_2x1 is 128 x 128
+# tiles whose pairs of N tiles share A (MCAST=2); against the host's choice, with m64n256
+# pairs as well.
+_PAIR_THIN128 = {"BM": 64, "BN": 128, "MPAIR": 2}
+_PAIR_THIN256 = {"BM": 64, "BN": 256, "MPAIR": 2}
+NVJET_CASES = (
+    ((256, 4096, 4096), (None, _PAIR_THIN128, {**_PAIR_THIN256, "GSPLIT": 2},
+                         {"BM": 128, "BN": 64, "MCAST": 2, "MPAIR": 1})),
+    ((256, 8192, 8192), (None, {"BM": 128, "BN": 128, "MCAST": 2, "MPAIR": 1}, _PAIR_THIN256)),
+    ((256, 4096, 14336), (None, _PAIR_THIN128, {**_PAIR_THIN256, "GSPLIT": 2})),
+)
+
+# --deep: the paired tiles' ring one or two slots deeper (a pair refills a slot only when
+# both CTAs have read it, so a deeper ring is slack for that lock step), against the host's.
+DEEP_CASES = (
+    ((256, 4096, 4096), (None, {"BM": 128, "BN": 64, "STAGES": 9},
+                         {**_PAIR_THIN128, "STAGES": 8}, {**_PAIR_THIN128, "STAGES": 9})),
+    ((256, 8192, 8192), (None, {"BM": 128, "BN": 128, "MPAIR": 2, "STAGES": 7},
+                         {**_PAIR_THIN256, "STAGES": 5})),
+    ((256, 4096, 14336), (None, {"BM": 128, "BN": 128, "MPAIR": 2, "GSPLIT": 2, "STAGES": 7},
+                          {**_PAIR_THIN128, "STAGES": 9})),
+    ((256, 14336, 4096), (None, {"BM": 128, "BN": 128, "MPAIR": 2, "STAGES": 7})),
+)
+
 
 def plan_jobs(mode: str) -> list:
-    """Every job of one mode ("tiles", "multicast", "pairs", "decode", "gsplit", "wide" or
-    "thin"), in order."""
-    if mode in ("gsplit", "wide", "thin"):
-        cases = {"gsplit": GSPLIT_CASES, "wide": WIDE_CASES, "thin": THIN_CASES}[mode]
+    """Every job of one mode ("tiles", "multicast", "pairs", "decode", "gsplit", "wide", "thin",
+    "nvjet" or "deep"), in order."""
+    if mode in ("gsplit", "wide", "thin", "nvjet", "deep"):
+        cases = {"gsplit": GSPLIT_CASES, "wide": WIDE_CASES, "thin": THIN_CASES,
+                 "nvjet": NVJET_CASES, "deep": DEEP_CASES}[mode]
         return [job for (m, n, k), cfgs in cases for cfg in cfgs
                 for job in bench.plan(["hgemm_small_m"], ["bf16", "fp16"], Shape(m, n, k), cfg)]
     configs, shapes, dtypes = {
@@ -138,6 +173,11 @@ def main() -> int:
                     help="time split-K over the grid (GSPLIT) against the host's choice instead")
     modes.add_argument("--wide", action="store_true",
                     help="time paired 128 x 256 tiles at M = 256 against the host's choice instead")
+    modes.add_argument("--nvjet", action="store_true",
+                    help="time cuBLASLt's tile patterns at M = 256 against the host's choice "
+                         "instead")
+    modes.add_argument("--deep", action="store_true",
+                    help="time the M = 256 tiles with a deeper ring against the host's instead")
     modes.add_argument("--thin", action="store_true",
                     help="time 64-row tiles of 128 / 256 columns at M = 256 against the host's "
                          "choice instead")
@@ -146,7 +186,8 @@ def main() -> int:
     args = ap.parse_args()
     mode = ("multicast" if args.multicast else "pairs" if args.pairs
             else "decode" if args.decode else "gsplit" if args.gsplit
-            else "wide" if args.wide else "thin" if args.thin else "tiles")
+            else "wide" if args.wide else "thin" if args.thin
+            else "nvjet" if args.nvjet else "deep" if args.deep else "tiles")
     out = args.out or Path("reports/reference/h200/fused") / f"small-m-{mode}.json"
     jobs = plan_jobs(mode)
     done = []
