@@ -16,7 +16,8 @@ from perfscope.rules import rule_metrics
 # device attribute into every report, so the version-2 captures committed hold it already
 # (tests/test_rules_reference.py judges PS171 on each of them).
 # 4: l1tex__m_xbar2l1tex_read_sectors.sum.pct_of_peak_sustained_elapsed and
-# l1tex__cycles_elapsed.sum asked for by name (PS114's bytes into shared memory). Both come
+# l1tex__cycles_elapsed.sum asked for by name (the bytes into the SMs PS104 and PS114 count).
+# Both come
 # with MemoryWorkloadAnalysis, so the version-3 captures committed hold them already and the
 # rule reads them there (tests/test_rules.py checks the count against the tiles' bytes).
 COLLECTION_VERSION = 4

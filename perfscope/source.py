@@ -18,7 +18,9 @@ The text of a line comes from, in this order:
    file e.g. ``hgemm.cu`` and ncu cannot find it to import);
 2. for a ladder stage (a run manifest with a compile record), the copy the run keeps
    beside its reports (``sources/`` next to the report: a reference run outlives edits
-   to the kernels), else the checkout's copy in ``perfscope/kernels/``, whichever hashes
+   to the kernels; a folder holding reports of several trees keeps an older tree's files,
+   by hand, under ``sources/<source hash>/``, looked at first), else the checkout's copy
+   in ``perfscope/kernels/``, whichever hashes
    to the source hash the manifest recorded (same recipe as the build, perfscope.digest);
    a copy that hashes otherwise is not shown, since its line numbers would point at
    other code;
@@ -33,6 +35,7 @@ diagnose never pays for it.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -55,7 +58,7 @@ CONTEXT_LINES = 3        # lines of the same statement shown above a hot continu
 
 # Where a line's text comes from (SourceFile.origin).
 EMBEDDED = "embedded"    # the report's own copy
-RUN = "run"              # sources/ beside the report, verified against the source hash
+RUN = "run"              # sources/ (or sources/<hash>/) beside the report, hash-verified
 CHECKOUT = "checkout"    # perfscope/kernels/, verified against the manifest's source hash
 DISK = "disk"            # the path on this machine, unverified
 DIFFERS = "differs"      # the checkout's copy is not what was compiled: no text
@@ -152,7 +155,8 @@ def _stage_file(name: str, compile: CompileInfo, run_dir: Path | None, kernel_di
     base = PurePosixPath(name).name
     # A run folder that holds reports compiled from several trees keeps each older tree's
     # sources under sources/<source hash>/, beside the newest in sources/ itself.
-    kept = compile.source_hash
+    # Only a hash as perfscope.digest writes it names a folder (never a path out of sources/).
+    kept = compile.source_hash if re.fullmatch(r"[0-9a-f]{16}", compile.source_hash or "") else None
     places = [*([(run_dir / kept, RUN, f"{RUN_SOURCES}/{kept}/{base}")] if kept else []),
               (run_dir, RUN, f"{RUN_SOURCES}/{base}"),
               (kernel_dir, CHECKOUT, f"perfscope/kernels/{base}")] if run_dir else \

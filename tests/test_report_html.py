@@ -305,6 +305,10 @@ def test_source_view_finds_an_older_trees_copy_under_its_hash(tmp_path):
     [file] = view.files
     assert file.origin == RUN and file.shown == f"sources/{r.manifest.compile.source_hash}/hgemm.cu"
     assert view.lines[0].text
+    # A manifest hash that is not one (a path) names no folder: nothing is read through it.
+    odd = dataclasses.replace(r.manifest.compile, source_hash="../../kernels")
+    view = source_view(r.profile, odd, kernel_dir=edited)
+    assert all(f.shown.count("/") <= 1 for f in view.files)
 
 
 def test_source_view_of_user_reports():

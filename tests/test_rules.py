@@ -836,3 +836,15 @@ def test_small_tile_reads_each_tiles_own_bytes_per_flop():
     kp, extra = external("triton_64x64")
     (finding,) = [f for f in evaluate(kp, **extra).findings if f.code == "PS104"]
     assert "2.7x" in finding.fix
+
+
+def test_small_tile_leaves_a_multicasting_kernel_unjudged():
+    """The crossbar counts a multicast tile in every CTA it lands in, while L2 sends it once:
+    with UTMALDG .MULTICAST executed, PS104 cannot say how much L2 moves and stays silent
+    (so the cluster it advises leaves nothing to fire on). Synthetic: Triton's 64x64 capture,
+    which fires, with multicast TMA loads added to its opcode counts."""
+    kp, extra = external("triton_64x64")
+    assert "PS104" in {f.code for f in evaluate(kp, **extra).findings}
+    ops = dict(kp.opcodes.with_modifiers, **{"UTMALDG.2D.MULTICAST": 1000.0})
+    multicast = dataclasses.replace(kp, opcodes=dataclasses.replace(kp.opcodes, with_modifiers=ops))
+    assert "PS104" not in {f.code for f in evaluate(multicast, **extra).findings}

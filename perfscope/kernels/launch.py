@@ -14,6 +14,7 @@ perfscope (compiling, the registry, reading reports) work without it.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import sys
@@ -42,10 +43,8 @@ from perfscope.locations import install_hint
 log = logging.getLogger(__name__)
 
 
-def _driver():  # -> ctypes.CDLL | None
+def _driver() -> ctypes.CDLL | None:
     """libcuda, initialised, loaded without CuPy; None with no driver or a failed cuInit."""
-    import ctypes
-
     try:
         cuda = ctypes.CDLL("libcuda.so.1")
     except OSError:
@@ -55,8 +54,6 @@ def _driver():  # -> ctypes.CDLL | None
 
 def driver_device_count() -> int:
     """CUDA devices the driver reports, asked without CuPy (0 with no driver)."""
-    import ctypes
-
     cuda, count = _driver(), ctypes.c_int(0)
     if cuda is None or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
         return 0
@@ -66,8 +63,6 @@ def driver_device_count() -> int:
 def _driver_attributes(*attributes: int) -> tuple[int, ...] | None:
     """Device 0's CUdevice_attribute values, asked of the driver without CuPy; None with no
     driver or no device."""
-    import ctypes
-
     cuda, dev = _driver(), ctypes.c_int(0)
     if cuda is None or cuda.cuDeviceGet(ctypes.byref(dev), 0) != 0:
         return None
