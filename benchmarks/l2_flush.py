@@ -16,7 +16,10 @@ process (CUDA events, --runs launches per batch, the median of each batch, --rou
   an L2-resident run costs. That it is faster than under ``read`` is the evidence the read
   evicts.
 
-Workloads: an empty kernel (the launch floor), plain reads of 32 and 128 MiB, a
+Workloads: an empty kernel (the launch floor; with ``--only "empty kernel"`` also 128 empty
+CTAs of 256 threads with no dynamic shared memory and with the 129 KiB and 208 KiB that
+hgemm_small_m's decode ring and cuBLASLt's M = 256 kernels ask for, so the floor of a
+launch that reserves a ring is measured beside the bare one), plain reads of 32 and 128 MiB, a
 device-to-device copy of 64 MiB and 1 GiB, and bench's own prepared launches:
 hgemm_small_m against cublas+gelu at 16 x 8192 x 8192, 64 x 4096 x 4096 and
 256 x 8192 x 8192, and hgemm_tma_wgmma_persistent against cuBLAS at 4096^3 (bf16). It
@@ -57,6 +60,10 @@ PAIRS = (("hgemm_small_m", "cublas+gelu", Shape(16, 8192, 8192)),
 
 _SOURCE = r"""
 extern "C" __global__ void empty() {}
+extern "C" __global__ void empty_ring() {
+    extern __shared__ unsigned char ring[];
+    if (threadIdx.x > blockDim.x) ring[0] = 0;   // never: the ring is only reserved
+}
 extern "C" __global__ void spin(long long cycles) {
     const long long t0 = clock64();
     while (clock64() - t0 < cycles) {}
@@ -73,14 +80,34 @@ extern "C" __global__ void read(const uint4* __restrict__ p, long long n, unsign
 """
 
 
-def workloads(cp) -> dict[str, tuple[Callable[[], None], int]]:
-    """Name -> (enqueue one run, the bytes it must move at least; 0 where none count)."""
+# Dynamic shared memory per CTA of the empty ring launches: hgemm_small_m's decode ring
+# (8 x 16 KB + 1 KB, 16 x 8192^2) and cuBLASLt's GELU_BIAS kernels at M = 256 (213,268 B).
+RING_BYTES = (0, 132_224, 213_268)
+
+
+def empty_rings(cp, module) -> dict[str, tuple[Callable[[], None], int]]:
+    """128 CTAs of 256 threads that do nothing, reserving each of RING_BYTES."""
+    out: dict[str, tuple[Callable[[], None], int]] = {}
+    for nbytes in RING_BYTES:
+        fn = module.get_function("empty_ring")
+        fn.max_dynamic_shared_size_bytes = max(nbytes, 1)
+        out[f"empty kernel, 128 CTAs x {nbytes} B shared"] = (
+            (lambda f=fn, n=nbytes: f((128,), (256,), (), shared_mem=n)), 0)
+    return out
+
+
+def workloads(cp, only: str | None = None) -> dict[str, tuple[Callable[[], None], int]]:
+    """Name -> (enqueue one run, the bytes it must move at least; 0 where none count): every
+    workload, or those whose name holds ``only`` (the empty rings only then)."""
     module = cp.RawModule(code=_SOURCE)
     empty, read = module.get_function("empty"), module.get_function("read")
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
     sink = cp.zeros(1, dtype=cp.uint32)
     stream = cp.cuda.get_current_stream().ptr
     out: dict[str, tuple[Callable[[], None], int]] = {"empty kernel": (lambda: empty((1,), (32,), ()), 0)}
+    if only is not None:
+        out.update(empty_rings(cp, module))
+        return {k: v for k, v in out.items() if only in k}
     for mib in (32, 128):
         buf = cp.ones(mib * 2**20 // 4, dtype=cp.uint32)
         out[f"read {mib} MiB"] = ((lambda b=buf: read((sms * 4,), (512,),
@@ -110,6 +137,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("l2_flush.json"))
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--only", help="only the workloads whose name holds this (e.g. 'empty kernel')")
     args = ap.parse_args()
     cp = require_gpu()
     env = collect_environment(cp)
@@ -129,7 +157,7 @@ def main() -> int:
         return statistics.median(cp.cuda.get_elapsed_time(s, e) for s, e in zip(starts, ends, strict=True))
 
     rows = {}
-    for name, (run, nbytes) in workloads(cp).items():
+    for name, (run, nbytes) in workloads(cp, args.only).items():
         for _ in range(3):
             run()
         times: dict[str, list[float]] = {p: [] for p in PASSES}
@@ -144,6 +172,8 @@ def main() -> int:
               + f"   write/read {med['write'] / med['read']:.3f}", flush=True)
     pairs = []
     for stage, ref, shape in PAIRS:
+        if f"{stage} {shape}" not in rows or f"{ref} {shape}" not in rows:
+            continue
         a, b = rows[f"{stage} {shape}"]["median_us"], rows[f"{ref} {shape}"]["median_us"]
         ratio = {p: b[p] / a[p] for p in PASSES}
         pairs.append({"stage": stage, "reference": ref, "shape": str(shape), "ratio": ratio})
