@@ -80,18 +80,15 @@ class Case:
 
     def __init__(self, cp, label: str, stage: str, params: dict[str, int], shape: Shape):
         from perfscope import verify
-        from perfscope.kernels.launch import output_array, prepare
+        from perfscope.kernels.launch import prepare
 
         spec = get_spec(stage)
         self.label, self.cp = label, cp
         self.prep = prepare(spec.with_params(**params) if params else spec, DTYPE, shape)
         v = verify.verify(self.prep, SEED)
         self.verdict = v.verdict
-        epi = self.prep.epilogue
-        self.a, self.b = verify.make_inputs(cp, shape, DTYPE, SEED, scaled=epi is not None)
-        self.c = output_array(cp, self.prep)
-        self.extra = (verify.make_epilogue_operands(cp, shape, DTYPE, SEED, epi)
-                      if epi is not None else None)
+        ops = verify.launch_operands(cp, self.prep, SEED, scaled=self.prep.epilogue is not None)
+        self.a, self.b, self.c, self.extra = ops.a, ops.b, ops.c, ops.extra
 
     def launch(self) -> None:
         self.prep.launch(self.a, self.b, self.c, self.extra)

@@ -137,19 +137,33 @@ DEEP_CASES = (
 )
 
 
+# The modes besides the default "tiles": each a flag, what it times instead, and its jobs
+# as (shape, configurations) cases over bf16 and fp16, or as configurations x shapes.
+MODES = {
+    "multicast": "time MCAST=1 against MCAST=2 instead of the tile shapes",
+    "pairs": "time M-tile pairs sharing B (MPAIR=2) at M = 256 instead",
+    "decode": "time the tile widths at M <= 64 instead",
+    "gsplit": "time split-K over the grid (GSPLIT) against the host's choice instead",
+    "wide": "time paired 128 x 256 tiles at M = 256 against the host's choice instead",
+    "thin": "time 64-row tiles of 128 / 256 columns at M = 256 against the host's choice "
+            "instead",
+    "nvjet": "time cuBLASLt's tile patterns at M = 256 against the host's choice instead",
+    "deep": "time the M = 256 tiles with a deeper ring against the host's instead",
+}
+CASES = {"gsplit": GSPLIT_CASES, "wide": WIDE_CASES, "thin": THIN_CASES, "nvjet": NVJET_CASES,
+         "deep": DEEP_CASES}
+GRIDS = {"multicast": (MULTICAST_CONFIGS, MULTICAST_SHAPES, ["bf16", "fp16"]),
+         "pairs": (PAIR_CONFIGS, PAIR_SHAPES, ["bf16", "fp16"]),
+         "decode": (DECODE_CONFIGS, DECODE_SHAPES, ["bf16", "fp16"]),
+         "tiles": (CONFIGS, SHAPES, ["bf16"])}
+
+
 def plan_jobs(mode: str) -> list:
-    """Every job of one mode ("tiles", "multicast", "pairs", "decode", "gsplit", "wide", "thin",
-    "nvjet" or "deep"), in order."""
-    if mode in ("gsplit", "wide", "thin", "nvjet", "deep"):
-        cases = {"gsplit": GSPLIT_CASES, "wide": WIDE_CASES, "thin": THIN_CASES,
-                 "nvjet": NVJET_CASES, "deep": DEEP_CASES}[mode]
-        return [job for (m, n, k), cfgs in cases for cfg in cfgs
+    """Every job of one mode ("tiles" or one of MODES), in order."""
+    if mode in CASES:
+        return [job for (m, n, k), cfgs in CASES[mode] for cfg in cfgs
                 for job in bench.plan(["hgemm_small_m"], ["bf16", "fp16"], Shape(m, n, k), cfg)]
-    configs, shapes, dtypes = {
-        "multicast": (MULTICAST_CONFIGS, MULTICAST_SHAPES, ["bf16", "fp16"]),
-        "pairs": (PAIR_CONFIGS, PAIR_SHAPES, ["bf16", "fp16"]),
-        "decode": (DECODE_CONFIGS, DECODE_SHAPES, ["bf16", "fp16"]),
-        "tiles": (CONFIGS, SHAPES, ["bf16"])}[mode]
+    configs, shapes, dtypes = GRIDS[mode]
     jobs = []
     for m, n, k in shapes:
         for cfg in configs:
@@ -163,31 +177,12 @@ def main() -> int:
     ap.add_argument("--out", type=Path, help="default reports/reference/h200/fused/"
                     "small-m-tiles.json (small-m-MODE.json with a mode)")
     modes = ap.add_mutually_exclusive_group()
-    modes.add_argument("--multicast", action="store_true",
-                    help="time MCAST=1 against MCAST=2 instead of the tile shapes")
-    modes.add_argument("--pairs", action="store_true",
-                    help="time M-tile pairs sharing B (MPAIR=2) at M = 256 instead")
-    modes.add_argument("--decode", action="store_true",
-                    help="time the tile widths at M <= 64 instead")
-    modes.add_argument("--gsplit", action="store_true",
-                    help="time split-K over the grid (GSPLIT) against the host's choice instead")
-    modes.add_argument("--wide", action="store_true",
-                    help="time paired 128 x 256 tiles at M = 256 against the host's choice instead")
-    modes.add_argument("--nvjet", action="store_true",
-                    help="time cuBLASLt's tile patterns at M = 256 against the host's choice "
-                         "instead")
-    modes.add_argument("--deep", action="store_true",
-                    help="time the M = 256 tiles with a deeper ring against the host's instead")
-    modes.add_argument("--thin", action="store_true",
-                    help="time 64-row tiles of 128 / 256 columns at M = 256 against the host's "
-                         "choice instead")
+    for name, what in MODES.items():
+        modes.add_argument(f"--{name}", action="store_true", help=what)
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
-    mode = ("multicast" if args.multicast else "pairs" if args.pairs
-            else "decode" if args.decode else "gsplit" if args.gsplit
-            else "wide" if args.wide else "thin" if args.thin
-            else "nvjet" if args.nvjet else "deep" if args.deep else "tiles")
+    mode = next((name for name in MODES if getattr(args, name)), "tiles")
     out = args.out or Path("reports/reference/h200/fused") / f"small-m-{mode}.json"
     jobs = plan_jobs(mode)
     done = []

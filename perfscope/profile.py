@@ -291,6 +291,14 @@ class Opcodes:
         """Whether any instruction of a family (a perfscope.sass key) executed."""
         return self.families.get(family, 0.0) > 0
 
+    @property
+    def tma_multicast_share(self) -> float | None:
+        """The share of executed TMA loads (UTMALDG) that multicast to a cluster; None with
+        no TMA load."""
+        loads = {op: n for op, n in self.with_modifiers.items() if op.startswith("UTMALDG")}
+        total = sum(loads.values())
+        return sum(n for op, n in loads.items() if ".MULTICAST" in op) / total if total else None
+
 
 @dataclass(frozen=True)
 class Hotspot:

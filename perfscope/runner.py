@@ -26,9 +26,9 @@ from perfscope import bench
 from perfscope.environment import collect_environment
 from perfscope.errors import PerfscopeError
 from perfscope.kernels import get_spec, parse_shape
-from perfscope.kernels.launch import output_array, prepare, require_gpu
+from perfscope.kernels.launch import prepare, require_gpu
 from perfscope.manifest import ERROR, OK, Verification
-from perfscope.verify import make_epilogue_operands, make_inputs, verify
+from perfscope.verify import launch_operands, verify
 
 log = logging.getLogger("perfscope.runner")
 
@@ -111,10 +111,8 @@ def run_job(job: RunnerJob, manifest_dir: Path, env: Any) -> str:
     if verdict.verdict != OK:
         return verdict.verdict
     cp = require_gpu()
-    a, b = make_inputs(cp, plan.shape, job.dtype, SEED)
-    c = output_array(cp, prep)
-    extra = (make_epilogue_operands(cp, plan.shape, job.dtype, SEED, prep.epilogue)
-             if prep.epilogue is not None else None)
+    ops = launch_operands(cp, prep, SEED)
+    a, b, c, extra = ops.a, ops.b, ops.c, ops.extra
     for _ in range(WARMUP_LAUNCHES):
         prep.launch(a, b, c, extra)
     cp.cuda.get_current_stream().synchronize()

@@ -194,9 +194,7 @@ def launch_shape(kp: KernelProfile, manifest: RunManifest | None) -> LaunchShape
     tile, source = _tile(kp, manifest, shape)
     ctas = kp.launch.grid_size
     waves = kp.launch.waves_per_sm
-    loads = {op: n for op, n in kp.opcodes.with_modifiers.items() if op.startswith("UTMALDG")}
-    total = sum(loads.values())
-    multicast = sum(n for op, n in loads.items() if ".MULTICAST" in op) / total if total else None
+    multicast = kp.opcodes.tma_multicast_share
     block = kp.identity.block
     threads = math.prod(block) if block else None
     fast = kp.opcodes.has("gmma") or kp.opcodes.has("tma")

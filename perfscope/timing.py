@@ -26,9 +26,9 @@ import numpy as np
 from perfscope.environment import ClockReader
 from perfscope.errors import PerfscopeError
 from perfscope.kernels.epilogue import DEFAULT_QUANT_SCALE, check_quant_scale
-from perfscope.kernels.launch import Prepared, output_array, require_gpu
+from perfscope.kernels.launch import Prepared, require_gpu
 from perfscope.manifest import Spread, Timing
-from perfscope.verify import make_epilogue_operands, make_inputs
+from perfscope.verify import launch_operands
 
 # How the L2 is emptied before each timed launch: "read" (the default: a read-only pass,
 # which leaves clean lines) or "write" (a fill, as every timing until 2026-12-01, 23:00 UTC
@@ -117,14 +117,10 @@ class _Timer:
 
     def __init__(self, cp: Any, prep: Prepared, opts: BenchOptions):
         self.cp, self.opts = cp, opts
-        shape, dtype, epilogue = prep.shape, prep.dtype, prep.epilogue
-        self.a, self.b = make_inputs(cp, shape, dtype, opts.seed)
-        # A quantising stage and its group both write one byte per element.
-        self.c = output_array(cp, prep)
-        # A fused stage and its group reference read the same bias and residual.
-        self.extra = (make_epilogue_operands(cp, shape, dtype, opts.seed, epilogue,
-                                             opts.quant_scale)
-                      if epilogue is not None else None)
+        # A quantising stage and its group both write one byte per element; a fused stage
+        # and its group reference read the same bias and residual.
+        ops = launch_operands(cp, prep, opts.seed, quant_scale=opts.quant_scale)
+        self.a, self.b, self.c, self.extra = ops.a, ops.b, ops.c, ops.extra
         self.flush = L2Flush(cp, opts.l2_flush_bytes, opts.l2_flush)
         self.clock = ClockReader()
 

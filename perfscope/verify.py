@@ -222,6 +222,27 @@ def check_quantised(cp: Any, a: Any, b: Any, c: Any, dtype: str, epilogue: Epilo
     return Verification(OK, err, QUANT_FRO_TOL, worst, 0, 0, "")
 
 
+@dataclass(frozen=True)
+class LaunchOperands:
+    """What one prepared GEMM launches on: A, B, an output C and, for an epilogue stage, its
+    bias / residual / scale (``Prepared.launch(a, b, c, extra)``)."""
+
+    a: Any
+    b: Any
+    c: Any
+    extra: EpilogueOperands | None
+
+
+def launch_operands(cp: Any, prep: Prepared, seed: int | None, scaled: bool = False,
+                    quant_scale: float = DEFAULT_QUANT_SCALE) -> LaunchOperands:
+    """Seeded inputs (``scaled`` as make_inputs), an output of the stage's C type and the
+    epilogue's operands where it has one: what timed and profiled launches run on."""
+    a, b = make_inputs(cp, prep.shape, prep.dtype, seed, scaled=scaled)
+    extra = (make_epilogue_operands(cp, prep.shape, prep.dtype, seed, prep.epilogue, quant_scale)
+             if prep.epilogue is not None else None)
+    return LaunchOperands(a, b, output_array(cp, prep), extra)
+
+
 def poisoned_output(cp: Any, prep: Prepared) -> Any:
     """C filled with a value no correct run leaves: NaN in the output's own type, the e4m3
     NaN code or int8 -128 for a quantised output."""

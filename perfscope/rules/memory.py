@@ -333,8 +333,7 @@ def _check_small_tile(inputs: Inputs) -> Hit | None:
     if l2 < L2_BUSY_PCT:
         return None
     into, source = need(bytes_into_sms(p), f"{M_XBAR_IN_PCT} or {M_L2_READ_SECTORS}")
-    if any(".MULTICAST" in op for op, n in p.opcodes.with_modifiers.items()
-           if op.startswith("UTMALDG") and n > 0):
+    if p.opcodes.tma_multicast_share:
         return None     # multicast: L2 sends less than the SMs take in (the docstring)
     moved = need(dram_bytes(p), f"{M_DRAM_READ} + {M_DRAM_WRITE}")
     if moved and into < L2_REREAD_MIN * moved:
