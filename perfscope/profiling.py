@@ -38,6 +38,7 @@ from pathlib import Path
 
 from perfscope import bench, diagnosis
 from perfscope import ncu as ncu_mod
+from perfscope.digest import local_headers, source_hash
 from perfscope.documents import ProfileSummary, StageResult
 from perfscope.errors import PerfscopeError
 from perfscope.kernels import KERNEL_DIR, Shape, get_spec, normalize_dtype, parse_shape
@@ -55,6 +56,7 @@ from perfscope.manifest import (
     Verification,
     layout_for,
     manifest_path,
+    read_manifest,
 )
 from perfscope.profile import load
 from perfscope.record import Diagnosed
@@ -209,12 +211,57 @@ def profile_stages(req: ProfileRequest,
 SOURCES_DIR = "sources"
 
 
+def _hashes_in_use(out_dir: Path) -> set[tuple[str, str]]:
+    """(source, source hash) of every run manifest beside a report in out_dir."""
+    used = set()
+    for path in out_dir.glob("*.json"):
+        try:
+            compile_info = read_manifest(path).compile
+        except PerfscopeError:
+            continue   # a bench file or other JSON beside the reports
+        if compile_info is not None and compile_info.source_hash:
+            used.add((compile_info.source, compile_info.source_hash))
+    return used
+
+
+def _checkout_hash(name: str) -> str | None:
+    """The source hash keep_sources will write for this file name, None if it writes none."""
+    if name == ELEMENTWISE_SOURCE_NAME:
+        return source_hash(ELEMENTWISE_SOURCE)
+    path = KERNEL_DIR / name
+    return source_hash(path.read_text(), KERNEL_DIR) if path.is_file() else None
+
+
+def archive_sources(out_dir: Path) -> list[Path]:
+    """Move the sources of an older tree that a report in out_dir still names into
+    ``sources/<source hash>/`` before the checkout's copies replace them, so every report
+    keeps its lines (perfscope.source looks there first); the folders made."""
+    target = out_dir / SOURCES_DIR
+    made = []
+    used = _hashes_in_use(out_dir)
+    for old in sorted(target.glob("*.cu")):
+        text = old.read_text()
+        kept = source_hash(text, target)
+        if (old.name, kept) not in used or (target / kept).exists() or kept == _checkout_hash(old.name):
+            continue
+        folder = target / kept
+        folder.mkdir()
+        shutil.copyfile(old, folder / old.name)
+        for name, header in local_headers(text, target):
+            (folder / name).write_text(header)
+        made.append(folder)
+        log.info("kept %s's sources of tree %s in %s", old.name, kept, folder)
+    return made
+
+
 def keep_sources(out_dir: Path) -> None:
     """Copy the ladder's CUDA sources beside the reports (``sources/``): the source view
     shows the lines that were compiled (the run manifests hold their hash) even after the
-    checkout's files change."""
+    checkout's files change. A report compiled from an older tree that the folder still
+    holds keeps that tree's sources under ``sources/<source hash>/`` (archive_sources)."""
     target = out_dir / SOURCES_DIR
     target.mkdir(exist_ok=True)
+    archive_sources(out_dir)
     for src in sorted(KERNEL_DIR.glob("*.cu*")):
         shutil.copyfile(src, target / src.name)
     # The group references' elementwise pass is compiled from a string (kernels/epilogue.py).

@@ -311,6 +311,38 @@ def test_source_view_finds_an_older_trees_copy_under_its_hash(tmp_path):
     assert all(f.shown.count("/") <= 1 for f in view.files)
 
 
+@needs_reference
+def test_keep_sources_moves_an_older_trees_copy_under_its_hash(tmp_path, monkeypatch):
+    """A re-run from an edited checkout replaces sources/; a report of the older tree that
+    the folder still holds keeps its lines, because keep_sources first moves that tree's
+    copy under sources/<source hash>/ (once; a hash no report names is not kept)."""
+    from perfscope import profiling
+    from perfscope.diagnosis import diagnose
+    from perfscope.source import RUN, source_view
+
+    report_path = _lone_report(tmp_path, "hgemm_bcf", "fp16")
+    run = report_path.parent
+    shutil.copytree(REFERENCE / "sources", run / "sources")
+    edited = tmp_path / "kernels"
+    shutil.copytree(REFERENCE / "sources", edited)
+    (edited / "hgemm.cu").write_text("// a later tree\n" + (edited / "hgemm.cu").read_text())
+    (edited / "sgemm.cu").write_text("// no report of this folder compiled sgemm.cu\n")
+    monkeypatch.setattr(profiling, "KERNEL_DIR", edited)
+    [r] = diagnose([report_path])
+    old = r.manifest.compile.source_hash
+
+    profiling.keep_sources(run)
+    assert sorted(p.name for p in (run / "sources").iterdir() if p.is_dir()) == [old]
+    assert (run / "sources" / old / "hgemm.cu").read_text() == (REFERENCE / "sources" / "hgemm.cu").read_text()
+    assert (run / "sources" / "hgemm.cu").read_text().startswith("// a later tree")
+    [r] = diagnose([report_path])
+    view = source_view(r.profile, r.manifest.compile, kernel_dir=edited)
+    [file] = view.files
+    assert file.origin == RUN and file.shown == f"sources/{old}/hgemm.cu" and view.lines[0].text
+    # Again from the same checkout: sources/ already is the checkout's, nothing more is kept.
+    assert profiling.archive_sources(run) == []
+
+
 def test_source_view_of_user_reports():
     from perfscope.source import EMBEDDED, MISSING, source_view
 

@@ -23,7 +23,7 @@ import pytest
 from perfscope.calibration import calibrate, merge
 from perfscope.diagnosis import default_catalogue, diagnose
 from perfscope.manifest import BenchFile
-from perfscope.metrics import M_L2_SECTORS, M_TENSOR_PIPE
+from perfscope.metrics import M_L2_SECTORS, M_TENSOR_PIPE, M_XBAR_IN_PCT
 from perfscope.profile import load
 from perfscope.rules import evaluate
 from perfscope.rules.memory import STORE_INEFFICIENCY
@@ -323,14 +323,23 @@ def test_wgmma_barrier_drain_predicts_what_warp_specialisation_saved():
 
 def test_store_estimate_counts_the_operand_traffic_tma_moves():
     """PS105 on a TMA-fed stage: the per-instruction sectors hold only C's stores (TMA
-    copies are no SASS load), so the share is taken of the L2's own sector count; C's
+    copies are no SASS load), so the share is taken of the sectors the crossbar delivered
+    into the SMs plus the stores' (the L2's own count sees less of what TMA moves); C's
     2x sectors then cost under 3%: the persistent stage's 11% came with overlapping the
     epilogue (PS123), not from the stores' sectors."""
     kp = load(REFERENCE / f"hgemm_tma_wgmma_ws-bf16-{SHAPE}.ncu-rep.xz")[0]
     hit = STORE_INEFFICIENCY.check(Inputs(kp))
-    assert hit.evidence[-1].metric.startswith(M_L2_SECTORS)
+    counted = hit.evidence[-1]
+    assert counted.metric.startswith("sectors into the SMs"), counted.metric
+    assert counted.value > kp.metric(M_L2_SECTORS) > 0
     assert 0 < hit.estimated_gain < 0.03, hit.estimated_gain
-    # Without the L2 count a TMA-fed kernel's share cannot be sized: no estimate at all.
-    blind = dataclasses.replace(kp, metrics={k: v for k, v in kp.metrics.items()
-                                             if k != M_L2_SECTORS})
+    # Without the crossbar's count, the L2's: a smaller total, so a larger share.
+    no_xbar = dataclasses.replace(kp, metrics={k: v for k, v in kp.metrics.items()
+                                               if k != M_XBAR_IN_PCT})
+    l2_hit = STORE_INEFFICIENCY.check(Inputs(no_xbar))
+    assert l2_hit.evidence[-1].metric.startswith(M_L2_SECTORS)
+    assert l2_hit.estimated_gain > hit.estimated_gain
+    # With neither, a TMA-fed kernel's share cannot be sized: no estimate at all.
+    blind = dataclasses.replace(no_xbar, metrics={k: v for k, v in no_xbar.metrics.items()
+                                                  if k != M_L2_SECTORS})
     assert STORE_INEFFICIENCY.check(Inputs(blind)).estimated_gain is None

@@ -384,10 +384,13 @@ def _check_store_inefficiency(inputs: Inputs) -> Hit | None:
     Fix: stage C through shared memory and write whole rows with 16-byte stores or TMA.
     Estimate: excess store sectors / all sectors the kernel moves x memory pressure
     (L2/DRAM when the bound, else the LG throttle + drain stall share). The sectors moved
-    are the per-instruction global + local sectors, or the L2's count of sectors the SMs
-    requested (lts__t_sectors_srcunit_tex.sum) when larger: TMA copies are no SASS load
-    instruction, so a TMA-fed kernel's operand traffic shows only there. A TMA-fed kernel
-    without that count gets no estimate rather than one inflated by the missing loads.
+    are the largest of three counts: the per-instruction global + local sectors; the L2's
+    count of sectors the SMs requested (lts__t_sectors_srcunit_tex.sum); and the sectors
+    the crossbar delivered into the SMs plus the stores' own (TMA copies are no SASS load
+    instruction, so a TMA-fed kernel's operand traffic shows only in the last two, and on
+    the H200 the L2's count sees about half of it: 25.0M of the persistent stage's 50.3M
+    delivered sectors at 4096^3). A TMA-fed kernel with neither count gets no estimate
+    rather than one inflated by the missing loads.
     Example:
         before: C[r * N + c] = acc[i];              // 4-byte STG per fragment element
         after:  stage the tile in __shared__; then
@@ -403,8 +406,6 @@ def _check_store_inefficiency(inputs: Inputs) -> Hit | None:
     pr = pressure(p, GLOBAL_FIELDS, ("lg_throttle", "drain"))
     if not pr.significant:
         return None
-    per_instruction = (p.memory.global_.actual or 0.0) + local_sectors(p)
-    l2 = p.metric(M_L2_SECTORS)
     w = worst(stores)
     evidence = [
         Evidence(f"{M_GLOBAL_SECTORS} excess / ideal (stores)", round(excess / ideal, 3),
@@ -412,19 +413,42 @@ def _check_store_inefficiency(inputs: Inputs) -> Hit | None:
         Evidence(f"{w.opcode} sectors actual / ideal", round(w.ratio or 0.0, 2), "> 1"),
         *pr.evidence,
     ]
-    if l2 is None and p.opcodes.has("tma"):
+    moved = sectors_moved(p, sum(o.actual for o in stores))
+    if moved is None:
         return Hit(tuple(evidence), None)
-    total = max(per_instruction, l2 or 0.0)
-    if l2 is not None and l2 > per_instruction:
-        evidence.append(Evidence(f"{M_L2_SECTORS} (SM traffic to L2, TMA included)", l2,
-                                 f"> {per_instruction:.0f} per-instruction sectors"))
+    total, counted = moved
+    if counted is not None:
+        evidence.append(counted)
     return Hit(tuple(evidence), excess / total * pr.value)
+
+
+def sectors_moved(p: KernelProfile, store_sectors: float) -> tuple[float, Evidence | None] | None:
+    """All 32-byte sectors the kernel moves between the SMs and L2, and the evidence of the
+    count taken where it is not the per-instruction one; None for a TMA-fed kernel with
+    neither the L2's count nor the crossbar's (its loads are in no per-instruction count)."""
+    per_instruction = (p.memory.global_.actual or 0.0) + local_sectors(p)
+    l2 = p.metric(M_L2_SECTORS)
+    xbar = _xbar_in_sectors(p)
+    if l2 is None and xbar is None and p.opcodes.has("tma"):
+        return None
+    counts = [(per_instruction, None)]
+    if l2 is not None:
+        counts.append((l2, Evidence(f"{M_L2_SECTORS} (SM traffic to L2, TMA included)", l2,
+                                    f"> {per_instruction:.0f} per-instruction sectors")))
+    if xbar is not None:
+        into = xbar + store_sectors
+        counts.append((into, Evidence(f"sectors into the SMs ({M_XBAR_IN_PCT} x "
+                                      f"{M_L1TEX_CYCLES} x the crossbar's rate) + the stores'",
+                                      round(into), f"> {max(per_instruction, l2 or 0.0):.0f}, "
+                                      "the other counts")))
+    return max(counts, key=lambda c: c[0])
 
 
 STORE_INEFFICIENCY = Rule(
     code="PS105", tag="store-inefficiency", title="C is written with narrow, scattered stores",
     severity="optimization",
-    metrics=(*TRAFFIC_METRICS_GLOBAL, *_GLOBAL_PRESSURE, M_L2_SECTORS, M_OPCODES),
+    metrics=(*TRAFFIC_METRICS_GLOBAL, *_GLOBAL_PRESSURE, M_L2_SECTORS, M_XBAR_IN_PCT,
+             M_L1TEX_CYCLES, M_OPCODES),
     check=_check_store_inefficiency,
     fix="Write C through shared memory: stage each warp's accumulator fragments in a swizzled "
         "shared tile (stmatrix where available), then store whole rows with 16-byte "
