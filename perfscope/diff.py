@@ -21,6 +21,7 @@ to, its structure; shares of B's time), and ``remaining`` what A still has.
 from __future__ import annotations
 
 import logging
+import math
 import operator
 import re
 from collections.abc import Mapping, Sequence
@@ -438,8 +439,7 @@ def _aspect_claims(d: _Direction, findings: list[Finding], aspects: list[Aspect]
         mine += [g.cited[0] for g in grew]
         # A finding's own fix would add what the slower side already has; an aspect that
         # causes the findings it absorbs gives its own fix.
-        fix = (WITHOUT_FIX[a.name].format(fast=d.names[1], slow=d.names[0])
-               if slow_side_has_it(a.name, *d.shapes) else
+        fix = (_without_fix(a.name, d) if slow_side_has_it(a.name, *d.shapes) else
                mine[0].fix if mine and a.name not in CAUSE_ASPECTS else STRUCTURE_FIX[a.name])
         out.append(_Claim(f"{a.name}: A {a.a}; B {a.b}", "", mine[0].code if mine else None,
                           fix, a.name, modelled,
@@ -503,6 +503,32 @@ WITHOUT_FIX = {
     PIPELINE: "{fast} waits on each wgmma and is still faster: {slow}'s time is not in its "
               "wgmma issue; look at its operand waits (the full barrier) and its epilogue.",
 }
+
+
+# The larger tile is slower on as many CTAs in as many waves: the grid is not what it
+# costs, so the advice names what a larger tile costs per CTA instead.
+TILE_SAME_GRID_FIX = (
+    "{fast}'s smaller tile is faster on as many CTAs ({ctas:,}, {waves:.2f} waves), so it "
+    "is not the grid; look at what {slow}'s larger tile costs each CTA: {split}its wider "
+    "wgmma's operand feed (shared memory at 128 B per SM clock; the full-barrier and wgmma "
+    "waits among its hotspots). Take the smaller tile only once those are ruled out.")
+SPLIT_NOTE = ("its split of K that keeps the CTAs as many (partial sums leave by STG, "
+              "{stg:,.0f} executed beside {tma:,.0f} TMA stores of C, and one part waits for "
+              "another's before its epilogue), ")
+
+
+def _without_fix(name: str, d: _Direction) -> str:
+    """The advice when the slower side has what the aspect's usual fix would add."""
+    slow, fast = d.shapes
+    same_grid = (name == TILE and slow.ctas is not None and slow.ctas == fast.ctas
+                 and slow.waves is not None and fast.waves is not None
+                 and math.ceil(slow.waves - 1e-9) == math.ceil(fast.waves - 1e-9))
+    if not same_grid:
+        return WITHOUT_FIX[name].format(fast=d.names[1], slow=d.names[0])
+    split = (SPLIT_NOTE.format(stg=slow.stg_stores, tma=slow.tma_stores)
+             if slow.tma_stores and slow.stg_stores and not fast.stg_stores else "")
+    return TILE_SAME_GRID_FIX.format(fast=d.names[1], slow=d.names[0], ctas=slow.ctas,
+                                     waves=slow.waves, split=split)
 
 
 def _cost(claim: float | None, whose: str) -> str:

@@ -404,6 +404,24 @@ def test_tile_rows_that_share_b_beat_the_split_256_row_tile():
     _claims_fit(result)
 
 
+def test_a_larger_tile_on_as_many_ctas_is_not_told_about_its_grid():
+    """hgemm_small_m at 256 x 8192^2, 2026-12-04 (probes/): paired 128 x 256 tiles split
+    over the grid in two (GSPLIT=2) against paired 128 x 128 tiles, 128 CTAs in 0.97 waves
+    each. The larger tile is slower, and the grid is not why: the advice says so and names
+    the split's partial sums (STG beside the TMA stores) and the wider wgmma's feed."""
+    probes = REFERENCE / "probes"
+    stem = "hgemm_small_m@AROWS=128,BM=128,{}MPAIR=2,STAGES={}-bf16-256x8192x8192.ncu-rep.xz"
+    wide = resolve(str(probes / stem.format("BN=256,GSPLIT=2,", 4)))
+    narrow = resolve(str(probes / stem.format("", 6)))
+    result = d.compare(wide, narrow)
+    assert not result.improved
+    (tile,) = [r for r in result.verdict if r.kind == "tile"]
+    assert "on as many CTAs (128, 0.97 waves), so it is not the grid" in tile.fix
+    assert "split of K" in tile.fix and "STG" in tile.fix
+    assert "fuller last wave" not in tile.fix
+    _claims_fit(result)
+
+
 def test_the_consumers_tiles_are_read_off_the_tile_and_the_mma_shape():
     """A tile of one wgmma fragment cannot be shared by two consumer warpgroups (ping-pong);
     one fragment per consumer is a shared (cooperative) tile; anything else, or a launch
