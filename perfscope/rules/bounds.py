@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from perfscope.families import base_opcode
 from perfscope.hardware import (
@@ -100,6 +101,25 @@ class Headroom:
         return self.fraction, "headroom"
 
 
+class WgmmaWork(NamedTuple):
+    """One wgmma opcode's shape (M x N x K) and the FLOPs of its executions."""
+
+    rows: int
+    cols: int
+    depth: int
+    flops: float
+
+
+def wgmma_work(op: str, executed: float) -> WgmmaWork | None:
+    """The shape and FLOPs of a wgmma opcode (HGMMA.64x256x16...) executed this many times
+    as the SASS counts it, once per warp: four per warpgroup instruction; None for another
+    opcode."""
+    if (m := MMA_SHAPE.match(op)) is None:
+        return None
+    rows, cols, depth = int(m[1]), int(m[2]), int(m[3])
+    return WgmmaWork(rows, cols, depth, executed / 4 * rows * cols * depth * 2)
+
+
 def sass_flops(p: KernelProfile) -> float | None:
     """FLOPs from the executed SASS: wgmma and mma.sync shapes, FFMA lanes (all active)."""
     ops = p.opcodes.with_modifiers
@@ -108,9 +128,8 @@ def sass_flops(p: KernelProfile) -> float | None:
     flops = 0.0
     for op, n in ops.items():
         base = base_opcode(op)
-        if (m := MMA_SHAPE.match(op)) is not None:
-            # A warpgroup instruction is counted once per warp: four per wgmma.
-            flops += n * int(m[1]) * int(m[2]) * int(m[3]) * 2 / 4
+        if (w := wgmma_work(op, n)) is not None:
+            flops += w.flops
         elif base == "HMMA":
             shape = op.split(".")[1] if "." in op else ""
             flops += n * _HMMA_FLOPS.get(shape, 0)

@@ -41,8 +41,7 @@ from perfscope.metrics import (
     TRAFFIC_METRICS_GLOBAL,
 )
 from perfscope.profile import KernelProfile
-from perfscope.rules.bounds import MMA_SHAPE as _MMA_SHAPE
-from perfscope.rules.bounds import work_of
+from perfscope.rules.bounds import wgmma_work, work_of
 from perfscope.rules.facts import (
     GLOBAL_FIELDS,
     GLOBAL_WAIT_STALLS,
@@ -720,16 +719,14 @@ def _check_wgmma_smem_roof(inputs: Inputs) -> Hit | None:
     # wgmma, as in sass_flops), so HGMMA and QGMMA mix by time, not by FLOPs.
     shapes = []
     for op, n in p.opcodes.with_modifiers.items():
-        m = _MMA_SHAPE.match(op)
+        w = wgmma_work(op, n)
         family_ = base_opcode(op)
         per = PEAK_FLOP_PER_SM_CLOCK.get(cc, {}).get(_GMMA_KIND.get(family_, (0, ""))[1])
-        if m is None or n <= 0 or per is None:
+        if w is None or n <= 0 or per is None:
             continue
         elem = _GMMA_KIND[family_][0]
-        rows, cols, depth = int(m[1]), int(m[2]), int(m[3])
-        flops = n / 4 * rows * cols * depth * 2
-        shapes.append(_Wgmma(op.split(".F32")[0], rows, cols, depth, elem, flops,
-                             n / 4 * (rows + cols) * depth * elem, flops / per))
+        shapes.append(_Wgmma(op.split(".F32")[0], w.rows, w.cols, w.depth, elem, w.flops,
+                             n / 4 * (w.rows + w.cols) * w.depth * elem, w.flops / per))
     if not shapes:
         return None
     cycles = need(p.identity.cycles, M_CYCLES)
