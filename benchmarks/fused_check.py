@@ -880,14 +880,25 @@ SHORT = {BIAS_ACT: "bias_act", SMALL_M: "small_m", STREAMK: "small_m_sk",
 BASELINES = ("cublas+elementwise", "torch matmul+add+gelu", "cuBLASLt GELU_BIAS (nvmath)")
 
 
+def read_bound(entry: dict[str, Any], baseline: str = BASELINES[0]) -> float | None:
+    """The speedup over `baseline` of a kernel whose compulsory bytes move at the rate of
+    the same-size read of the weight (timed the same way, launch and ramp included): the
+    most any kernel timed like this reaches (perfscope.bandwidth's stream_bound)."""
+    stream = (entry.get("stream") or {}).get("gbps")
+    rival = (entry.get("candidates") or {}).get(baseline, {}).get("compulsory_gbps")
+    return stream / rival if stream and rival else None
+
+
 def summary(record: dict[str, Any]) -> str:
     """One line per timed shape: the fastest correct fused stage against each baseline
-    (median ms; speedup = median of the per-round ratios), and for M <= 64 its share of the
-    device-to-device copy bandwidth. Correctness failures last."""
+    (median ms; speedup = median of the per-round ratios), the speedup over cuBLAS + the
+    elementwise pass that a kernel at the weight read's rate would reach (read_bound), and
+    for M <= 64 its share of the device-to-device copy bandwidth. Correctness failures
+    last."""
     bw = record.get("copy_bandwidth", {}).get("gbps")
     head = (f"{'dtype':<5} {'M':>5} {'N':>6} {'K':>6}  {'best fused':<16} {'ms':>8}  "
             f"{'cuBLAS+ew':>9} {'torch':>8} {'cuBLASLt':>8}  {'x cuBLAS+ew':>11} {'x torch':>7} "
-            f"{'x cuBLASLt':>10} {'%copy':>6}")
+            f"{'x cuBLASLt':>10} {'bound':>6} {'%copy':>6}")
     lines = ["summary (bias + GELU)", head, "-" * len(head)]
     for e in record["timing"]:
         cands = e["candidates"]
@@ -906,9 +917,10 @@ def summary(record: dict[str, Any]) -> str:
         label = SHORT.get(name, name) + _launch_label(row)
         pct = (f"{100 * row['compulsory_gbps'] / bw:5.1f}%" if bw and e["m"] <= BANDWIDTH_MAX_M
                else "")
+        bound = read_bound(e)
         lines.append(f"{e['dtype']:<5} {e['m']:>5} {e['n']:>6} {e['k']:>6}  {label:<16} {ms:8.4f}  "
                      f"{base[0]:>9} {base[1]:>8} {base[2]:>8}  {speed[0]:>11} {speed[1]:>7} "
-                     f"{speed[2]:>10} {pct:>6}")
+                     f"{speed[2]:>10} {'-' if bound is None else f'{bound:.2f}':>6} {pct:>6}")
     bad = [r for r in record["correctness"] if r.get("verdict") != "OK"]
     lines.append(f"correctness: {len(record['correctness']) - len(bad)} of "
                  f"{len(record['correctness'])} cases OK")

@@ -29,6 +29,8 @@ FUSED_CHECK = "fused_check.json.xz"
 SMALL_M_MAX = 256
 # Issue 19's bar for M <= 64: this share of the measured copy bandwidth.
 TARGET_SHARE = 0.90
+# The unfused reference a fused stage is held against (cuBLAS, then an elementwise pass).
+UNFUSED = "cublas+elementwise"
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,15 @@ class BandwidthPanel:
         """perfscope's fastest candidate here, if one was right and timed."""
         timed = [p for p in self.points if p.kind == "fused" and p.gbps is not None]
         return max(timed, key=lambda p: p.gbps) if timed else None
+
+    def stream_bound(self, label: str = UNFUSED) -> float | None:
+        """The speedup over candidate `label` of a kernel whose compulsory bytes move at the
+        same-size read's rate: the most any kernel timed this way reaches against it (the
+        read already pays the launch and the ramp); None without the read or the candidate."""
+        rival = next((p for p in self.points if p.label == label and p.gbps is not None), None)
+        if rival is None or not self.stream_gbps:
+            return None
+        return self.stream_gbps / rival.gbps
 
 
 def _load(path: Path) -> dict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import lzma
 from pathlib import Path
@@ -45,6 +46,24 @@ def test_the_decode_shape_is_judged_against_copy_bandwidth():
     assert 0.3 < best.share_of_copy < 0.9
     labels = {c.label for c in p.points}
     assert {"cublas+elementwise", "cuBLASLt GELU_BIAS (nvmath)"} <= labels
+
+
+def test_the_read_bounds_the_speedup_any_kernel_reaches():
+    """At every small-M shape of the committed check, a kernel at the same-size read's rate
+    would be 1.17-1.85x cuBLAS + the elementwise pass (so issue 19's 1.10 is reachable in
+    principle everywhere), and the fastest fused stage stays under that bound."""
+    panels = read_panels(CHECK)
+    for p in panels:
+        bound = p.stream_bound()
+        assert bound is not None and 1.15 < bound < 1.9, (p.title, bound)
+        unfused = next(c for c in p.points if c.label == "cublas+elementwise")
+        assert bound == pytest.approx(p.stream_gbps / unfused.gbps)
+        assert p.best_fused.gbps / unfused.gbps < bound
+    (decode,) = [p for p in panels if (p.dtype, p.m, p.n, p.k) == ("bf16", 16, 8192, 8192)]
+    assert decode.stream_bound() == pytest.approx(1.17, abs=0.01)
+    # A candidate the check did not time, or a check without the read: no bound.
+    assert decode.stream_bound("no such candidate") is None
+    assert dataclasses.replace(decode, stream_gbps=None).stream_bound() is None
 
 
 def test_bad_input_is_one_sentence(tmp_path):

@@ -951,3 +951,29 @@ def test_fused_check_labels_say_how_k_is_split():
     assert fc._launch_label({"cluster": 2, "params": {"MPAIR": 1}}) == " S=2"
     assert fc._launch_label({"cluster": 4, "params": {"MPAIR": 2}}) == " S=2 pair"
     assert fc._launch_label({"cluster": 1, "params": {}}) == ""
+
+
+def test_fused_check_summary_gives_the_bound_of_a_kernel_at_the_reads_rate():
+    """The summary's "bound" column is the speedup over cuBLAS + elementwise of a kernel
+    moving its compulsory bytes at the same-size read's rate, as the fused page draws it
+    (perfscope.bandwidth), on the committed H200 check."""
+    import json
+    import lzma
+
+    from perfscope.bandwidth import read_panels
+
+    fused = Path(__file__).resolve().parents[1] / "reports" / "reference" / "h200" / "fused"
+    check = fused / "fused_check.json.xz"
+    with lzma.open(check) as f:
+        record = json.load(f)
+    panels = {(p.dtype, p.m, p.n, p.k): p for p in read_panels(check)}
+    for e in record["timing"]:
+        key = (e["dtype"], e["m"], e["n"], e["k"])
+        if key in panels:
+            assert fc.read_bound(e) == pytest.approx(panels[key].stream_bound())
+    lines = fc.summary(record).splitlines()
+    assert lines[1].split()[-2:] == ["bound", "%copy"]
+    (decode,) = [line for line in lines if line.split()[:4] == ["bf16", "16", "8192", "8192"]]
+    assert "1.17" in decode.split()
+    # No read timed (M = 4096 rows, or an older check): no bound, said as "-".
+    assert fc.read_bound({"candidates": {}}) is None

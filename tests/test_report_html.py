@@ -333,7 +333,8 @@ def test_keep_sources_moves_an_older_trees_copy_under_its_hash(tmp_path, monkeyp
 
     profiling.keep_sources(run)
     assert sorted(p.name for p in (run / "sources").iterdir() if p.is_dir()) == [old]
-    assert (run / "sources" / old / "hgemm.cu").read_text() == (REFERENCE / "sources" / "hgemm.cu").read_text()
+    kept = (run / "sources" / old / "hgemm.cu").read_text()
+    assert kept == (REFERENCE / "sources" / "hgemm.cu").read_text()
     assert (run / "sources" / "hgemm.cu").read_text().startswith("// a later tree")
     [r] = diagnose([report_path])
     view = source_view(r.profile, r.manifest.compile, kernel_dir=edited)

@@ -30,7 +30,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from perfscope.bandwidth import TARGET_SHARE, BandwidthPanel
+from perfscope.bandwidth import TARGET_SHARE, UNFUSED, BandwidthPanel
 from perfscope.calibration import SIGNIFICANT_SAVING
 from perfscope.documents import TUNE_RESULT_FILES
 from perfscope.errors import PerfscopeError
@@ -156,6 +156,8 @@ def _bandwidth_views(panels: Sequence[BandwidthPanel]) -> list[dict[str, Any]]:
                     f"{best.gbps:,.0f} ({best.share_of_copy:.0%} of copy{stream}), {best.label}")
             if rival is not None:
                 note += f"; best other {rival.gbps:,.0f}"
+            if (bound := p.stream_bound()) is not None:
+                note += f"; at the read's rate {bound:.2f}x {UNFUSED}"
             bars.append(plots.Bar(f"{p.m}x{p.n}x{p.k}", best.gbps if best else None, note=note))
             for c in p.points:
                 rows.append({"shape": f"{p.m}x{p.n}x{p.k}", "epilogue": p.epilogue,
