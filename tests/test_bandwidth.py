@@ -50,12 +50,12 @@ def test_the_decode_shape_is_judged_against_copy_bandwidth():
 
 def test_the_read_bounds_the_speedup_any_kernel_reaches():
     """At every small-M shape of the committed check, a kernel at the same-size read's rate
-    would be 1.17-1.85x cuBLAS + the elementwise pass (so issue 19's 1.10 is reachable in
+    would be 1.17-1.65x cuBLAS + the elementwise pass (so issue 19's 1.10 is reachable in
     principle everywhere), and the fastest fused stage stays under that bound."""
     panels = read_panels(CHECK)
     for p in panels:
         bound = p.stream_bound()
-        assert bound is not None and 1.15 < bound < 1.9, (p.title, bound)
+        assert bound is not None and 1.15 < bound < 1.7, (p.title, bound)
         unfused = next(c for c in p.points if c.label == "cublas+elementwise")
         assert bound == pytest.approx(p.stream_gbps / unfused.gbps)
         assert p.best_fused.gbps / unfused.gbps < bound
