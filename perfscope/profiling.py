@@ -240,8 +240,13 @@ def archive_sources(out_dir: Path) -> list[Path]:
     made = []
     used = _hashes_in_use(out_dir)
     for old in sorted(target.glob("*.cu")):
-        text = old.read_text()
-        kept = source_hash(text, target)
+        try:
+            text = old.read_text()
+            kept = source_hash(text, target)
+        except (OSError, UnicodeDecodeError) as exc:
+            # Never fatal: keep_sources runs after the reports are written.
+            log.warning("not keeping %s: %s", old, exc)
+            continue
         if (old.name, kept) not in used or (target / kept).exists() or kept == _checkout_hash(old.name):
             continue
         folder = target / kept

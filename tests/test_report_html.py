@@ -342,6 +342,9 @@ def test_keep_sources_moves_an_older_trees_copy_under_its_hash(tmp_path, monkeyp
     assert file.origin == RUN and file.shown == f"sources/{old}/hgemm.cu" and view.lines[0].text
     # Again from the same checkout: sources/ already is the checkout's, nothing more is kept.
     assert profiling.archive_sources(run) == []
+    # A copy that is not text is left where it is, with a warning, never a traceback.
+    (run / "sources" / "odd.cu").write_bytes(b"\xff\xfe\x00bad")
+    assert profiling.archive_sources(run) == []
 
 
 def test_source_view_of_user_reports():
