@@ -7,7 +7,9 @@ Builds hgemm_small_m from fused.cu with six probes added (every CTA's start, its
 ring of loads issued, its first k tile landed, its last k tile done, its epilogue's start,
 its end: `%globaltimer`, ns, resolution about 0.25 us on the H200) and times it as bench
 does (read flush before each launch, CUDA events), beside fused_check's bulk read of the
-same bytes with the same probes at its start and end. The events minus the span from the
+same bytes with the same probes at its start and end. Each phase is reported over the CTAs
+(min / median / max after the first CTA's start), and each CTA's own spans between them
+(ramp, stream, reduction, epilogue: ``per_cta_us``). The events minus the span from the
 first CTA's start to the last one's end is what the launch costs outside the CTAs;
 ``--launch-paths`` (instead of the rest) times that for the same bulk read launched four ways (cupy's
 cuLaunchKernel; perfscope's cuLaunchKernelEx; with three __grid_constant__ tensor maps; with
@@ -179,6 +181,31 @@ def _phases(cp, probe, ctas: int) -> dict[str, dict[str, float]]:
             for name, row in zip(PHASES, p, strict=True) if row.any()}
 
 
+# Per CTA, the time between two of its own probes: (name, from phase, to phase).
+SPANS = (("ramp", "start", "first k tile landed"),
+         ("stream", "first k tile landed", "last k tile done"),
+         ("reduction", "last k tile done", "epilogue start"),
+         ("epilogue", "epilogue start", "end"),
+         ("whole", "start", "end"))
+
+
+def _spans(cp, probe, ctas: int) -> dict[str, dict[str, float]]:
+    """Each SPANS span's min / median / max over the CTAs, us, where the CTAs recorded both
+    of its phases: a CTA's own durations, which the phases' medians (each over all CTAs)
+    do not give."""
+    import numpy as np
+
+    p = cp.asnumpy(probe)[:, :ctas].astype(np.float64)
+    rows = {name: row for name, row in zip(PHASES, p, strict=True) if row.any()}
+    out = {}
+    for name, a, b in SPANS:
+        if a in rows and b in rows:
+            d = (rows[b] - rows[a]) / 1e3
+            out[name] = {"min": round(float(d.min()), 3), "median": round(float(np.median(d)), 3),
+                         "max": round(float(d.max()), 3)}
+    return out
+
+
 class Probed:
     """hgemm_small_m built from a probed source, launched as perfscope launches it."""
 
@@ -273,7 +300,8 @@ def run_shape(cp, sources: dict[str, str], shape: Shape, dtype: str, flush,
                "params": kernels[order[0]].spec.param_dict, "grid": list(kernels[order[0]].prep.grid)}
         for key, k in kernels.items():
             row[key] = {"event_us_median": round(statistics.median(times[key]), 3),
-                        "phases_us": _phases(cp, k.probe, k.ctas)}
+                        "phases_us": _phases(cp, k.probe, k.ctas),
+                        "per_cta_us": _spans(cp, k.probe, k.ctas)}
         if "against" in kernels:
             row["time_ratio"] = round(row["current"]["event_us_median"]
                                       / row["against"]["event_us_median"], 4)
@@ -297,7 +325,7 @@ def run_bulk(cp, nbytes: int, flush) -> dict:
                                                                  sink), shared_mem=smem), flush)
              for _ in range(12)]
     return {"bytes": nbytes, "event_us_median": round(statistics.median(times[2:]), 3),
-            "phases_us": _phases(cp, probe, sms)}
+            "phases_us": _phases(cp, probe, sms), "per_cta_us": _spans(cp, probe, sms)}
 
 
 def _outside(cp, probe, launch, flush, runs: int = 10) -> dict:
@@ -410,8 +438,11 @@ def run_launch_paths(cp, flush, repeats: int = 2) -> list[dict]:
 def _line(key: str, r: dict) -> str:
     ph = r["phases_us"]
     span = ph["end"]["max"]
+    per = r.get("per_cta_us") or {}
     return (f"  {key:8s} events {r['event_us_median']:7.2f} us, CTA span {span:6.2f} us; "
-            + ", ".join(f"{name} {v['median']:.2f}" for name, v in ph.items() if name != "start"))
+            + ", ".join(f"{name} {v['median']:.2f}" for name, v in ph.items() if name != "start")
+            + ("\n           per CTA (median, max): " if per else "")
+            + ", ".join(f"{name} {v['median']:.2f} ({v['max']:.2f})" for name, v in per.items()))
 
 
 def main(argv: list[str] | None = None) -> int:

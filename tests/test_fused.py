@@ -977,3 +977,32 @@ def test_fused_check_summary_gives_the_bound_of_a_kernel_at_the_reads_rate():
     assert "1.17" in decode.split()
     # No read timed (M = 4096 rows, or an older check): no bound, said as "-".
     assert fc.read_bound({"candidates": {}}) is None
+
+
+def test_small_m_probe_spans_are_each_ctas_own():
+    """The probe's per-CTA spans subtract a CTA's own timestamps: a late CTA with a short
+    epilogue does not read as a long one (the phases' medians over all CTAs would)."""
+    import numpy as np
+
+    probe = benchmark_script("small_m_probe")
+
+    class FakeCupy:
+        @staticmethod
+        def asnumpy(a):
+            return a
+
+    ns = np.zeros((6, 4), dtype=np.uint64)
+    # CTA c starts at c us; its first tile lands 1.5 us later, its last k tile 20 us after
+    # that, its reduction takes c x 0.1 us and its epilogue 0.5 us.
+    for c in range(3):   # the fourth column is a CTA slot the launch did not use
+        t0 = 1000 * c
+        ns[:, c] = [t0, t0 + 500, t0 + 1500, t0 + 21500, t0 + 21500 + 100 * c, t0 + 22000 + 100 * c]
+    spans = probe._spans(FakeCupy, ns, 3)
+    assert spans["ramp"] == {"min": 1.5, "median": 1.5, "max": 1.5}
+    assert spans["epilogue"] == {"min": 0.5, "median": 0.5, "max": 0.5}
+    assert spans["reduction"] == {"min": 0.0, "median": 0.1, "max": 0.2}
+    assert spans["whole"]["max"] == 22.2
+    # A bulk read records only its start and end: only the whole span.
+    bulk = np.zeros((6, 2), dtype=np.uint64)
+    bulk[0], bulk[5] = [0, 100], [8000, 9100]
+    assert set(probe._spans(FakeCupy, bulk, 2)) == {"whole"}
