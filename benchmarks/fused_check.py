@@ -880,19 +880,20 @@ SHORT = {BIAS_ACT: "bias_act", SMALL_M: "small_m", STREAMK: "small_m_sk",
 BASELINES = ("cublas+elementwise", "torch matmul+add+gelu", "cuBLASLt GELU_BIAS (nvmath)")
 
 
-def read_bound(entry: dict[str, Any], baseline: str = BASELINES[0]) -> float | None:
-    """The speedup over `baseline` of a kernel whose compulsory bytes move at the rate of
-    the same-size read of the weight (timed the same way, launch and ramp included): the
-    most any kernel timed like this reaches (perfscope.bandwidth's stream_bound)."""
-    stream = (entry.get("stream") or {}).get("gbps")
-    rival = (entry.get("candidates") or {}).get(baseline, {}).get("compulsory_gbps")
-    return stream / rival if stream and rival else None
+def read_bound(entry: dict[str, Any]) -> float | None:
+    """The speedup over cuBLAS + the elementwise pass of a kernel whose compulsory bytes
+    move at the rate of the same-size read of the weight (timed the same way, launch and
+    ramp included): a practical bound, as the fused page draws it
+    (perfscope.bandwidth's stream_bound; None where that baseline was wrong or not timed)."""
+    from perfscope.bandwidth import row_panel
+
+    return row_panel(entry, None).stream_bound()
 
 
 def summary(record: dict[str, Any]) -> str:
     """One line per timed shape: the fastest correct fused stage against each baseline
     (median ms; speedup = median of the per-round ratios), the speedup over cuBLAS + the
-    elementwise pass that a kernel at the weight read's rate would reach (read_bound), and
+    elementwise pass of a kernel at the weight read's rate (read_bound: a practical bound), and
     for M <= 64 its share of the device-to-device copy bandwidth. Correctness failures
     last."""
     bw = record.get("copy_bandwidth", {}).get("gbps")

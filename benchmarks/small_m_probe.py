@@ -199,10 +199,16 @@ def _spans(cp, probe, ctas: int) -> dict[str, dict[str, float]]:
     rows = {name: row for name, row in zip(PHASES, p, strict=True) if row.any()}
     out = {}
     for name, a, b in SPANS:
-        if a in rows and b in rows:
-            d = (rows[b] - rows[a]) / 1e3
-            out[name] = {"min": round(float(d.min()), 3), "median": round(float(np.median(d)), 3),
-                         "max": round(float(d.max()), 3)}
+        if a not in rows or b not in rows:
+            continue
+        # Only the CTAs that recorded both ends (a split's part that skips the epilogue
+        # records no epilogue start).
+        both = (rows[a] > 0) & (rows[b] > 0)
+        if not both.any():
+            continue
+        d = (rows[b][both] - rows[a][both]) / 1e3
+        out[name] = {"min": round(float(d.min()), 3), "median": round(float(np.median(d)), 3),
+                     "max": round(float(d.max()), 3)}
     return out
 
 

@@ -54,7 +54,7 @@ class BandwidthPanel:
     n: int
     k: int
     epilogue: str
-    copy_gbps: float
+    copy_gbps: float | None   # None only from row_panel without a copy measured
     compulsory_bytes: float
     points: tuple[BandwidthPoint, ...]
     stream_gbps: float | None = None   # the weight read alone at this size (None: not timed)
@@ -72,8 +72,10 @@ class BandwidthPanel:
 
     def stream_bound(self, label: str = UNFUSED) -> float | None:
         """The speedup over candidate `label` of a kernel whose compulsory bytes move at the
-        same-size read's rate: the most any kernel timed this way reaches against it (the
-        read already pays the launch and the ramp); None without the read or the candidate."""
+        same-size read's rate: a practical bound for a kernel timed this way (the read pays
+        the launch and the ramp on the weight's bytes alone; a kernel that moves more can
+        spread them a little thinner); None without the read, or the candidate right and
+        timed."""
         rival = next((p for p in self.points if p.label == label and p.gbps is not None), None)
         if rival is None or not self.stream_gbps:
             return None
@@ -95,27 +97,29 @@ def _load(path: Path) -> dict:
     return doc
 
 
+def row_panel(row: dict, copy_gbps: float | None) -> BandwidthPanel:
+    """One shape's timing row of a fused check (its "timing" list) as a panel; with no copy
+    bandwidth measured, no share of it (copy_gbps and share_of_copy None)."""
+    stream = (row.get("stream") or {}).get("gbps")
+    points = []
+    for label, c in (row.get("candidates") or {}).items():
+        ok = c.get("verdict") == "OK" and c.get("compulsory_gbps") is not None
+        gbps = float(c["compulsory_gbps"]) if ok else None
+        points.append(BandwidthPoint(label, c.get("kind", "baseline"), gbps,
+                                     gbps / copy_gbps if gbps is not None and copy_gbps else None,
+                                     c.get("verdict", "not timed"),
+                                     gbps / stream if gbps is not None and stream else None))
+    return BandwidthPanel(row["dtype"], row["m"], row["n"], row["k"], row.get("epilogue", ""),
+                          float(copy_gbps) if copy_gbps else None,
+                          float(row.get("compulsory_bytes") or 0.0), tuple(points),
+                          float(stream) if stream else None)
+
+
 def read_panels(path: str | Path) -> tuple[BandwidthPanel, ...]:
     """The small-M panels of a fused check, in its order; none when it timed no small M."""
     doc = _load(Path(path))
     copy = (doc.get("copy_bandwidth") or {}).get("gbps")
     if not copy:
         raise PerfscopeError(f"{path} holds no copy bandwidth to judge small-M shapes against")
-    panels = []
-    for row in doc.get("timing") or []:
-        if row.get("m", SMALL_M_MAX + 1) > SMALL_M_MAX:
-            continue
-        stream = (row.get("stream") or {}).get("gbps")
-        points = []
-        for label, c in (row.get("candidates") or {}).items():
-            ok = c.get("verdict") == "OK" and c.get("compulsory_gbps") is not None
-            gbps = float(c["compulsory_gbps"]) if ok else None
-            points.append(BandwidthPoint(label, c.get("kind", "baseline"), gbps,
-                                         gbps / copy if gbps is not None else None,
-                                         c.get("verdict", "not timed"),
-                                         gbps / stream if gbps is not None and stream else None))
-        panels.append(BandwidthPanel(row["dtype"], row["m"], row["n"], row["k"],
-                                     row.get("epilogue", ""), float(copy),
-                                     float(row.get("compulsory_bytes") or 0.0), tuple(points),
-                                     float(stream) if stream else None))
-    return tuple(panels)
+    return tuple(row_panel(row, copy) for row in doc.get("timing") or []
+                 if row.get("m", SMALL_M_MAX + 1) <= SMALL_M_MAX)

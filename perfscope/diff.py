@@ -21,7 +21,6 @@ to, its structure; shares of B's time), and ``remaining`` what A still has.
 from __future__ import annotations
 
 import logging
-import math
 import operator
 import re
 from collections.abc import Mapping, Sequence
@@ -29,6 +28,7 @@ from dataclasses import dataclass, field, replace
 
 from perfscope.errors import PerfscopeError
 from perfscope.families import family_of
+from perfscope.hardware import SMEM_BYTES_PER_SM_CLOCK
 from perfscope.metrics import M_DRAM_READ, M_DRAM_WRITE
 from perfscope.profile import KernelProfile
 from perfscope.record import Diagnosed
@@ -45,6 +45,7 @@ from perfscope.structure import (
     LaunchShape,
     compare_structure,
     launch_shape,
+    mma_fragment,
     modelled_share,
     slow_side_has_it,
 )
@@ -505,30 +506,38 @@ WITHOUT_FIX = {
 }
 
 
-# The larger tile is slower on as many CTAs in as many waves: the grid is not what it
-# costs, so the advice names what a larger tile costs per CTA instead.
+# The larger tile is slower on as many CTAs in as many waves (one tile each, not a
+# persistent loop, whose tiles per CTA and last round the tile does change): the grid is
+# not what it costs, so the advice names what a larger tile costs each CTA instead.
+SAME_WAVES = 0.05
 TILE_SAME_GRID_FIX = (
     "{fast}'s smaller tile is faster on as many CTAs ({ctas:,}, {waves:.2f} waves), so it "
-    "is not the grid; look at what {slow}'s larger tile costs each CTA: {split}its wider "
-    "wgmma's operand feed (shared memory at 128 B per SM clock; the full-barrier and wgmma "
-    "waits among its hotspots). Take the smaller tile only once those are ruled out.")
-SPLIT_NOTE = ("its split of K that keeps the CTAs as many (partial sums leave by STG, "
-              "{stg:,.0f} executed beside {tma:,.0f} TMA stores of C, and one part waits for "
-              "another's before its epilogue), ")
+    "is not the grid; look at what {slow}'s larger tile costs each CTA: {split}{feed}. Take "
+    "the smaller tile only once {those} ruled out.")
+SPLIT_NOTE = ("if it splits K to keep the CTAs as many, the split (partial sums out by STG, "
+              "{stg:,.0f} executed beside {tma:,.0f} TMA stores of C, and one part waiting "
+              "for another's before its epilogue); ")
+WGMMA_FEED = ("its wider wgmma's operand feed (shared memory at {smem} B per SM clock; the "
+              "full-barrier and wgmma waits among its hotspots)")
+OTHER_FEED = "its operand feed per CTA (the loads' waits among its hotspots)"
 
 
 def _without_fix(name: str, d: _Direction) -> str:
     """The advice when the slower side has what the aspect's usual fix would add."""
     slow, fast = d.shapes
     same_grid = (name == TILE and slow.ctas is not None and slow.ctas == fast.ctas
+                 and not slow.persistent and not fast.persistent
                  and slow.waves is not None and fast.waves is not None
-                 and math.ceil(slow.waves - 1e-9) == math.ceil(fast.waves - 1e-9))
+                 and abs(slow.waves - fast.waves) <= SAME_WAVES)
     if not same_grid:
         return WITHOUT_FIX[name].format(fast=d.names[1], slow=d.names[0])
     split = (SPLIT_NOTE.format(stg=slow.stg_stores, tma=slow.tma_stores)
              if slow.tma_stores and slow.stg_stores and not fast.stg_stores else "")
+    feed = (WGMMA_FEED.format(smem=SMEM_BYTES_PER_SM_CLOCK) if mma_fragment(slow.mma)
+            else OTHER_FEED)
     return TILE_SAME_GRID_FIX.format(fast=d.names[1], slow=d.names[0], ctas=slow.ctas,
-                                     waves=slow.waves, split=split)
+                                     waves=slow.waves, split=split, feed=feed,
+                                     those="both are" if split else "it is")
 
 
 def _cost(claim: float | None, whose: str) -> str:

@@ -31,6 +31,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -233,9 +234,11 @@ def _checkout_hash(name: str) -> str | None:
 
 
 def archive_sources(out_dir: Path) -> list[Path]:
-    """Move the sources of an older tree that a report in out_dir still names into
+    """Copy the sources of an older tree that a report in out_dir still names into
     ``sources/<source hash>/`` before the checkout's copies replace them, so every report
-    keeps its lines (perfscope.source looks there first); the folders made."""
+    keeps its lines (perfscope.source looks there first); the folders made. Never fatal:
+    keep_sources runs after the reports are written, so a copy that cannot be read or kept
+    is left with a warning, and a folder is only ever there whole (written aside, renamed)."""
     target = out_dir / SOURCES_DIR
     made = []
     used = _hashes_in_use(out_dir)
@@ -243,19 +246,22 @@ def archive_sources(out_dir: Path) -> list[Path]:
         try:
             text = old.read_text()
             kept = source_hash(text, target)
+            if (old.name, kept) not in used or (target / kept).exists() \
+                    or kept == _checkout_hash(old.name):
+                continue
+            aside = Path(tempfile.mkdtemp(prefix=f".{kept}-", dir=target))
+            try:
+                shutil.copyfile(old, aside / old.name)
+                for name, header in local_headers(text, target):
+                    (aside / name).write_text(header)
+                aside.rename(target / kept)
+            finally:
+                shutil.rmtree(aside, ignore_errors=True)   # gone once renamed
         except (OSError, UnicodeDecodeError) as exc:
-            # Never fatal: keep_sources runs after the reports are written.
-            log.warning("not keeping %s: %s", old, exc)
+            log.warning("not keeping %s's older copy: %s", old, exc)
             continue
-        if (old.name, kept) not in used or (target / kept).exists() or kept == _checkout_hash(old.name):
-            continue
-        folder = target / kept
-        folder.mkdir()
-        shutil.copyfile(old, folder / old.name)
-        for name, header in local_headers(text, target):
-            (folder / name).write_text(header)
-        made.append(folder)
-        log.info("kept %s's sources of tree %s in %s", old.name, kept, folder)
+        made.append(target / kept)
+        log.info("kept %s's sources of tree %s in %s", old.name, kept, target / kept)
     return made
 
 

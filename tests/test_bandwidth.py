@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from perfscope.bandwidth import SMALL_M_MAX, read_panels
+from perfscope.bandwidth import SMALL_M_MAX, read_panels, row_panel
 from perfscope.errors import PerfscopeError
 
 FUSED = Path(__file__).resolve().parent.parent / "reports" / "reference" / "h200" / "fused"
@@ -48,22 +48,33 @@ def test_the_decode_shape_is_judged_against_copy_bandwidth():
     assert {"cublas+elementwise", "cuBLASLt GELU_BIAS (nvmath)"} <= labels
 
 
-def test_the_read_bounds_the_speedup_any_kernel_reaches():
+def test_the_read_bounds_the_speedup_a_kernel_timed_so_reaches():
     """At every small-M shape of the committed check, a kernel at the same-size read's rate
-    would be 1.17-1.65x cuBLAS + the elementwise pass (so issue 19's 1.10 is reachable in
-    principle everywhere), and the fastest fused stage stays under that bound."""
+    would be 1.17-1.65x cuBLAS + the elementwise pass (so issue 19's 1.10 is within reach
+    everywhere), and the fastest fused stage stays under that bound."""
     panels = read_panels(CHECK)
     for p in panels:
         bound = p.stream_bound()
         assert bound is not None and 1.15 < bound < 1.7, (p.title, bound)
         unfused = next(c for c in p.points if c.label == "cublas+elementwise")
-        assert bound == pytest.approx(p.stream_gbps / unfused.gbps)
         assert p.best_fused.gbps / unfused.gbps < bound
     (decode,) = [p for p in panels if (p.dtype, p.m, p.n, p.k) == ("bf16", 16, 8192, 8192)]
     assert decode.stream_bound() == pytest.approx(1.17, abs=0.01)
     # A candidate the check did not time, or a check without the read: no bound.
     assert decode.stream_bound("no such candidate") is None
     assert dataclasses.replace(decode, stream_gbps=None).stream_bound() is None
+
+
+def test_a_wrong_baseline_bounds_nothing():
+    """A baseline the check timed but flagged wrong has no speed, so no bound against it
+    (fused_check times a library that disagrees and says so)."""
+    with lzma.open(CHECK) as f:
+        row = next(r for r in json.load(f)["timing"] if r["m"] == 16)
+    assert row_panel(row, None).stream_bound() is not None
+    row["candidates"]["cublas+elementwise"]["verdict"] = "WRONG"
+    panel = row_panel(row, None)
+    assert panel.stream_bound() is None and panel.copy_gbps is None
+    assert all(c.share_of_copy is None for c in panel.points)
 
 
 def test_bad_input_is_one_sentence(tmp_path):

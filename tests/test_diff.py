@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from conftest import FIXTURES, report
@@ -14,6 +16,7 @@ from perfscope.cli import app
 from perfscope.diagnosis import ResolveOptions, resolve
 from perfscope.errors import PerfscopeError
 from perfscope.record import Diagnosed
+from perfscope.structure import launch_shape
 
 runner = CliRunner()
 REFERENCE = Path(__file__).resolve().parents[1] / "reports" / "reference" / "h200"
@@ -417,9 +420,22 @@ def test_a_larger_tile_on_as_many_ctas_is_not_told_about_its_grid():
     assert not result.improved
     (tile,) = [r for r in result.verdict if r.kind == "tile"]
     assert "on as many CTAs (128, 0.97 waves), so it is not the grid" in tile.fix
-    assert "split of K" in tile.fix and "STG" in tile.fix
+    assert "if it splits K" in tile.fix and "STG" in tile.fix and "wider wgmma" in tile.fix
     assert "fuller last wave" not in tile.fix
     _claims_fit(result)
+    # Where the grid can be the reason, the usual advice stands: persistent CTAs (the tile
+    # sets how many tiles each walks and its last round) or another count of waves.
+    shapes = (launch_shape(wide.profile, wide.manifest), launch_shape(narrow.profile, narrow.manifest))
+    same = SimpleNamespace(shapes=shapes, names=("A", "B"))
+    assert "not the grid" in d._without_fix("tile", same)
+    for slow, fast in ((dataclasses.replace(shapes[0], persistent=True), shapes[1]),
+                       (shapes[0], dataclasses.replace(shapes[1], waves=0.5))):
+        assert "fuller last wave" in d._without_fix("tile", SimpleNamespace(shapes=(slow, fast),
+                                                                            names=("A", "B")))
+    # A kernel without wgmma is not told about a wgmma's feed.
+    hmma = dataclasses.replace(shapes[0], mma="HMMA.16816.F32.BF16")
+    fix = d._without_fix("tile", SimpleNamespace(shapes=(hmma, shapes[1]), names=("A", "B")))
+    assert "wgmma" not in fix and "operand feed per CTA" in fix
 
 
 def test_the_consumers_tiles_are_read_off_the_tile_and_the_mma_shape():

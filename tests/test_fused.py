@@ -976,7 +976,10 @@ def test_fused_check_summary_gives_the_bound_of_a_kernel_at_the_reads_rate():
     (decode,) = [line for line in lines if line.split()[:4] == ["bf16", "16", "8192", "8192"]]
     assert "1.17" in decode.split()
     # No read timed (M = 4096 rows, or an older check): no bound, said as "-".
-    assert fc.read_bound({"candidates": {}}) is None
+    big = next(e for e in record["timing"] if e["m"] == 4096)
+    assert fc.read_bound(big) is None
+    (line,) = [x for x in lines if x.split()[:4] == [big["dtype"], "4096", str(big["n"]), str(big["k"])]]
+    assert line.split()[-1] == "-"
 
 
 def test_small_m_probe_spans_are_each_ctas_own():
@@ -999,6 +1002,12 @@ def test_small_m_probe_spans_are_each_ctas_own():
         ns[:, c] = [t0, t0 + 500, t0 + 1500, t0 + 21500, t0 + 21500 + 100 * c, t0 + 22000 + 100 * c]
     spans = probe._spans(FakeCupy, ns, 3)
     assert spans["ramp"] == {"min": 1.5, "median": 1.5, "max": 1.5}
+    # A CTA that recorded no epilogue start (a split's part that hands its partial on) is
+    # left out of the spans that need it, not read as a span from time zero.
+    ns[4, 2] = 0
+    assert probe._spans(FakeCupy, ns, 3)["epilogue"] == {"min": 0.5, "median": 0.5, "max": 0.5}
+    ns[4, 2] = 21500 + 2000 + 200
+    spans = probe._spans(FakeCupy, ns, 3)
     assert spans["epilogue"] == {"min": 0.5, "median": 0.5, "max": 0.5}
     assert spans["reduction"] == {"min": 0.0, "median": 0.1, "max": 0.2}
     assert spans["whole"]["max"] == 22.2

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import logging
 import re
 import shutil
 from pathlib import Path
@@ -312,7 +313,7 @@ def test_source_view_finds_an_older_trees_copy_under_its_hash(tmp_path):
 
 
 @needs_reference
-def test_keep_sources_moves_an_older_trees_copy_under_its_hash(tmp_path, monkeypatch):
+def test_keep_sources_moves_an_older_trees_copy_under_its_hash(tmp_path, monkeypatch, caplog):
     """A re-run from an edited checkout replaces sources/; a report of the older tree that
     the folder still holds keeps its lines, because keep_sources first moves that tree's
     copy under sources/<source hash>/ (once; a hash no report names is not kept)."""
@@ -344,7 +345,10 @@ def test_keep_sources_moves_an_older_trees_copy_under_its_hash(tmp_path, monkeyp
     assert profiling.archive_sources(run) == []
     # A copy that is not text is left where it is, with a warning, never a traceback.
     (run / "sources" / "odd.cu").write_bytes(b"\xff\xfe\x00bad")
-    assert profiling.archive_sources(run) == []
+    with caplog.at_level(logging.WARNING, logger="perfscope.profiling"):
+        assert profiling.archive_sources(run) == []
+    assert any("odd.cu" in r.getMessage() for r in caplog.records)
+    assert sorted(p.name for p in (run / "sources").iterdir() if p.is_dir()) == [old]
 
 
 def test_source_view_of_user_reports():

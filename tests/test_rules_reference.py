@@ -25,7 +25,7 @@ from perfscope.diagnosis import default_catalogue, diagnose
 from perfscope.manifest import BenchFile
 from perfscope.metrics import M_L2_SECTORS, M_TENSOR_PIPE, M_XBAR_IN_PCT
 from perfscope.profile import load
-from perfscope.rules import evaluate
+from perfscope.rules import evaluate, memory
 from perfscope.rules.memory import STORE_INEFFICIENCY
 from perfscope.rules.model import Inputs
 
@@ -339,6 +339,11 @@ def test_store_estimate_counts_the_operand_traffic_tma_moves():
     l2_hit = STORE_INEFFICIENCY.check(Inputs(no_xbar))
     assert l2_hit.evidence[-1].metric.startswith(M_L2_SECTORS)
     assert l2_hit.estimated_gain > hit.estimated_gain
+    # A kernel that multicasts is not sized by the crossbar, which counts a multicast tile
+    # in every CTA it lands in: the cluster variant's report is sized by L2's count.
+    cluster = load(REFERENCE / f"hgemm_tma_wgmma_cluster-bf16-{SHAPE}.ncu-rep.xz")[0]
+    assert cluster.opcodes.tma_multicast_share
+    assert memory._sectors_moved(cluster, 0.0)[1].metric.startswith(M_L2_SECTORS)
     # With neither, a TMA-fed kernel's share cannot be sized: no estimate at all.
     blind = dataclasses.replace(no_xbar, metrics={k: v for k, v in no_xbar.metrics.items()
                                                   if k != M_L2_SECTORS})

@@ -102,22 +102,24 @@ class Headroom:
 
 
 class WgmmaWork(NamedTuple):
-    """One wgmma opcode's shape (M x N x K) and the FLOPs of its executions."""
+    """One wgmma opcode's shape (M x N x K), its warpgroup instructions and their FLOPs."""
 
     rows: int
     cols: int
     depth: int
+    instructions: float
     flops: float
 
 
 def wgmma_work(op: str, executed: float) -> WgmmaWork | None:
-    """The shape and FLOPs of a wgmma opcode (HGMMA.64x256x16...) executed this many times
-    as the SASS counts it, once per warp: four per warpgroup instruction; None for another
-    opcode."""
+    """The shape, warpgroup instructions and FLOPs of a wgmma opcode (HGMMA.64x256x16...)
+    executed this many times as the SASS counts it, once per warp: four per warpgroup
+    instruction; None for another opcode."""
     if (m := MMA_SHAPE.match(op)) is None:
         return None
     rows, cols, depth = int(m[1]), int(m[2]), int(m[3])
-    return WgmmaWork(rows, cols, depth, executed / 4 * rows * cols * depth * 2)
+    instructions = executed / 4
+    return WgmmaWork(rows, cols, depth, instructions, instructions * rows * cols * depth * 2)
 
 
 def sass_flops(p: KernelProfile) -> float | None:

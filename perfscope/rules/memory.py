@@ -387,9 +387,10 @@ def _check_store_inefficiency(inputs: Inputs) -> Hit | None:
     count of sectors the SMs requested (lts__t_sectors_srcunit_tex.sum); and the sectors
     the crossbar delivered into the SMs plus the stores' own (TMA copies are no SASS load
     instruction, so a TMA-fed kernel's operand traffic shows only in the last two, and on
-    the H200 the L2's count sees about half of it: 25.0M of the persistent stage's 50.3M
-    delivered sectors at 4096^3). A TMA-fed kernel with neither count gets no estimate
-    rather than one inflated by the missing loads.
+    the H200 the L2's count sees as little as half of it: 25.0M of the persistent stage's
+    50.3M delivered sectors at 4096^3). The crossbar's count is left out where TMA loads
+    multicast (it counts a multicast tile in every CTA). A TMA-fed kernel with neither count
+    gets no estimate rather than one inflated by the missing loads.
     Example:
         before: C[r * N + c] = acc[i];              // 4-byte STG per fragment element
         after:  stage the tile in __shared__; then
@@ -412,7 +413,7 @@ def _check_store_inefficiency(inputs: Inputs) -> Hit | None:
         Evidence(f"{w.opcode} sectors actual / ideal", round(w.ratio or 0.0, 2), "> 1"),
         *pr.evidence,
     ]
-    moved = sectors_moved(p, sum(o.actual for o in stores))
+    moved = _sectors_moved(p, sum(o.actual for o in stores))
     if moved is None:
         return Hit(tuple(evidence), None)
     total, counted = moved
@@ -421,18 +422,21 @@ def _check_store_inefficiency(inputs: Inputs) -> Hit | None:
     return Hit(tuple(evidence), excess / total * pr.value)
 
 
-def sectors_moved(p: KernelProfile, store_sectors: float) -> tuple[float, Evidence | None] | None:
+def _sectors_moved(p: KernelProfile, store_sectors: float) -> tuple[float, Evidence | None] | None:
     """All 32-byte sectors the kernel moves between the SMs and L2, and the evidence of the
     count taken where it is not the per-instruction one; None for a TMA-fed kernel with
-    neither the L2's count nor the crossbar's (its loads are in no per-instruction count)."""
+    neither the L2's count nor the crossbar's (its loads are in no per-instruction count).
+    The crossbar counts a multicast tile once in every CTA it lands in, more than L2 moved,
+    so a kernel that multicasts is sized by the other two counts."""
     per_instruction = (p.memory.global_.actual or 0.0) + local_sectors(p)
     l2 = p.metric(M_L2_SECTORS)
-    xbar = _xbar_in_sectors(p)
+    multicast = p.opcodes.tma_multicast_share
+    xbar = _xbar_in_sectors(p) if not multicast else None
     if l2 is None and xbar is None and p.opcodes.has("tma"):
         return None
     counts = [(per_instruction, None)]
     if l2 is not None:
-        counts.append((l2, Evidence(f"{M_L2_SECTORS} (SM traffic to L2, TMA included)", l2,
+        counts.append((l2, Evidence(f"{M_L2_SECTORS} (SM traffic to L2, TMA included)", round(l2),
                                     f"> {per_instruction:.0f} per-instruction sectors")))
     if xbar is not None:
         into = xbar + store_sectors
@@ -726,7 +730,7 @@ def _check_wgmma_smem_roof(inputs: Inputs) -> Hit | None:
             continue
         elem = _GMMA_KIND[family_][0]
         shapes.append(_Wgmma(op.split(".F32")[0], w.rows, w.cols, w.depth, elem, w.flops,
-                             n / 4 * (w.rows + w.cols) * w.depth * elem, w.flops / per))
+                             w.instructions * (w.rows + w.cols) * w.depth * elem, w.flops / per))
     if not shapes:
         return None
     cycles = need(p.identity.cycles, M_CYCLES)
