@@ -85,7 +85,8 @@ _PATCHES = (
      r"        // The owned units: bias / activation / residual)",
      r"        if (ct == 0) ps_probe[4][ps_cta] = ps_gtime();\n\1"),
     (r"((?:            )?        if \(tid % 128 == 0\) tma::store_wait_\w+(?:<0>)?\(\);\n(?:        \}\n)?"
-     r"(?:        //[^\n]*\n)*(?:        if \(splits == 1 && ctas > 1\)[^\n]*\n)?)"
+     r"(?:        //[^\n]*\n)*(?:        if \(splits == 1 && ctas > 1\)[^\n]*\n)?"
+     r"(?:        if \(push\)[^\n]*\n)?)"
      r"(    \}\n\}\n\n// =+ fused stage 3)",
      r"\1        if (ct == 0) ps_probe[5][ps_cta] = ps_gtime();\n\2"),
 )

@@ -128,8 +128,12 @@ def test_geometry_follows_the_header():
         # The tiers above 64 rows fill 192 KB; the 64-row tile takes its measured depth.
         ring = 192 * 1024 if bm > 64 else 6 * 24576
         assert spec.dynamic_smem_bytes() == ring + 1024
-    assert small_m.with_params(BN=64, **small_m_params(16, bn=64)).dynamic_smem_bytes() == \
-        8 * 16384 + 1024
+    # The 64 x 64 tile also holds a split peer's pushed fp32 partial (128 threads x 32
+    # floats) past its ring, and the barrier it completes on.
+    thin = small_m.with_params(BN=64, **small_m_params(16, bn=64))
+    assert thin.dynamic_smem_bytes() == 8 * 16384 + 16384 + 1024
+    assert thin.static_smem_bytes() == 2 * 8 * 8 + 16
+    assert thin.with_params(GSPLIT=2).dynamic_smem_bytes() == 8 * 16384 + 1024
     assert small_m_params(16, bn=256)["STAGES"] == 4   # no measured depth: the 192 KB ring
     for spec in FUSED:
         boxes = spec.boxes()

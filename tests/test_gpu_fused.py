@@ -219,6 +219,22 @@ def test_streamk_is_right_launch_after_launch(shape, bn):
         assert v.verdict == OK, f"streamk BN={bn} {shape} seed {seed}: {v.detail}"
 
 
+@pytest.mark.parametrize("shape", [Shape(16, 4096, 4104), Shape(64, 4096, 14336),
+                                   Shape(20, 4096, 4104)], ids=str)
+def test_small_m_pushed_partials_are_right_launch_after_launch(shape):
+    """The 64 x 64 tile split in two over a cluster hands its partial over by st.async onto
+    split 0's barrier (fused.cu's PUSH): launch after launch on one module, with new
+    operands each time, every output is the new one (a barrier left armed or a partial
+    landing late would mix two launches)."""
+    (job,) = bench.plan(["hgemm_small_m"], ["bf16"], shape)
+    prep = prepare(job.spec, "bf16", shape)
+    p = job.spec.param_dict
+    assert (p["BM"], p["BN"], p["MPAIR"], p["GSPLIT"]) == (64, 64, 1, 1) and prep.tensormap.cluster == 2
+    for seed in (1, 2, 3, 1):
+        v = verify.verify(prep, seed)
+        assert v.verdict == OK, f"{shape} seed {seed}: {v.detail}"
+
+
 def test_a_fused_stage_is_timed_against_its_group():
     jobs = bench.plan(["hgemm_small_m"], ["bf16"], Shape(64, 4096, 4096))
     (m,) = bench.run_jobs(jobs, BenchOptions(runs=3, rounds=2, warmup=1))

@@ -76,9 +76,11 @@
 //            parts; with M <= BM there is one tile row, so B is read from DRAM exactly once
 //   smem     dynamic STAGES * (BM*BK + BK*BN) * 2 + 1024 bytes (the host's rings: 192 KB
 //            at BM 128 / 256, and at BM 64 the measured 8 stages of BN 64 (128 KB) or 6 of
-//            BN 128 (144 KB), fused_specs.SMALL_M_THIN_STAGES); static 2 * STAGES mbarriers. After
-//            the k loop the ring holds the fp32 partials of the units a split does not own,
-//            then the C staging of those it does
+//            BN 128 (144 KB), fused_specs.SMALL_M_THIN_STAGES), + 16 KB past the ring for a
+//            peer's pushed partial at BM = BN = 64 without a pair or a grid split (PUSH);
+//            static 2 * STAGES mbarriers (+ 2 with PUSH). After the k loop the ring holds the
+//            fp32 partials of the units a split does not own, then the C staging of those it
+//            does
 //   parent   hgemm_tma_wgmma_persistent
 //   how      For decode shapes (M <= 256): thin tiles (M padded to BM by TMA zero fill;
 //            wgmma m64), a deep ring (8 x 8 KB of B per SM at BM = 64, BN = 64), and split-K
@@ -91,7 +93,16 @@
 //            (ld.shared::cluster), a second cluster barrier lets the peers exit, and each
 //            owner applies bias / activation / residual (which an idle warp of rank 0's
 //            producer warpgroup prefetched into L2 at the start) to its units and stores them
-//            by TMA. Before 2026-12-02 rank 0 read and finished the whole tile: at 256 x 8192^2
+//            by TMA. PUSH (the 64 x 64 tile, one unit, split in two: the host's choice at
+//            N = 4096 for M <= 64): split 1 writes its partial straight into split 0's
+//            region past the ring (st.async, 16 bytes per store, counted as complete_tx bytes
+//            on split 0's barrier, armed before a cluster phase begun at the start and waited
+//            for after the k loop), and split 0 waits on its own barrier: no cluster barrier
+//            between the k loop and the epilogue, one (relaxed, for the CTAs' lifetime) after
+//            it. Per-CTA probes put the old way's span from the last k tile to the epilogue at
+//            1.28 us (benchmarks/small_m_probe.py); against it, in alternating rounds, bf16,
+//            outputs bit-identical: 0.943-0.948 of the time at 16 and 64 x 4096^2,
+//            0.976-0.982 at 16 and 64 x 4096 x 14336 (fused/probe-push.json). Before 2026-12-02 rank 0 read and finished the whole tile: at 256 x 8192^2
 //            (BM 256, S 2) the spread reduction is 1.04-1.05x faster (0.998-0.999 of
 //            cublas+gelu against 0.952-0.961), the 3-way split at 256 x 4096 x 14336 1.07x.
 //            MPAIR = 2: the two CTAs of a pair of vertically adjacent tiles (the same N tile,
@@ -644,6 +655,42 @@ __device__ __forceinline__ void cluster_barrier() {
     asm volatile("barrier.cluster.arrive.release;\n"
                  "barrier.cluster.wait.acquire;\n" ::: "memory");
 }
+// The two halves of cluster_barrier, for a phase begun early and ended late. The arrive is
+// relaxed: what it orders is only barrier initialisation, which fence.mbarrier_init
+// releases (mbar_init_fence) before it.
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+    asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+    asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
+}
+// A whole phase for lifetime only (no CTA leaves while a peer may still write to it): the
+// data it would order travels by st.async, whose mbarrier completion orders it.
+__device__ __forceinline__ void cluster_barrier_relaxed() {
+    asm volatile("barrier.cluster.arrive.relaxed;\n"
+                 "barrier.cluster.wait.acquire;\n" ::: "memory");
+}
+// This CTA's shared address `addr` as seen in CTA `rank` of the cluster.
+__device__ __forceinline__ unsigned peer_addr(unsigned addr, unsigned rank) {
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(addr), "r"(rank));
+    return remote;
+}
+// 16 bytes into a peer's shared memory (cluster address `remote`), counted as complete_tx
+// bytes on the peer's mbarrier `remote_bar`: the peer waits on its own barrier, no barrier
+// across the cluster.
+__device__ __forceinline__ void st_async_v4(unsigned remote, float a, float b, float c, float d,
+                                            unsigned remote_bar) {
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], "
+                 "{%1, %2, %3, %4}, [%5];\n"
+                 :: "r"(remote), "f"(a), "f"(b), "f"(c), "f"(d), "r"(remote_bar) : "memory");
+}
+__device__ __forceinline__ float4 ld_shared_v4(unsigned addr) {
+    float4 v;
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr) : "memory");
+    return v;
+}
 __device__ __forceinline__ void st_shared_v4(unsigned addr, float a, float b, float c, float d) {
     asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n"
                  :: "r"(addr), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
@@ -738,10 +785,20 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
     // A arrives in boxes of AROWS rows; the tile's other BM - AROWS rows stay zero.
     constexpr unsigned A_LOADED = AROWS * BK * 2;
 
-    __shared__ alignas(8) unsigned long long bars[2 * STAGES];
+    // PUSH: a 64 x 64 tile (one unit, owned by split 0) split in two over a cluster hands
+    // its partial over by st.async into a region of split 0's shared memory past the ring,
+    // counted on split 0's barrier `recv`, instead of through the ring and two cluster
+    // barriers (benchmarks/small_m_probe.py: 1.28 us per CTA between the last k tile and the
+    // epilogue that way at 16 x 4096 x 14336).
+    constexpr bool PUSH = BM == 64 && BN == 64 && PAIR == 1 && GSPLIT == 1;
+    constexpr unsigned PARTIAL_BYTES = CONSUMER_THREADS * (BN / 2) * 4;
+    // PUSH adds two (one used): ptxas rounds the block's static shared memory to 16 bytes.
+    __shared__ alignas(8) unsigned long long bars[2 * STAGES + (PUSH ? 2 : 0)];
     extern __shared__ unsigned char dyn_smem[];
     const unsigned ring = align1024(smem_u32(dyn_smem));
     const unsigned full0 = smem_u32(&bars[0]), empty0 = smem_u32(&bars[STAGES]);
+    const unsigned recv = smem_u32(&bars[PUSH ? 2 * STAGES : 0]);
+    const unsigned partial_in = ring + STAGES * S::BYTES;   // PUSH: the peer's partial lands here
     const int tid = threadIdx.x, wg = tid / 128;
     // A cluster is PAIR x S consecutive CTAs along x: the S splits of one output tile, or of
     // two adjacent ones (MCAST: x = n tile * S + split; MPAIR: x = (n tile * 2 + m tile % 2)
@@ -751,6 +808,7 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
     const unsigned rank = cluster_rank % splits, pair = cluster_rank / splits;
     const unsigned partner = (PAIR - 1 - pair) * splits + rank;   // same split, other tile
     const unsigned short both = static_cast<unsigned short>((1u << cluster_rank) | (1u << partner));
+    const bool push = PUSH && splits == 2;
     const int n0 = (blockIdx.x / (splits * MPAIR)) * BN;
     const int m0 = (blockIdx.y * MPAIR + (MPAIR == 2 ? pair : 0u)) * BM;
     const int KT = (K + BK - 1) / BK;
@@ -790,11 +848,15 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
             tma::mbar_init(full0 + 8 * s, 1);
             tma::mbar_init(empty0 + 8 * s, EMPTY_COUNT);
         }
+        if (push) tma::mbar_init(recv, 1);
         tma::mbar_init_fence();
         tma::prefetch_tmap(&tmap_a);
         tma::prefetch_tmap(&tmap_b);
         tma::prefetch_tmap(&tmap_c);
         for (int i = 0; i < early; ++i) issue(i);
+        // Split 0 arms its barrier for the peer's partial now: the peer writes only after
+        // the cluster phase begun below, so no byte can land before the count is armed.
+        if (push && rank == 0) tma::mbar_expect_tx(recv, PARTIAL_BYTES);
     }
     if constexpr (AROWS < BM) {
         // Rows AROWS.. of every slot's A tile are zero once and for all: the wgmmas read
@@ -809,6 +871,9 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
     // The partner's multicasts land in this CTA's ring and complete on its barriers: both
     // CTAs' barriers are initialised before either issues one.
     if constexpr (PAIR == 2) fused::cluster_barrier();
+    // PUSH: the phase that says split 0's `recv` exists, begun now and waited for only
+    // after the k loop, long since complete by then.
+    if (push) fused::cluster_arrive_relaxed();
 
     if (wg == 0) {
         if constexpr (CONS == 2) setmaxnreg_dec<40>();
@@ -820,7 +885,10 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
             fused::prefetch_rows_l2(residual, m0, min(m0 + BM, M), n0, min(n0 + BN, N), N,
                                     tid % 32);
         }
-        if (splits > 1) {
+        if (push) {
+            fused::cluster_wait();
+            fused::cluster_barrier_relaxed();   // neither leaves while the other may write to it
+        } else if (splits > 1) {
             fused::cluster_barrier();   // the peers' partials are written
             fused::cluster_barrier();   // the owners have read them (and no multicast is due)
         } else if (ctas > 1) {
@@ -879,7 +947,27 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
         // bytes and the owner's thread ct reads exactly what the peer's thread ct wrote.
         // Each CTA writes the units it does not own; each owner adds, in rank order, every
         // other split's copy of its units to its own.
-        if (splits > 1) {
+        if (push) {
+            fused::cluster_wait();   // split 0's `recv` exists
+            if (rank != 0) {
+                const unsigned to = fused::peer_addr(partial_in, pair * splits),
+                               bar = fused::peer_addr(recv, pair * splits);
+#pragma unroll
+                for (int j = 0; j < BN / 8; ++j)
+                    fused::st_async_v4(to + (j * CONSUMER_THREADS + ct) * 16, acc[0][4 * j],
+                                       acc[0][4 * j + 1], acc[0][4 * j + 2], acc[0][4 * j + 3], bar);
+            } else {
+                tma::mbar_wait(recv, 0);
+#pragma unroll
+                for (int j = 0; j < BN / 8; ++j) {
+                    const float4 v = fused::ld_shared_v4(partial_in + (j * CONSUMER_THREADS + ct) * 16);
+                    acc[0][4 * j] += v.x;
+                    acc[0][4 * j + 1] += v.y;
+                    acc[0][4 * j + 2] += v.z;
+                    acc[0][4 * j + 3] += v.w;
+                }
+            }
+        } else if (splits > 1) {
 #pragma unroll
             for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
@@ -946,6 +1034,7 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
         // A pair without a split meets only here, after its epilogue, not before it: neither
         // exits while the other may still multicast into it or arrive on its barriers.
         if (splits == 1 && ctas > 1) fused::cluster_barrier();
+        if (push) fused::cluster_barrier_relaxed();   // as the producer warps above
     }
 }
 

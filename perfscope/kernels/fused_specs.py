@@ -475,11 +475,29 @@ def _small_m_block(p: Params) -> tuple[int, int, int]:
 _small_m_block.__doc__ = "(128 * (1 + CONS), 1, 1), CONS = 1 for BM 64, else 2"
 
 
+def small_m_push(p: Params) -> bool:
+    """Whether hgemm_small_m hands a split's partial over by st.async (fused.cu's PUSH: a
+    64 x 64 tile, no pair, no grid split), into shared memory past the ring."""
+    return (p["BM"] == 64 and p["BN"] == 64 and p.get("MCAST", 1) == 1
+            and p.get("MPAIR", 1) == 1 and p.get("GSPLIT", 1) == 1)
+
+
 def _small_m_smem(p: Params) -> int:
-    return p["STAGES"] * _slot_bytes(p) + 1024
+    # PUSH: the peer's fp32 partial, 128 consumer threads x 32 floats, past the ring.
+    return p["STAGES"] * _slot_bytes(p) + (128 * 32 * 4 if small_m_push(p) else 0) + 1024
 
 
-_small_m_smem.__doc__ = "STAGES * (BM*BK + BK*BN) * 2 + 1024"
+_small_m_smem.__doc__ = ("STAGES * (BM*BK + BK*BN) * 2 + 1024, + 16384 for the peer's partial "
+                         "where BM = BN = 64 without a pair or a grid split")
+
+
+def _small_m_mbarriers(p: Params) -> int:
+    # The ring's, and with PUSH the barrier the peer's partial completes on and one more
+    # (fused.cu keeps the block at a multiple of 16 bytes, as ptxas rounds it).
+    return _mbarriers(p) + (16 if small_m_push(p) else 0)
+
+
+_small_m_mbarriers.__doc__ = "2 * STAGES * 8, + 16 where the partial is pushed (BM = BN = 64)"
 
 
 def _streamk_grid(p: Params, shape: Shape) -> tuple[int, int, int]:
@@ -576,7 +594,8 @@ FUSED: tuple[KernelSpec, ...] = (
                      "default. GSPLIT > 1 splits K over the grid's z instead of the cluster "
                      "(the parts' fp32 fragments through hopper.cuh's stream-K workspace, part "
                      "0 finishing), so pairs can split without clusters of 4; every CTA must "
-                     "be co-resident (check_small_m_gsplit).", **_COMMON),
+                     "be co-resident (check_small_m_gsplit).",
+               **{**_COMMON, "static_smem": _small_m_mbarriers}),
     KernelSpec(name=SMALL_M_STREAMK, entry=SMALL_M_STREAMK,
                params=(("BM", 64), ("BN", 64), ("BK", 64), ("STAGES", 8),
                        ("ACT", ACTIVATIONS["gelu"]), ("RESIDUAL", 0), ("AROWS", 64)),
