@@ -50,16 +50,16 @@ def test_the_decode_shape_is_judged_against_copy_bandwidth():
 
 def test_the_read_bounds_the_speedup_a_kernel_timed_so_reaches():
     """At every small-M shape of the committed check, a kernel at the same-size read's rate
-    would be 1.17-1.65x cuBLAS + the elementwise pass (so issue 19's 1.10 is within reach
+    would be 1.16-1.70x cuBLAS + the elementwise pass (so issue 19's 1.10 is within reach
     everywhere), and the fastest fused stage stays under that bound."""
     panels = read_panels(CHECK)
     for p in panels:
         bound = p.stream_bound()
-        assert bound is not None and 1.15 < bound < 1.7, (p.title, bound)
+        assert bound is not None and 1.15 < bound < 1.75, (p.title, bound)
         unfused = next(c for c in p.points if c.label == "cublas+elementwise")
         assert p.best_fused.gbps / unfused.gbps < bound
     (decode,) = [p for p in panels if (p.dtype, p.m, p.n, p.k) == ("bf16", 16, 8192, 8192)]
-    assert decode.stream_bound() == pytest.approx(1.17, abs=0.01)
+    assert decode.stream_bound() == pytest.approx(1.16, abs=0.01)
     # A candidate the check did not time, or a check without the read: no bound.
     assert decode.stream_bound("no such candidate") is None
     assert dataclasses.replace(decode, stream_gbps=None).stream_bound() is None
