@@ -643,12 +643,26 @@ def _grown_claims(d: _Direction) -> list[_Claim]:
     return out
 
 
+# A stall reason whose share of the stall time moved this much is a reason of its own.
+STALL_SHIFT_MIN = 0.10
+
+
 def _stall_reasons(stalls: Sequence[StallShift]) -> list[Reason]:
     return [Reason(f"A's warps stall on {s.reason} {s.share_a:.0%} of their stall time against "
                    f"{(s.share_b or 0):.0%} in B ({s.cycles_a or 0:.1f} vs {s.cycles_b or 0:.1f} "
                    "cycles per issued instruction).", None, None,
                    "See the hotspots: the instructions that carry these stalls.", "stalls")
-            for s in stalls if s.delta >= 0.10]
+            for s in stalls if s.delta >= STALL_SHIFT_MIN]
+
+
+def _stall_improvements(stalls: Sequence[StallShift]) -> list[Reason]:
+    """A (faster) waits much less on a reason than B: a wait its change removed, as the
+    stalls say (B's hotspots carry it)."""
+    return [Reason(f"A's warps stall on {s.reason} {(s.share_a or 0):.0%} of their stall time "
+                   f"against {(s.share_b or 0):.0%} in B ({s.cycles_a or 0:.1f} vs "
+                   f"{s.cycles_b or 0:.1f} cycles per issued instruction): a wait A cut.",
+                   None, None, "", "stalls")
+            for s in stalls if s.delta <= -STALL_SHIFT_MIN]
 
 
 def _remaining(a: Diagnosed) -> tuple[Reason, ...]:
@@ -672,6 +686,7 @@ def _verdict(draft: ProfileDiff, shapes: tuple[LaunchShape, LaunchShape]
         gap = 1 - cycles_ratio
         d = _Direction(b, a, ("B", "A"), (shapes[1], shapes[0]))
         reasons = _reasons(d, draft.gone_findings, draft.only_a, draft.structure, gap)
+        reasons += _stall_improvements(draft.stalls)[: max(0, VERDICT_REASONS - len(reasons))]
         return tuple(reasons[:VERDICT_REASONS]), True, gap
     gap = 1 - 1 / cycles_ratio if cycles_ratio else None
     d = _Direction(a, b, ("A", "B"), shapes)

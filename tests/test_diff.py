@@ -438,6 +438,18 @@ def test_a_larger_tile_on_as_many_ctas_is_not_told_about_its_grid():
     assert "wgmma" not in fix and "operand feed per CTA" in fix
 
 
+def test_a_wait_the_faster_kernel_removed_is_named():
+    """hgemm_small_m at 64 x 4096^2 after its split's partial was pushed by st.async
+    (probes/, 2026-12-04) against the 2026-12-02 kernel that reduced it between two cluster
+    barriers (fused/): A is faster, and its membar stalls, 13% of B's stall time, are gone."""
+    stem = "hgemm_small_m@BN=64-bf16-64x4096x4096.ncu-rep.xz"
+    result = d.compare(resolve(str(REFERENCE / "probes" / stem)), resolve(str(REFERENCE / "fused" / stem)))
+    assert result.improved
+    (gone,) = [r for r in result.verdict if r.kind == "stalls"]
+    assert gone.sentence.startswith("A's warps stall on membar 0% of their stall time against 13% in B")
+    assert gone.sentence.endswith("a wait A cut.")
+
+
 def test_the_consumers_tiles_are_read_off_the_tile_and_the_mma_shape():
     """A tile of one wgmma fragment cannot be shared by two consumer warpgroups (ping-pong);
     one fragment per consumer is a shared (cooperative) tile; anything else, or a launch
