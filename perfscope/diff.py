@@ -647,10 +647,14 @@ def _grown_claims(d: _Direction) -> list[_Claim]:
 STALL_SHIFT_MIN = 0.10
 
 
+def _stall_shift_text(s: StallShift) -> str:
+    return (f"A's warps stall on {s.reason} {(s.share_a or 0):.0%} of their stall time against "
+            f"{(s.share_b or 0):.0%} in B ({s.cycles_a or 0:.1f} vs {s.cycles_b or 0:.1f} "
+            "cycles per issued instruction)")
+
+
 def _stall_reasons(stalls: Sequence[StallShift]) -> list[Reason]:
-    return [Reason(f"A's warps stall on {s.reason} {s.share_a:.0%} of their stall time against "
-                   f"{(s.share_b or 0):.0%} in B ({s.cycles_a or 0:.1f} vs {s.cycles_b or 0:.1f} "
-                   "cycles per issued instruction).", None, None,
+    return [Reason(f"{_stall_shift_text(s)}.", None, None,
                    "See the hotspots: the instructions that carry these stalls.", "stalls")
             for s in stalls if s.delta >= STALL_SHIFT_MIN]
 
@@ -658,10 +662,7 @@ def _stall_reasons(stalls: Sequence[StallShift]) -> list[Reason]:
 def _stall_improvements(stalls: Sequence[StallShift]) -> list[Reason]:
     """A (faster) waits much less on a reason than B: a wait its change removed, as the
     stalls say (B's hotspots carry it)."""
-    return [Reason(f"A's warps stall on {s.reason} {(s.share_a or 0):.0%} of their stall time "
-                   f"against {(s.share_b or 0):.0%} in B ({s.cycles_a or 0:.1f} vs "
-                   f"{s.cycles_b or 0:.1f} cycles per issued instruction): a wait A cut.",
-                   None, None, "", "stalls")
+    return [Reason(f"{_stall_shift_text(s)}: a wait A cut.", None, None, "", "stalls")
             for s in stalls if s.delta <= -STALL_SHIFT_MIN]
 
 

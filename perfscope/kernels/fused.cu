@@ -667,8 +667,8 @@ __device__ __forceinline__ void cluster_wait() {
 // A whole phase for lifetime only (no CTA leaves while a peer may still write to it): the
 // data it would order travels by st.async, whose mbarrier completion orders it.
 __device__ __forceinline__ void cluster_barrier_relaxed() {
-    asm volatile("barrier.cluster.arrive.relaxed;\n"
-                 "barrier.cluster.wait.acquire;\n" ::: "memory");
+    cluster_arrive_relaxed();
+    cluster_wait();
 }
 // This CTA's shared address `addr` as seen in CTA `rank` of the cluster.
 __device__ __forceinline__ unsigned peer_addr(unsigned addr, unsigned rank) {
@@ -698,14 +698,18 @@ __device__ __forceinline__ void st_shared_v4(unsigned addr, float a, float b, fl
 // 16 bytes at this CTA's shared address `addr`, as seen in CTA `rank` of the cluster.
 __device__ __forceinline__ float4 ld_peer_v4(unsigned addr, unsigned rank) {
     float4 v;
-    asm volatile(
-        "{\n"
-        ".reg .b32 remote;\n"
-        "mapa.shared::cluster.u32 remote, %4, %5;\n"
-        "ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [remote];\n"
-        "}\n"
-        : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr), "r"(rank) : "memory");
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(peer_addr(addr, rank))
+                 : "memory");
     return v;
+}
+// Another split's 16-byte chunk j of a consumer thread's fragment, added into its own.
+template <int N>
+__device__ __forceinline__ void add_chunk(float (&acc)[N], int j, float4 v) {
+    acc[4 * j] += v.x;
+    acc[4 * j + 1] += v.y;
+    acc[4 * j + 2] += v.z;
+    acc[4 * j + 3] += v.w;
 }
 
 // One consumer warpgroup's 64 x 64 box (accumulator fragment of m64n64) -> the swizzled
@@ -959,13 +963,9 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
             } else {
                 tma::mbar_wait(recv, 0);
 #pragma unroll
-                for (int j = 0; j < BN / 8; ++j) {
-                    const float4 v = fused::ld_shared_v4(partial_in + (j * CONSUMER_THREADS + ct) * 16);
-                    acc[0][4 * j] += v.x;
-                    acc[0][4 * j + 1] += v.y;
-                    acc[0][4 * j + 2] += v.z;
-                    acc[0][4 * j + 3] += v.w;
-                }
+                for (int j = 0; j < BN / 8; ++j)
+                    fused::add_chunk(acc[0], j,
+                                     fused::ld_shared_v4(partial_in + (j * CONSUMER_THREADS + ct) * 16));
             }
         } else if (splits > 1) {
 #pragma unroll
@@ -988,15 +988,10 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
                     for (int b = 0; b < NB; ++b) {
                         if (!owns(mi, b)) continue;
 #pragma unroll
-                        for (int j = 8 * b; j < 8 * b + 8; ++j) {
-                            const float4 v = fused::ld_peer_v4(
+                        for (int j = 8 * b; j < 8 * b + 8; ++j)
+                            fused::add_chunk(acc[mi], j, fused::ld_peer_v4(
                                 ring + ((mi * (BN / 8) + j) * CONSUMER_THREADS + ct) * 16,
-                                pair * splits + peer);
-                            acc[mi][4 * j] += v.x;
-                            acc[mi][4 * j + 1] += v.y;
-                            acc[mi][4 * j + 2] += v.z;
-                            acc[mi][4 * j + 3] += v.w;
-                        }
+                                pair * splits + peer));
                     }
             }
             fused::cluster_barrier();
