@@ -35,6 +35,9 @@ ISSUE_TAGS = {
     # k loop (PS125: an fp8 kernel promoting its partial sums), and index math in the loop
     # that issues the TMA loads (PS146, the static audit's).
     "clock-held", "mma-serialized", "k-loop-math", "producer-loop",
+    # and warps waiting at memory fences (PS126: a split-K partial pulled between two
+    # release-semantics cluster barriers).
+    "memory-fence",
 }
 
 
@@ -141,6 +144,18 @@ def fused(name: str, index: int = 0):
     return r.profile, {"manifest": r.manifest, "context": Context(stage=r.stage)}
 
 
+def probe(name: str):
+    """A report of the committed reference run's probes folder, with its manifest."""
+    r = _records(str(REFERENCE / "probes" / f"{name}.ncu-rep.xz"))[0]
+    return r.profile, {"manifest": r.manifest, "context": Context(stage=r.stage)}
+
+
+def fused_fixture(name: str):
+    """A launch of tests/fixtures/h200/fused (an older hgemm_small_m), with its manifest."""
+    r = _records(str(FIXTURES / "fused" / f"{name}.ncu-rep.xz"))[0]
+    return r.profile, {"manifest": r.manifest, "context": Context(stage=r.stage)}
+
+
 def fp8(stage: str):
     """An fp8 report of the committed reference run's fp8 folder (issue 19), with its manifest."""
     r = _records(str(REFERENCE / "fp8" / f"{stage}-fp8-4096x4096x4096.ncu-rep.xz"))[0]
@@ -163,6 +178,10 @@ def tail_split(name: str):
 
 SMALL_M_DECODE = "hgemm_small_m@BN=64,STAGES=12-bf16-64x8192x8192"
 SMALL_M_256 = "hgemm_small_m@AROWS=256,BM=256,STAGES=4-bf16-256x8192x8192"
+# The split-K decode kernel at 64x4096x4096: fused/ holds it pulling its partial (2026-12-02),
+# probes/ pushing it (2026-12-04); tests/fixtures/h200/fused holds the first split kernel.
+SMALL_M_PULLED = "hgemm_small_m@BN=64-bf16-64x4096x4096"
+SMALL_M_SPLIT_OLD = "hgemm_small_m-bf16-64x8192x8192"
 
 
 def _balanced(kp: KernelProfile, kw: dict):
@@ -331,6 +350,15 @@ CASES: tuple[Case, ...] = (
     Case("PS124", False, "real", "cuBLASLt's default e4m3 nvjet: 34 FP operations per output "
          "element at K = 4096, its partial sums promoted in the k loop (PS125's)",
          lambda: fp8("cublaslt_fp8gemm_precise")),
+    Case("PS126", True, "real", "hgemm_small_m pulling its split-K partial between two cluster "
+         "barriers at 64x4096x4096: 13.2% membar stalls at ERRBAR and UCGABAR_ARV",
+         lambda: fused(SMALL_M_PULLED)),
+    Case("PS126", True, "real", "the 2-CTA split-K hgemm_small_m of 2026-12-01 at 64x8192x8192: "
+         "7.1% membar stalls at its cluster barrier", lambda: fused_fixture(SMALL_M_SPLIT_OLD)),
+    Case("PS126", False, "real", "the same shape with the partial pushed by st.async onto an "
+         "mbarrier: no membar stalls", lambda: probe(SMALL_M_PULLED)),
+    Case("PS126", False, "real", "cuBLAS's decode GEMM (split over K as well): 0% membar",
+         lambda: external("torch_decode_m16")),
     Case("PS125", True, "real", "cuBLASLt's default e4m3 nvjet promotes its partial sums every "
          "128 of K: 34 FP operations per output element, tensor pipe 86.8%",
          lambda: fp8("cublaslt_fp8gemm_precise")),
@@ -848,3 +876,29 @@ def test_small_tile_leaves_a_multicasting_kernel_unjudged():
     ops = dict(kp.opcodes.with_modifiers, **{"UTMALDG.2D.MULTICAST": 1000.0})
     multicast = dataclasses.replace(kp, opcodes=dataclasses.replace(kp.opcodes, with_modifiers=ops))
     assert "PS104" not in {f.code for f in evaluate(multicast, **extra).findings}
+
+
+def test_fence_estimate_bounds_the_pushed_partials_saving_from_above():
+    """PS126's estimate on the pulled kernel (64x4096x4096) against what pushing the
+    partial measured at that shape (fused/probe-push.json, alternating rounds): above it, as
+    an upper bound must be, and within 2.5x of it (the receiver still waits for the bytes)."""
+    import json
+
+    kp, kw = fused(SMALL_M_PULLED)
+    f = next(f for f in evaluate(kp, **kw).findings if f.code == "PS126")
+    rows = json.loads((REFERENCE / "fused" / "probe-push.json").read_text())["rows"]
+    saved = 1 - next(r["time_ratio"] for r in rows if r["shape"] == "64x4096x4096")
+    assert saved < f.raw_gain < 2.5 * saved, (f.raw_gain, saved)
+    assert "st.async" in f.fix and "UCGABAR_ARV" in f.fix
+
+
+def test_fence_fix_for_a_fence_of_its_own():
+    """A membar-stalled kernel with no cluster barrier among its hotspots gets the scoping
+    advice, not the push (synthetic: the pulled kernel's hotspots without its cluster
+    barriers; no capture shows a __threadfence() wait)."""
+    kp, kw = fused(SMALL_M_PULLED)
+    kp = dataclasses.replace(kp, hotspots=tuple(h for h in kp.hotspots
+                                                if not h.opcode.startswith("UCGABAR")))
+    f = next(f for f in evaluate(kp, **kw).findings if f.code == "PS126")
+    assert "fence.acq_rel.cluster" in f.fix and "st.async" not in f.fix
+    assert any("ERRBAR" in str(e.value) for e in f.evidence)

@@ -920,10 +920,13 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
         for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
             for (int j = 0; j < BN / 2; ++j) acc[mi][j] = 0.f;
+        // The consumer's first fragment as a warp-uniform value (lane 0's: tid / 128 is per-thread to the compiler), so
+        // the k loop's wgmma descriptors are built in uniform registers.
+        const int frag0 = __shfl_sync(0xFFFFFFFFu, c * MI, 0);
         for (int i = 0; i < nk; ++i) {
             const int s = i % STAGES;
             mma_k_tile<T, BM, BN, BK, MI>(acc, ring + s * S::BYTES, full0 + 8 * s,
-                                          (i / STAGES) & 1, c * MI);
+                                          (i / STAGES) & 1, frag0);
             wgmma_wait<1>();   // the group before this one has read its slot: free it
             if (i > 0) {
                 const unsigned empty = empty0 + 8 * ((i - 1) % STAGES);

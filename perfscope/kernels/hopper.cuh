@@ -36,6 +36,23 @@ __host__ __device__ constexpr unsigned long long wgmma_desc(unsigned addr, unsig
 static_assert(wgmma_desc(0x400, 16, 1024) == 0x4000004000010040ull,
               "descriptor fields in the PTX ISA positions");
 
+// The same descriptor from its address already masked to the CTA's 2^18 bytes and divided
+// by 16 (`addr16`), with the leading-offset field added rather than or-ed. A slot's
+// descriptors are then its base ((slot & 0x3FFFF) >> 4) plus a constant: one 32-bit add
+// each, in uniform registers when the base is warp-uniform, where wgmma_desc on each
+// address took a mask, a shift and an or per descriptor in per-thread registers and two
+// moves into uniform ones.
+__host__ __device__ constexpr unsigned long long wgmma_desc16(unsigned addr16, unsigned lbo_bytes,
+                                                              unsigned sbo_bytes) {
+    return (static_cast<unsigned long long>(((sbo_bytes >> 4) & 0x3FFFu)
+                                            | (LAYOUT_SWIZZLE_128B << 30)) << 32)
+         | (addr16 + (((lbo_bytes >> 4) & 0x3FFFu) << 16));
+}
+static_assert(wgmma_desc16(0x3F400 >> 4, 16, 1024) == wgmma_desc(0x3F400, 16, 1024)
+              && wgmma_desc16(0x2400 >> 4, 8192, 1024) == wgmma_desc(0x2400, 8192, 1024),
+              "wgmma_desc16 is wgmma_desc of a 16-byte aligned address");
+
+
 // ------------------------------------------------------------------ wgmma issue
 __device__ __forceinline__ void wgmma_fence() {
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -150,13 +167,16 @@ struct Slot {
     static constexpr int K_STEPS = BK / 16;   // wgmma k16 steps per k tile
 
     // A rows 64*i .. 64*i+63, k16 step k.
+    // (Slots are 1024-byte aligned, so >> 4 loses nothing; the mask drops what a cluster
+    // launch's shared::cta addresses carry above the CTA's 2^18 bytes, as wgmma_desc's does.)
     static __device__ __forceinline__ unsigned long long a_desc(unsigned slot, int i, int k) {
-        return wgmma_desc(slot + i * 64 * 128 + k * 32, 16, 1024);
+        return wgmma_desc16(slot16(slot) + (i * 64 * 128 + k * 32) / 16, 16, 1024);
     }
     // All BN columns of B, k16 step k.
     static __device__ __forceinline__ unsigned long long b_desc(unsigned slot, int k) {
-        return wgmma_desc(slot + A_BYTES + k * 16 * 128, B_ATOM_BYTES, 1024);
+        return wgmma_desc16(slot16(slot) + (A_BYTES + k * 16 * 128) / 16, B_ATOM_BYTES, 1024);
     }
+    static __device__ __forceinline__ unsigned slot16(unsigned slot) { return (slot & 0x3FFFFu) >> 4; }
     // One TMA load of A (box 64 x BM) and BN/64 of B (box 64 x BK), all on `bar`.
     static __device__ __forceinline__ void load(unsigned slot, unsigned bar, const TensorMap2D* ta,
                                                 const TensorMap2D* tb, int m0, int n0, int kt) {
@@ -768,8 +788,13 @@ __device__ __forceinline__ void persistent_gemm(const TensorMap2D* tmap_a,
             // k tiles (the tail split's own unit [0, KT / 2) at one piece per spare), and the
             // one that finishes the tile must reach it.
             const int kt_prefetch = STREAMK == 0 ? KT / 2 : (k0 + k1) / 2;
+            // The same warpgroup as a warp-uniform value (lane 0's, by a shuffle: tid / 128
+            // is per-thread to the compiler), so the k loop's wgmma descriptors are built in
+            // uniform registers; made uniform for the whole consumer, it cost the tail split
+            // 16 bytes of spills.
+            const int frag = __shfl_sync(0xFFFFFFFFu, half, 0);
             for (int kt = k0; kt < k1; ++kt, ++it) {
-                ring.consume(it, kt > k0, acc, half);
+                ring.consume(it, kt > k0, acc, frag);
                 if constexpr (DEFER) {
                     if (next_box < BOXES_N) send_box();   // under this k tile's wgmmas
                 }

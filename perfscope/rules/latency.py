@@ -258,6 +258,108 @@ BARRIER_BOUND = Rule(
 )
 
 
+# Fence waits (membar stalls) from this share of stall time on: a fence on the critical path
+# (hgemm_small_m's pulled split-K reduction: 13.2% at 64 x 4096^2 and 7.1% at 64 x 8192^2 on
+# the H200; no other committed capture, ladder, fused or external, reaches 3.5%).
+MEMBAR_MIN = 0.05
+# The SASS that waits for a fence: a memory barrier, its error barrier, and a cluster
+# barrier's arrive (release semantics unless .relaxed).
+FENCE_OPCODES = ("MEMBAR", "ERRBAR", "UCGABAR_ARV")
+# PS126's fix by where the fence sits: behind a cluster barrier, or a fence of its own.
+_CLUSTER_FENCE_HOW = (
+    "the fence is a cluster barrier's arrive (UCGABAR_ARV; barrier.cluster.arrive is .release "
+    "by default: "
+    "it waits for all of the thread's earlier memory operations, global ones included, "
+    "before the peer may go on). When the barrier guards a split-K partial exchanged through "
+    "distributed shared memory, push the partial instead of pulling it: the sending CTA "
+    "writes it into the receiver's shared memory with st.async (or cp.async.bulk "
+    "shared::cluster), completing on the receiver's own mbarrier (complete_tx), so only the "
+    "receiver waits, and only for those bytes; keep the barriers that order nothing "
+    "(start-up, exit) as barrier.cluster.arrive.relaxed")
+_PLAIN_FENCE_HOW = (
+    "the fence stands on its own (MEMBAR: a __threadfence() or fence.sc/acq_rel before a flag, "
+    "as a split-K semaphore does). Scope it to the data that crosses: fence.acq_rel.cluster or "
+    ".cta instead of .gpu where the reader is that close, red.release / ld.acquire on the "
+    "flag instead of a full fence and a relaxed atomic, or one fence per tile rather than one "
+    "per store")
+
+
+def _fence_hotspots(p) -> tuple[str, int]:
+    """The hottest fence instruction among the hotspots with membar samples, and the
+    membar samples at fence instructions summed ("", 0: none among the hotspots)."""
+    fences = [(h.opcode, dict(h.reasons).get("membar", 0)) for h in p.hotspots
+              if h.opcode.split(".")[0] in FENCE_OPCODES]
+    fences = [(op, n) for op, n in fences if n > 0]
+    if not fences:
+        return "", 0
+    hottest = max(fences, key=lambda f: f[1])[0]
+    return hottest, sum(n for _, n in fences)
+
+
+def _check_fence_bound(inputs: Inputs) -> Hit | None:
+    """Symptom: warps spend 5% or more of their stall time waiting for memory fences
+    (membar stalls) while the schedulers have little else to issue.
+    Why: a fence waits until every earlier memory operation of the thread is performed at
+    the fence's scope. barrier.cluster.arrive has release semantics unless it says
+    .relaxed, so on sm_90 it compiles to a wait for the thread's outstanding memory
+    operations (ERRBAR before UCGABAR_ARV) at GPU scope: a split-K reduction that reads a
+    peer's partial through distributed shared memory between two cluster barriers pays
+    that wait twice per tile, for the CTA's global traffic as well as for the shared
+    memory the peer reads. A __threadfence() before a flag (the split-K semaphore) is the
+    same wait without the barrier.
+    Fix: for a cluster barrier, push the partial instead of fencing before reading it
+    (st.async into the receiver's shared memory, completing on its mbarrier), and keep the
+    barriers that order nothing relaxed; for a fence of its own, scope it to the data that
+    crosses (cluster or CTA scope, release/acquire on the flag).
+    Estimate: the membar share of stall time x the idle issue fraction (1 - issue active):
+    the fence waits while the scheduler has nothing else to issue. It bounds the saving from
+    above, since the receiver still waits for the partial's bytes: hgemm_small_m's pushed
+    partial saved 5.2-5.7% of the time at 16 and 64 x 4096^2 where this reads 10.7% on the
+    pulled kernel's report (64 x 4096^2, H200).
+    Example:
+        before: barrier.cluster.arrive; wait; ld.shared::cluster partial; add; arrive; wait
+        after:  split 1: st.async partial -> split 0's smem (complete_tx on its mbarrier)
+                split 0: mbarrier wait (tx bytes); add
+    Source: hgemm_small_m's pushed partial (fused.cu PUSH, 2026-12-04: 0.943-0.948 of the
+    pulled kernel's time at 16 and 64 x 4096^2, membar stalls 13.2% -> 0%), which no rule
+    named before this one; seed 000 §6.2 (split-K reductions), §7.1 (small inference
+    shapes)."""
+    p = inputs.profile
+    share = stall_share(p, ("membar",))
+    if share < MEMBAR_MIN:
+        return None
+    idle = _idle(p)
+    hottest, samples = _fence_hotspots(p)
+    evidence = [
+        Evidence("stall share of membar", round(share, 3), f">= {MEMBAR_MIN}"),
+        Evidence(M_ISSUE_ACTIVE, round(100 * (1 - idle), 1), "- (the estimate's idle share)"),
+    ]
+    if hottest:
+        evidence.append(Evidence("hottest fence instruction (membar samples at fences among "
+                                 "the hotspots)", f"{hottest} ({samples})", "-"))
+    how = _CLUSTER_FENCE_HOW if _cluster_fenced(p) else _PLAIN_FENCE_HOW
+    return Hit(tuple(evidence), share * idle, fix_args=(("how", how),))
+
+
+def _cluster_fenced(p) -> bool:
+    """Whether a cluster barrier's arrive is among the membar-stalled hotspots."""
+    return any(h.opcode.startswith("UCGABAR_ARV") and dict(h.reasons).get("membar", 0) > 0
+               for h in p.hotspots)
+
+
+FENCE_BOUND = Rule(
+    code="PS126", tag="memory-fence", title="Warps wait at memory fences",
+    severity="warning",
+    metrics=(*STALL_METRICS, M_ISSUE_ACTIVE),
+    check=_check_fence_bound,
+    fix="Take the fence off the critical path: {how}.",
+    reference="NCU Profiling Guide: Warp Stall Reasons (membar); PTX ISA: barrier.cluster "
+              "(.relaxed), st.async, mbarrier complete_tx, membar/fence scopes",
+    ncu=("CPIStall/Membar",),
+    thresholds=(("MEMBAR_MIN", MEMBAR_MIN),),
+)
+
+
 def _check_epilogue_exposed(inputs: Inputs) -> Hit | None:
     """Symptom: an asynchronous-MMA (wgmma/tcgen05) kernel runs more than one wave of CTAs
     and its tensor pipe is busy less than the practical ceiling, while no barrier loop

@@ -28,7 +28,7 @@ TAGS: tuple[str, ...] = (
     "register-spills", "occupancy-limited", "no-tensor-cores", "legacy-mma", "no-tma",
     "tail-effect", "small-grid", "l2-locality", "dram-bound", "store-inefficiency",
     "incorrect-result", "issue-overhead", "clock-held", "mma-serialized", "k-loop-math",
-    "producer-loop",
+    "producer-loop", "memory-fence",
 )
 
 # Tags whose fixes remove the same time: within a group only the largest estimate counts
@@ -37,7 +37,7 @@ OVERLAP: Mapping[str, str] = {
     "no-tensor-cores": "instruction path", "legacy-mma": "instruction path",
     "no-tma": "instruction path", "mma-serialized": "instruction path",
     "latency-exposed": "latency", "occupancy-limited": "latency", "epilogue-exposed": "latency",
-    "k-loop-math": "latency", "producer-loop": "latency",
+    "k-loop-math": "latency", "producer-loop": "latency", "memory-fence": "latency",
     "uncoalesced-global": "global memory", "narrow-loads": "global memory",
     "no-data-reuse": "global memory", "small-tile": "global memory", "l2-locality": "global memory",
     "store-inefficiency": "global memory", "dram-bound": "roofline",

@@ -19,6 +19,7 @@ from perfscope.rules.latency import (
     BARRIER_BOUND,
     EPILOGUE_EXPOSED,
     EPILOGUE_MATH_EXPOSED,
+    FENCE_BOUND,
     K_LOOP_MATH,
     LOADS_NOT_OVERLAPPED,
     MMA_SERIALIZED,
@@ -58,6 +59,7 @@ REGISTRY: tuple[Rule, ...] = (
     EPILOGUE_EXPOSED,        # PS123
     EPILOGUE_MATH_EXPOSED,   # PS124
     K_LOOP_MATH,             # PS125
+    FENCE_BOUND,             # PS126
     SPILLS,                  # PS130
     REGISTER_OCCUPANCY,      # PS131
     SMEM_OCCUPANCY,          # PS132
