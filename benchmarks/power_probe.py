@@ -59,14 +59,14 @@ _DECL = ('extern "C" { __device__ unsigned long long ps_clk[160][4]; }\n'
          "__device__ __forceinline__ unsigned long long ps_ns() {\n"
          '    unsigned long long t;\n    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));\n'
          "    return t;\n}\n")
-_START_AT = "    __syncthreads();\n\n    if (wg == 0) {\n"
-_START = ("    __syncthreads();\n"
+_START_AT = "    }\n\n    if (wg == 0) {\n        setmaxnreg_dec<40>();\n"
+_START = ("    }\n"
           "    if (tid == 128) { ps_clk[blockIdx.x][0] = clock64(); ps_clk[blockIdx.x][2] = ps_ns(); }\n\n"
-          "    if (wg == 0) {\n")
-_END_AT = "        if (tid % 128 == 0) tma::store_wait_all();\n    }\n}\n"
+          "    if (wg == 0) {\n        setmaxnreg_dec<40>();\n")
+_END_AT = "        if (tid % 128 == 0) tma::store_wait_all();\n    }\n    // No CTA of a pair"
 _END = ("        if (tid % 128 == 0) tma::store_wait_all();\n"
         "        if (tid == 128) { ps_clk[blockIdx.x][1] = clock64(); ps_clk[blockIdx.x][3] = ps_ns(); }\n"
-        "    }\n}\n")
+        "    }\n    // No CTA of a pair")
 
 
 def probed_header(text: str) -> str:

@@ -55,7 +55,7 @@ HOPPER_STAGES = {  # name -> template parameters of its default (registry) insta
     "hgemm_tma_wgmma": (128, 128, 64, 4),
     "hgemm_tma_wgmma_ws": (128, 256, 64, 4),
     "hgemm_tma_wgmma_persistent": (128, 256, 64, 3, 8, 4, 0, 0),
-    "hgemm_tma_wgmma_cluster": (128, 256, 64, 3, 8),
+    "hgemm_tma_wgmma_cluster": (128, 256, 64, 3, 8, 4, 0),
 }
 CXX = {"fp16": "__half", "bf16": "__nv_bfloat16"}
 
