@@ -239,13 +239,22 @@ def test_committed_h200_reference_is_consistent():
     # The stream-K stage is its parent at 4096^3 (3.9 rounds): a tie within the rounds' spread.
     (tie,) = [s for s in steps if s.stage == "hgemm_tma_wgmma_streamk" and s.dtype == "bf16"]
     assert 0.99 < tie.speedup < 1.01 and not tie.apart
-    # At 8192^3 (15.5 rounds) it splits the last round and is faster than its parent. In the
-    # committed run the card sat at its power cap (1.40-1.71 GHz while timing), the round
-    # ratios spread over 1.00-1.23, and the two stages' spreads overlap: the medians decide.
+    # At 8192^3 (15.5 rounds) it splits the last round and is faster than its parent. The card
+    # sits at its power cap there (1.1-1.98 GHz while timing) and each stage's rounds against
+    # cuBLAS spread over 0.9-1.15, so two medians taken in separate rounds may come out either
+    # way (2026-12-04: bf16 1.049 against 1.073): bench-8192.json must show no regression
+    # beyond the spread, and the two stages timed against each other in alternating rounds
+    # (probes/streamk-8192.jsonl, benchmarks/kernel_ab.py --versus) decide.
     large = BenchFile.read(path.with_name("bench-8192.json"))
-    for s in bench.parent_steps(large.manifests):
-        if s.stage == "hgemm_tma_wgmma_streamk":
-            assert s.speedup > 1.01, s
+    assert not [s for s in bench.parent_steps(large.manifests)
+                if s.stage == "hgemm_tma_wgmma_streamk" and s.regression]
+    rows = [json.loads(line) for line in
+            (path.parent / "probes" / "streamk-8192.jsonl").read_text().splitlines()]
+    assert {r["dtype"] for r in rows} == {"bf16", "fp16"}
+    for r in rows:
+        assert r["stage"] == "hgemm_tma_wgmma_streamk" and r["shape"] == "8192x8192x8192"
+        assert r["other"]["stage"] == "hgemm_tma_wgmma_persistent" and r["verify"] == ["ok", "ok"]
+        assert r["speed_over_other"]["median"] > 1.01, r
 
 
 def test_a_slower_stage_is_a_regression_only_beyond_the_rounds_spread():

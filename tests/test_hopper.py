@@ -401,9 +401,10 @@ def test_k_loop_builds_its_wgmma_descriptors_in_uniform_registers(name, params):
     """A k tile's wgmma descriptors are a uniform base plus constants (hop::wgmma_desc16 of
     a warp-uniform fragment): no per-thread descriptor math and no R2UR between the group's
     WARPGROUP.ARRIVE and its last HGMMA. Built per thread, they took about 2 R2UR and 5
-    other instructions per HGMMA (the persistent stage issued 28.5M instructions at 4096^3
-    where cuBLAS issues 17.2M); uniform, the stage ran 1.002-1.005x faster at 4096^3 and
-    hgemm_small_m's paired tiles 1.01-1.03x at M = 256 (H200, alternating rounds)."""
+    other instructions per HGMMA (the persistent stage issued 27.0M instructions at 4096^3
+    where cuBLAS issues 17.2M; now 19.4M); uniform, the stage ran 1.006x faster at 4096^3 and
+    hgemm_small_m's paired tiles 1.011-1.023x at M = 256 (H200, alternating rounds:
+    reports/reference/h200/probes/desc-uniform.jsonl)."""
     tool = disassembler_or_skip()
     from perfscope.sass.disasm import disassemble
 

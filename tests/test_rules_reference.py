@@ -285,14 +285,14 @@ def test_calibration_over_the_ladder_steps():
 
 def test_the_ping_pong_step_is_a_miss_on_record():
     """hgemm_fused_pingpong is the change PS124 asks for: the calibration keeps its
-    prediction (0.042 saved; 0.061 before its parent held its bias) against what it
-    measured (slower), as a declared variant
-    that shows but does not count."""
+    prediction (0.034 saved; 0.042 before the k loops built their wgmma descriptors in
+    uniform registers, 0.061 before its parent held its bias) against what it measured
+    (slower), as a declared variant that shows but does not count."""
     cat = default_catalogue()
     c = calibrate(fused(), BenchFile.read(FUSED / "bench-fused.json"), cat)
     (s,) = [s for s in c.steps if s.child == "hgemm_fused_pingpong"]
     assert s.variant and s.codes == ("PS124",) and s not in c.counted
-    assert 0.04 < s.predicted < 0.08 and s.measured < 0
+    assert 0.03 < s.predicted < 0.08 and s.measured < 0
 
 
 def test_committed_calibration_is_current():

@@ -36,6 +36,23 @@ __host__ __device__ constexpr unsigned long long wgmma_desc(unsigned addr, unsig
 static_assert(wgmma_desc(0x400, 16, 1024) == 0x4000004000010040ull,
               "descriptor fields in the PTX ISA positions");
 
+// The same descriptor from its address already masked to the CTA's 2^18 bytes and divided
+// by 16 (`addr16`), with the leading-offset field added rather than or-ed. A slot's
+// descriptors are then its base ((slot & 0x3FFFF) >> 4) plus a constant: one 32-bit add
+// each, in uniform registers when the base is warp-uniform, where wgmma_desc on each
+// address took a mask, a shift and an or per descriptor in per-thread registers and two
+// moves into uniform ones.
+__host__ __device__ constexpr unsigned long long wgmma_desc16(unsigned addr16, unsigned lbo_bytes,
+                                                              unsigned sbo_bytes) {
+    return (static_cast<unsigned long long>(((sbo_bytes >> 4) & 0x3FFFu)
+                                            | (LAYOUT_SWIZZLE_128B << 30)) << 32)
+         | (addr16 + (((lbo_bytes >> 4) & 0x3FFFu) << 16));
+}
+static_assert(wgmma_desc16(0x3F400 >> 4, 16, 1024) == wgmma_desc(0x3F400, 16, 1024)
+              && wgmma_desc16(0x2400 >> 4, 8192, 1024) == wgmma_desc(0x2400, 8192, 1024),
+              "wgmma_desc16 is wgmma_desc of a 16-byte aligned address");
+
+
 // ------------------------------------------------------------------ wgmma issue
 __device__ __forceinline__ void wgmma_fence() {
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -150,13 +167,16 @@ struct Slot {
     static constexpr int K_STEPS = BK / 16;   // wgmma k16 steps per k tile
 
     // A rows 64*i .. 64*i+63, k16 step k.
+    // (Slots are 1024-byte aligned, so >> 4 loses nothing; the mask drops what a cluster
+    // launch's shared::cta addresses carry above the CTA's 2^18 bytes, as wgmma_desc's does.)
     static __device__ __forceinline__ unsigned long long a_desc(unsigned slot, int i, int k) {
-        return wgmma_desc(slot + i * 64 * 128 + k * 32, 16, 1024);
+        return wgmma_desc16(slot16(slot) + (i * 64 * 128 + k * 32) / 16, 16, 1024);
     }
     // All BN columns of B, k16 step k.
     static __device__ __forceinline__ unsigned long long b_desc(unsigned slot, int k) {
-        return wgmma_desc(slot + A_BYTES + k * 16 * 128, B_ATOM_BYTES, 1024);
+        return wgmma_desc16(slot16(slot) + (A_BYTES + k * 16 * 128) / 16, B_ATOM_BYTES, 1024);
     }
+    static __device__ __forceinline__ unsigned slot16(unsigned slot) { return (slot & 0x3FFFFu) >> 4; }
     // One TMA load of A (box 64 x BM) and BN/64 of B (box 64 x BK), all on `bar`.
     static __device__ __forceinline__ void load(unsigned slot, unsigned bar, const TensorMap2D* ta,
                                                 const TensorMap2D* tb, int m0, int n0, int kt) {
@@ -374,16 +394,23 @@ __device__ __forceinline__ void store_tile_tma_boxes(const float (&acc)[BN / 2],
 //   E::STAGING_BYTES        the shared memory each consumer's store stages C in;
 //   E(args, tid)            built once per consumer thread, before its first tile;
 //   after_k_tile(kt, kt_prefetch, row0, n0, M, N)
-//                           after every k tile kt of a tile; kt_prefetch = KT / 2 is the
+//                           after every k tile kt of a unit (k tiles [k0, k1) of a tile);
+//                           kt_prefetch (KT / 2, or (k0 + k1) / 2 with stream-K) is the
 //                           k tile at which an epilogue that reads global memory should
-//                           start fetching it (half a tile of math before it is needed);
+//                           start fetching it (half a unit of math before it is needed);
+//   before_last_wait(row0, n0, M, N)
+//                           after the unit's last wgmmas are issued (and, with DEFER, the
+//                           last tile's boxes sent), before they are waited for: loads
+//                           issued here pass under the last k tile's math;
 //   store(acc, staging, tmap_c, row0, n0, M, N, bar_id)
 //                           the tile's fp32 accumulators once its last wgmma group is done
 //                           and its ring slot released: to C, through store_tile_tma.
-//   DEFERRED, pack(acc, words), store_box(words, box, staging, tmap_c, row0, n0, bar_id)
+//   DEFERRED, pack(acc, words, row0, n0, M, N), store_box(words, box, staging, tmap_c,
+//                           row0, n0, bar_id)
 //                           optional: a policy with DEFERRED true has persistent_gemm pack
 //                           each tile instead of storing it and send it a box per k tile of
-//                           the next unit (StoreEpilogue at DEFER 1; fused.cu's do not).
+//                           the next unit (StoreEpilogue and fused.cu's BiasActEpilogue
+//                           at DEFER 1).
 // row0 / n0 are the consumer's first C row (64 of them) and the tile's first column.
 // StoreEpilogue is hgemm_tma_wgmma_persistent's: nothing in the k loop, then the swizzled
 // staging (the whole 64 x BN tile when BOXES >= BN/64, else BOXES boxes in turn) + TMA store.
@@ -462,12 +489,14 @@ struct StoreEpilogue {
     struct Args {};
     __device__ __forceinline__ StoreEpilogue(const Args&, int) {}
     __device__ __forceinline__ void after_k_tile(int, int, int, int, int, int) const {}
+    __device__ __forceinline__ void before_last_wait(int, int, int, int) const {}
     __device__ __forceinline__ void store(float (&acc)[BN / 2], unsigned staging,
                                           const TensorMap2D* tmap_c, int row0, int n0, int, int,
                                           unsigned bar_id) const {
         store_tile_staged<T, BN, BOXES>(acc, staging, tmap_c, row0, n0, bar_id);
     }
-    __device__ __forceinline__ void pack(const float (&acc)[BN / 2], unsigned (&words)[BN / 4]) const {
+    __device__ __forceinline__ void pack(const float (&acc)[BN / 2], unsigned (&words)[BN / 4], int,
+                                         int, int, int) const {
         pack_tile<T, BN>(acc, words);
     }
     __device__ __forceinline__ void store_box(const unsigned (&words)[BN / 4], int box,
@@ -478,7 +507,7 @@ struct StoreEpilogue {
 };
 
 // Whether an epilogue policy defers its stores (E::DEFERRED); policies that do not say so
-// (fused.cu's) store each tile as soon as it is done.
+// (fused.cu's QuantEpilogue) store each tile as soon as it is done.
 template <typename E, typename = void>
 struct Deferred { static constexpr bool value = false; };
 template <typename E>
@@ -675,6 +704,19 @@ __device__ __forceinline__ void for_each_unit(const StreamK<BN, STREAMK>& sk, F&
     }
 }
 
+// The units of a CTA: for_each_unit's, or with CTA pairs (CLUSTER = 2) the pair's whole
+// units (pairs of tiles), the cluster's index striding by the clusters.
+template <int CLUSTER, int STREAMK, int BN, typename F>
+__device__ __forceinline__ void for_each_pair_unit(const StreamK<BN, STREAMK>& sk, int pair_units,
+                                                   F&& unit) {
+    if constexpr (CLUSTER == 1) {
+        for_each_unit<STREAMK>(sk, unit);
+    } else {
+        for (int u = blockIdx.x / CLUSTER; u < pair_units; u += gridDim.x / CLUSTER)
+            unit(u, 0, sk.KT);
+    }
+}
+
 // ------------------------------------------------------------------ persistent body
 // The body of hgemm_tma_wgmma_persistent (threads, grid and smem as the header of
 // hopper.cu gives them), its epilogue an Epilogue policy: warpgroup 0 produces (thread 0
@@ -687,8 +729,13 @@ __device__ __forceinline__ void for_each_unit(const StreamK<BN, STREAMK>& sk, F&
 // same code (the epilogue is built per consumer thread before the tile loop; kt_prefetch is
 // an argument, not computed inside after_k_tile), and tests/test_fused.py holds
 // hgemm_tma_wgmma_persistent to the committed hopper.cu.
+// CLUSTER = 2 (hgemm_tma_wgmma_cluster): the grid is CTA pairs in 2-CTA clusters, each pair
+// walking units of two vertically adjacent tiles (tile rows 2p and 2p + 1 of one column) in
+// grouped order of GROUP / 2 pair rows; each CTA loads its A and half of the B tile they
+// share, multicast to both (Slot::load_pair), and a slot is free once both CTAs' consumers
+// have released it. Stream-K is not combined with it (the pair's k loops must match).
 template <typename T, int BM, int BN, int BK, int STAGES, int GROUP, typename Epilogue,
-          int STREAMK = 0>
+          int STREAMK = 0, int CLUSTER = 1>
 __device__ __forceinline__ void persistent_gemm(const TensorMap2D* tmap_a,
                                                 const TensorMap2D* tmap_b,
                                                 const TensorMap2D* tmap_c, int M, int N, int K,
@@ -697,19 +744,32 @@ __device__ __forceinline__ void persistent_gemm(const TensorMap2D* tmap_a,
     static_assert(BN == 128 || BN == 256, "wgmma m64nBNk16 with BN 128 or 256");
     static_assert(STAGES >= 2, "one slot would serialise every copy with every wgmma");
     static_assert(GROUP >= 1, "at least one tile row per group");
+    static_assert(CLUSTER == 1 || (CLUSTER == 2 && STREAMK == 0 && GROUP % 2 == 0),
+                  "a CTA pair takes whole tile-row pairs, without stream-K");
     // Each consumer's C staging (swizzled 64 x 64 boxes of 8 KB), as the epilogue sizes it.
     constexpr unsigned STAGING_BYTES = Epilogue::STAGING_BYTES;
 
     __shared__ alignas(8) unsigned long long bars[2 * STAGES];
     extern __shared__ unsigned char dyn_smem[];
-    const Ring<T, BM, BN, BK, STAGES> ring{align1024(smem_u32(dyn_smem)), smem_u32(&bars[0]),
-                                           smem_u32(&bars[STAGES])};
+    const Ring<T, BM, BN, BK, STAGES, CLUSTER> ring{align1024(smem_u32(dyn_smem)),
+                                                    smem_u32(&bars[0]), smem_u32(&bars[STAGES])};
     const unsigned staging0 = ring.ring + STAGES * SlotOf<T, BM, BN, BK>::type::BYTES;
     const int tid = threadIdx.x, wg = tid / 128;
     const int KT = (K + BK - 1) / BK;
     const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
     const int tiles = tiles_m * tiles_n;
     const StreamK<BN, STREAMK> sk(tiles, KT, gridDim.x);
+    const unsigned rank = CLUSTER == 1 ? 0u : tma::cluster_rank();
+    // A unit's tile: the grouped tile, or for a pair its row of the grouped pair unit.
+    const int pair_rows = (tiles_m + CLUSTER - 1) / CLUSTER;
+    const auto tile_of = [&](int unit, int& tm, int& tn) {
+        if constexpr (CLUSTER == 1) {
+            grouped_tile(unit, tiles_m, tiles_n, GROUP, tm, tn);
+        } else {
+            grouped_tile(unit, pair_rows, tiles_n, GROUP / CLUSTER, tm, tn);
+            tm = tm * CLUSTER + static_cast<int>(rank);
+        }
+    };
 
     if (tid == 0) {
         ring.init();
@@ -717,7 +777,11 @@ __device__ __forceinline__ void persistent_gemm(const TensorMap2D* tmap_a,
         tma::prefetch_tmap(tmap_b);
         tma::prefetch_tmap(tmap_c);
     }
-    __syncthreads();
+    if constexpr (CLUSTER == 1) {
+        __syncthreads();
+    } else {
+        tma::cluster_sync();   // both CTAs' barriers exist before either multicasts or arrives
+    }
 
     if (wg == 0) {
         setmaxnreg_dec<40>();
@@ -725,11 +789,11 @@ __device__ __forceinline__ void persistent_gemm(const TensorMap2D* tmap_a,
             int it = 0;   // k tiles loaded so far, across output tiles
             const auto load = [&](int tile, int k0, int k1) {
                 int tm, tn;
-                grouped_tile(tile, tiles_m, tiles_n, GROUP, tm, tn);
+                tile_of(tile, tm, tn);
                 for (int kt = k0; kt < k1; ++kt, ++it)
-                    ring.produce(it, tmap_a, tmap_b, tm * BM, tn * BN, kt);
+                    ring.produce(it, tmap_a, tmap_b, tm * BM, tn * BN, kt, rank);
             };
-            for_each_unit<STREAMK>(sk, load);
+            for_each_pair_unit<CLUSTER, STREAMK>(sk, pair_rows * tiles_n, load);
         }
     } else {
         setmaxnreg_inc<232>();
@@ -750,21 +814,31 @@ __device__ __forceinline__ void persistent_gemm(const TensorMap2D* tmap_a,
         int it = 0;
         const auto compute = [&](int tile, int k0, int k1) {
             int tm, tn;
-            grouped_tile(tile, tiles_m, tiles_n, GROUP, tm, tn);
+            tile_of(tile, tm, tn);
             const int row0 = tm * BM + 64 * half, n0 = tn * BN;
             float acc[BN / 2];
 #pragma unroll
             for (int j = 0; j < BN / 2; ++j) acc[j] = 0.f;
+            // Halfway through the unit: with stream-K a unit may be any stretch of its tile's
+            // k tiles (the tail split's own unit [0, KT / 2) at one piece per spare), and the
+            // one that finishes the tile must reach it.
+            const int kt_prefetch = STREAMK == 0 ? KT / 2 : (k0 + k1) / 2;
+            // The same warpgroup as a warp-uniform value (lane 0's, by a shuffle: tid / 128
+            // is per-thread to the compiler), so the k loop's wgmma descriptors are built in
+            // uniform registers; made uniform for the whole consumer, it cost the tail split
+            // 16 bytes of spills.
+            const int frag = __shfl_sync(0xFFFFFFFFu, half, 0);
             for (int kt = k0; kt < k1; ++kt, ++it) {
-                ring.consume(it, kt > k0, acc, half);
+                ring.consume(it, kt > k0, acc, frag);
                 if constexpr (DEFER) {
                     if (next_box < BOXES_N) send_box();   // under this k tile's wgmmas
                 }
-                epi.after_k_tile(kt, KT / 2, row0, n0, M, N);
+                epi.after_k_tile(kt, kt_prefetch, row0, n0, M, N);
             }
             if constexpr (DEFER) {
                 while (next_box < BOXES_N) send_box();   // a unit of fewer k tiles than boxes
             }
+            epi.before_last_wait(row0, n0, M, N);
             wgmma_wait<0>();
             ring.release(it - 1);
             if constexpr (STREAMK != 0) {
@@ -775,7 +849,7 @@ __device__ __forceinline__ void persistent_gemm(const TensorMap2D* tmap_a,
                 if (k1 != KT) sk.fixup(acc, tile, half, 1 + half);
             }
             if constexpr (DEFER) {
-                epi.pack(acc, words);
+                epi.pack(acc, words, row0, n0, M, N);
                 words_row0 = row0;
                 words_n0 = n0;
                 next_box = 0;
@@ -783,12 +857,15 @@ __device__ __forceinline__ void persistent_gemm(const TensorMap2D* tmap_a,
                 epi.store(acc, staging, tmap_c, row0, n0, M, N, 1 + half);
             }
         };
-        for_each_unit<STREAMK>(sk, compute);
+        for_each_pair_unit<CLUSTER, STREAMK>(sk, pair_rows * tiles_n, compute);
         if constexpr (DEFER) {
             while (next_box < BOXES_N) send_box();
         }
         if (tid % 128 == 0) tma::store_wait_all();
     }
+    // No CTA of a pair leaves while its peer may still multicast into it or arrive on its
+    // barriers.
+    if constexpr (CLUSTER > 1) tma::cluster_sync();
 }
 
 }  // namespace hop

@@ -38,11 +38,19 @@
 //
 // hgemm_fused_bias_act
 //   template <typename T, int BM = 128, int BN = 256, int BK = 64, int STAGES = 3,
-//             int GROUP = 8, int ACT = 1, int RESIDUAL = 0>
+//             int GROUP = 8, int ACT = 1, int RESIDUAL = 0, int BOXES = BN / 64,
+//             int STREAMK = 0, int DEFER = 0>
 //   threads  384, 1-D: warpgroup 0 produces (one thread issues TMA), 1 and 2 consume
 //   grid     dim3(min(tiles, multiprocessors)), persistent, grouped tile order
-//   smem     dynamic STAGES * (BM*BK + BK*BN) * 2 + 2 * 64 * BN * 2 + 1024 bytes (as the
-//            parent); static 2 * STAGES mbarriers
+//   smem     dynamic STAGES * (BM*BK + BK*BN) * 2 + 2 * min(BOXES, BN/64) * 8192 + 1024
+//            bytes (as the parent); static 2 * STAGES mbarriers
+//   options  The parent's tuning options, with its meaning (hopper.cuh): BOXES C staging
+//            boxes per consumer, STREAMK 1 (stream-K of the last round) or 3 (the tail
+//            split), DEFER 1 (the deferred store: the epilogue runs as each finished tile
+//            is packed to T pairs, which go out a box per k tile of the next unit, under
+//            its wgmmas; the bias pairs are then loaded after the unit's last wgmmas are
+//            issued, not halfway, since the k loop may still hold the last tile's pairs).
+//            The defaults compile to the SASS of the stage before the options existed.
 //   parent   hgemm_tma_wgmma_persistent
 //   how      The parent's TMA-store epilogue, preceded by bias + activation (+ residual)
 //            on the fp32 accumulators. Halfway through each tile's k loop every consumer
@@ -56,20 +64,23 @@
 //
 // hgemm_small_m
 //   template <typename T, int BM = 64, int BN = 128, int BK = 64, int STAGES = 8,
-//             int ACT = 1, int RESIDUAL = 0, int AROWS = BM, int MCAST = 1, int MPAIR = 1>
+//             int ACT = 1, int RESIDUAL = 0, int AROWS = BM, int MCAST = 1, int MPAIR = 1,
+//             int GSPLIT = 1>
 //   threads  128 * (1 + CONS), CONS = 1 consumer warpgroup for BM = 64, else 2; each
 //            consumer owns BM / CONS rows (MI = BM / 64 / CONS m64 fragments)
 //   cluster  (P * S, 1, 1), a launch attribute; S = split count, P = MCAST * MPAIR (1 or
 //            2: a pair of output tiles), S read as %cluster_nctarank / P
-//   grid     dim3(ceil(N / BN) * S * MPAIR, ceil(M / BM / MPAIR)): CTA x = n * S + s
+//   grid     dim3(ceil(N / BN) * S * MPAIR, ceil(M / BM / MPAIR), GSPLIT): CTA x = n * S + s
 //            (with MPAIR = 2, x = (2n + m % 2) * S + s and y = m / 2) computes k tiles
-//            [s*KT/S, (s+1)*KT/S) of output tile (m = y, n); with M <= BM there is one tile
-//            row, so B is read from DRAM exactly once
+//            [p*KT/P, (p+1)*KT/P) of output tile (m = y, n), p = z * S + s of P = S * GSPLIT
+//            parts; with M <= BM there is one tile row, so B is read from DRAM exactly once
 //   smem     dynamic STAGES * (BM*BK + BK*BN) * 2 + 1024 bytes (the host's rings: 192 KB
 //            at BM 128 / 256, and at BM 64 the measured 8 stages of BN 64 (128 KB) or 6 of
-//            BN 128 (144 KB), fused_specs.SMALL_M_THIN_STAGES); static 2 * STAGES mbarriers. After
-//            the k loop the ring holds the fp32 partials of the units a split does not own,
-//            then the C staging of those it does
+//            BN 128 (144 KB), fused_specs.SMALL_M_THIN_STAGES), + 16 KB past the ring for a
+//            peer's pushed partial at BM = BN = 64 without a pair or a grid split (PUSH);
+//            static 2 * STAGES mbarriers (+ 2 with PUSH). After the k loop the ring holds the
+//            fp32 partials of the units a split does not own, then the C staging of those it
+//            does
 //   parent   hgemm_tma_wgmma_persistent
 //   how      For decode shapes (M <= 256): thin tiles (M padded to BM by TMA zero fill;
 //            wgmma m64), a deep ring (8 x 8 KB of B per SM at BM = 64, BN = 64), and split-K
@@ -82,7 +93,16 @@
 //            (ld.shared::cluster), a second cluster barrier lets the peers exit, and each
 //            owner applies bias / activation / residual (which an idle warp of rank 0's
 //            producer warpgroup prefetched into L2 at the start) to its units and stores them
-//            by TMA. Before 2026-12-02 rank 0 read and finished the whole tile: at 256 x 8192^2
+//            by TMA. PUSH (the 64 x 64 tile, one unit, split in two: the host's choice at
+//            N = 4096 for M <= 64): split 1 writes its partial straight into split 0's
+//            region past the ring (st.async, 16 bytes per store, counted as complete_tx bytes
+//            on split 0's barrier, armed before a cluster phase begun at the start and waited
+//            for after the k loop), and split 0 waits on its own barrier: no cluster barrier
+//            between the k loop and the epilogue, one (relaxed, for the CTAs' lifetime) after
+//            it. Per-CTA probes put the old way's span from the last k tile to the epilogue at
+//            1.28 us (benchmarks/small_m_probe.py); against it, in alternating rounds, bf16,
+//            outputs bit-identical: 0.943-0.948 of the time at 16 and 64 x 4096^2,
+//            0.976-0.982 at 16 and 64 x 4096 x 14336 (fused/probe-push.json). Before 2026-12-02 rank 0 read and finished the whole tile: at 256 x 8192^2
 //            (BM 256, S 2) the spread reduction is 1.04-1.05x faster (0.998-0.999 of
 //            cublas+gelu against 0.952-0.961), the 3-way split at 256 x 4096 x 14336 1.07x.
 //            MPAIR = 2: the two CTAs of a pair of vertically adjacent tiles (the same N tile,
@@ -101,6 +121,15 @@
 //            Issuing the pair's own A loads before the cluster barrier made it slower
 //            (1.03-1.05x the time at N = 8192: the first k tile's B then queued behind the
 //            ring's A tiles).
+//            GSPLIT > 1 (default 1; MI = 1 only): split-K across the grid's z instead of the
+//            cluster, so a pair (MPAIR = 2) can also split without clusters of 4, which the
+//            H200 holds too few of at once: the CTA of part z > 0 pushes each consumer's
+//            64 x BN fp32 fragment through hopper.cuh's stream-K workspace (StreamK::write,
+//            a slot per (x, y) and part) and skips the epilogue (it loads no bias and
+//            prefetches no residual); part 0 adds the others'
+//            (StreamK::add_partial, waiting on their flags) and finishes the tile. Part 0
+//            waits for CTAs launched after it, so every CTA must be co-resident (the host
+//            keeps the grid within the SMs) and launches of one module must not overlap.
 //            Tile shape, chosen on the host (fused_specs.small_m_for): BN = 64 (wgmma n64;
 //            8 stages at BM = 64 and at BM = 128) wherever the 64-column tiles fit one wave,
 //            with BM = 64 up to M = 64 and BM = 128 above (two tile rows at M = 256, B read
@@ -108,7 +137,10 @@
 //            else BN = 128 and the one tile row of BM = 64 / 128 / 256, or above M = 128 two
 //            paired rows of BM = 128 where both fit one wave (fused_specs.small_m_pairs).
 //            BN = 256 (4 stages at BM = 64) still compiles; it was
-//            the slowest width at every timed shape. AROWS < BM (16 or 32, for M <= AROWS
+//            the slowest width at every timed shape. At M = 256, 64-row tiles four deep
+//            (m64n128 / m64n256 past PS114's m64n64 roof) measured 0.68-0.93 of cublas+gelu
+//            against the host's 1.02-1.08: four tile rows read B four times, from DRAM
+//            (fused/small-m-thin.json). AROWS < BM (16 or 32, for M <= AROWS
 //            at BM = 64): A's TMA box holds only AROWS rows, and the tile's other rows are
 //            zeroed once at the start, so no k tile spends TMA time zero-filling rows past M.
 //            MCAST = 2 (default 1): clusters of 2 x S CTAs, the S splits of two adjacent N
@@ -138,6 +170,56 @@
 //            bit-identical; the time after the last tile fell from 1.0 to 0.5 us at
 //            16 x 8192^2.
 //   seed     000 §7.1 (fused epilogue, small-shape inference)
+//
+// hgemm_small_m_streamk
+//   template <typename T, int BM = 64, int BN = 64, int BK = 64, int STAGES = 8,
+//             int ACT = 1, int RESIDUAL = 0, int AROWS = BM>
+//   ABI      hgemm_small_m's
+//   threads  256: warpgroup 0 produces (thread 0 issues TMA), warpgroup 1 consumes
+//   grid     dim3(G): one CTA per SM, at most hopper.cuh's SK_MAX_CTAS (fewer where the
+//            shape has under 4 units per CTA); all G co-resident, since a CTA may wait for
+//            an earlier one's partial
+//   smem     dynamic STAGES * (BM*BK + BK*BN) * 2 + BN / 64 * 8192 + 1024 bytes (the ring
+//            and its own C staging: a tile may be stored while the ring streams the next);
+//            static 2 * STAGES mbarriers; hopper.cuh's stream-K workspace (module data)
+//   parent   hgemm_small_m
+//   how      The work is U = tiles x KT units (one k tile of one 64 x BN output tile),
+//            tile-major, and CTA c takes units [U c / G, U (c + 1) / G): every SM streams
+//            the same number of B tiles (within one), whatever the tile count. hgemm_small_m
+//            gives each tile (or each of its S cluster splits) one CTA, so N = 14336 (112
+//            tiles of 128 columns) left 20 of 132 SMs idle, and N = 8192 (128 tiles of 64)
+//            or N = 4096 (64 tiles, S = 2) left 4, with the split's reduction between two
+//            cluster barriers after the stream (1.3-1.5 us). A range is a run of pieces:
+//            maybe the end [a, KT) of its first tile, whole tiles, maybe the start [0, b) of
+//            its last. They run in the order start, whole tiles, end: with the host's tile
+//            width (hgemm_small_m's: tiles no more than the SMs) a range spans at most KT
+//            units, b <= a, and its k tiles run in ascending order, so the whole grid reads
+//            the same rows of B at about the same time, as hgemm_small_m's one CTA per tile
+//            does. The piece with the tile's last k tile finishes it; it runs last in its
+//            CTA, while the tile's other pieces, in earlier CTAs, run first in theirs (or are
+//            their CTA's only piece) and push their fp32 partial early through hopper.cuh's
+//            stream-K workspace (StreamK::write: at most one per CTA, so the slot is the
+//            CTA's; the flag raised after a fence); the finisher adds them in CTA order
+//            (StreamK::add_partial: a fixed sum, each flag cleared for the next launch) and
+//            runs the epilogue: bias held since the piece began, activation, residual, TMA
+//            store from its own staging. A global workspace rather than hgemm_small_m's
+//            distributed shared memory: the cuts fall anywhere, so no cluster groups a
+//            tile's pieces. Each piece's first wgmma overwrites the accumulators (scale-d
+//            0): zeroed in registers between pieces, they made ptxas serialize the wgmmas
+//            (C7515). The producer works out a tile's corner once per piece: with an integer
+//            division per k tile in its loop (the one thread that issues every refill), the
+//            stage took 1.18x hgemm_small_m's time at 16 x 8192^2 with a CTA per tile, the
+//            same work; 1.03x without (which of the loop's latencies set the pace was not
+//            measured). M <= 64 on the host: the kernel takes more tile rows, each streaming
+//            B again (0.3-0.5 of hgemm_small_m's speed at M = 256).
+//   measured H200, 2026-12-04 (fused/streamk-check.json.xz, fused/README.md): a declared
+//            variant, 0.87-0.92 of hgemm_small_m's speed at the M <= 64 shapes with N or K
+//            of 8192 or 14336, 0.82-0.84 at N = K = 4096; with one CTA per tile 0.97-1.01
+//            (fused/streamk-grid-probe.json). The cut costs more than the idle SMs give
+//            back: DRAM at 70% of peak against 80% (ncu, 16 x 8192^2, the same bytes).
+//            Run in range order (each CTA from its own k tile a, the grid out of phase) a
+//            first build measured 0.67 at 16 x 14336 x 4096 and 0.84 at 16 x 8192^2.
+//   seed     000 §7.1 (small-shape inference); stream-K as in hopper.cuh's STREAMK option
 //
 // hgemm_fused_quant
 //   template <typename T, int BM = 128, int BN = 256, int BK = 64, int STAGES = 4,
@@ -416,10 +498,15 @@ __device__ __forceinline__ void apply_epilogue_held(float (&d)[N / 2], const Hel
 // described in hopper.cuh): at k tile kt_prefetch of each tile each consumer thread loads
 // its bias pairs into registers (HeldBias) or, with RESIDUAL, warp 0 of each consumer
 // sends that consumer's residual rows to L2 while the k loop still runs; then bias +
-// activation (+ residual) on the fp32 accumulators, and the persistent stage's TMA store.
-template <typename T, int BN, int ACT, int RESIDUAL>
+// activation (+ residual) on the fp32 accumulators, and the persistent stage's TMA store
+// through BOXES staging boxes (the whole tile at BOXES >= BN/64). DEFER = 1 (the parent's
+// deferred store): pack applies the epilogue and rounds the tile into 64 words, which
+// persistent_gemm sends a box per k tile of the next unit, under its wgmmas.
+template <typename T, int BN, int ACT, int RESIDUAL, int MAX_BOXES = BN / 64, int DEFER = 0>
 struct BiasActEpilogue {
-    static constexpr unsigned STAGING_BYTES = 64 * BN * 2;   // the whole 64 x BN tile
+    static constexpr int BOXES = MAX_BOXES < BN / 64 ? MAX_BOXES : BN / 64;
+    static constexpr unsigned STAGING_BYTES = BOXES * 64 * 64 * 2;
+    static constexpr bool DEFERRED = DEFER != 0;
     struct Args {
         const T* bias;
         const T* residual;
@@ -436,18 +523,35 @@ struct BiasActEpilogue {
 
     __device__ __forceinline__ void after_k_tile(int kt, int kt_prefetch, int row0, int n0, int M,
                                                  int N) const {
-        held.load(kt, kt_prefetch, bias, n0, N);
+        if constexpr (!DEFER) held.load(kt, kt_prefetch, bias, n0, N);
         if constexpr (RESIDUAL) {
             if (prefetcher && kt == kt_prefetch)
                 prefetch_rows_l2(residual, row0, min(row0 + 64, M), n0, min(n0 + BN, N), N, lane);
             __syncwarp();
         }
     }
+    // DEFER: the k loop may still send the last tile's words, so 32 held bias registers
+    // there would spill (ptxas: 44-172 spill stores at BN 256); they are loaded here, once
+    // the words are sent, under the last k tile's wgmmas.
+    __device__ __forceinline__ void before_last_wait(int, int n0, int, int N) const {
+        if constexpr (DEFER) held.load(0, 0, bias, n0, N);
+    }
     __device__ __forceinline__ void store(float (&acc)[BN / 2], unsigned staging,
                                           const TensorMap2D* tmap_c, int row0, int n0, int M, int N,
                                           unsigned bar_id) const {
         apply_epilogue_held<T, ACT, RESIDUAL, BN>(acc, held, bias, residual, row0, n0, M, N);
-        hop::store_tile_tma<T, BN>(acc, staging, tmap_c, row0, n0, bar_id);
+        hop::store_tile_staged<T, BN, BOXES>(acc, staging, tmap_c, row0, n0, bar_id);
+    }
+    // DEFER: the epilogue in fp32, then C rounded to pairs.
+    __device__ __forceinline__ void pack(float (&acc)[BN / 2], unsigned (&words)[BN / 4], int row0,
+                                         int n0, int M, int N) const {
+        apply_epilogue_held<T, ACT, RESIDUAL, BN>(acc, held, bias, residual, row0, n0, M, N);
+        hop::pack_tile<T, BN>(acc, words);
+    }
+    __device__ __forceinline__ void store_box(const unsigned (&words)[BN / 4], int box,
+                                              unsigned staging, const TensorMap2D* tmap_c,
+                                              int row0, int n0, unsigned bar_id) const {
+        hop::store_words_box<BN, BOXES>(words, box, staging, tmap_c, row0, n0, bar_id);
     }
 };
 
@@ -470,9 +574,11 @@ struct QuantEpilogue {
     };
     Args a;
     float tensor_scale;
-    // The bias is held (HeldBias) for int8 only: with fp8 outputs holding it measured
-    // 0.86-0.95 of cublas+gelu+fp8 at M = 4096 against 0.97-1.03 reading it where used
-    // (2026-12-02, 15:11 UTC), a loss not yet explained (the k loops compile alike).
+    // The bias is held (HeldBias) for int8 only: with fp8 outputs holding it, ptxas
+    // serializes the wgmma pipeline (C7515: non-wgmma instructions defining accumulator
+    // registers inside the pipeline stage; PS144 of `perfscope sass`), and the stage measured
+    // 0.86-0.95 of cublas+gelu+fp8 at M = 4096 against 0.98-1.03 reading it where used
+    // (fused/bench-fused-fp8-held.json against bench-fused.json, 2026-12-02).
     HeldBias<T, BN, !RESIDUAL && QUANT == quant::QUANT_INT8> held;
 
     __device__ __forceinline__ QuantEpilogue(const Args& args, int)
@@ -482,6 +588,7 @@ struct QuantEpilogue {
                                                  int N) const {
         held.load(kt, kt_prefetch, a.bias, n0, N);
     }
+    __device__ __forceinline__ void before_last_wait(int, int, int, int) const {}
 
     __device__ __forceinline__ void store(float (&acc)[BN / 2], unsigned, const TensorMap2D*,
                                           int row0, int n0, int M, int N, unsigned) const {
@@ -548,6 +655,42 @@ __device__ __forceinline__ void cluster_barrier() {
     asm volatile("barrier.cluster.arrive.release;\n"
                  "barrier.cluster.wait.acquire;\n" ::: "memory");
 }
+// The two halves of cluster_barrier, for a phase begun early and ended late. The arrive is
+// relaxed: what it orders is only barrier initialisation, which fence.mbarrier_init
+// releases (mbar_init_fence) before it.
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+    asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+    asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
+}
+// A whole phase for lifetime only (no CTA leaves while a peer may still write to it): the
+// data it would order travels by st.async, whose mbarrier completion orders it.
+__device__ __forceinline__ void cluster_barrier_relaxed() {
+    cluster_arrive_relaxed();
+    cluster_wait();
+}
+// This CTA's shared address `addr` as seen in CTA `rank` of the cluster.
+__device__ __forceinline__ unsigned peer_addr(unsigned addr, unsigned rank) {
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(addr), "r"(rank));
+    return remote;
+}
+// 16 bytes into a peer's shared memory (cluster address `remote`), counted as complete_tx
+// bytes on the peer's mbarrier `remote_bar`: the peer waits on its own barrier, no barrier
+// across the cluster.
+__device__ __forceinline__ void st_async_v4(unsigned remote, float a, float b, float c, float d,
+                                            unsigned remote_bar) {
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], "
+                 "{%1, %2, %3, %4}, [%5];\n"
+                 :: "r"(remote), "f"(a), "f"(b), "f"(c), "f"(d), "r"(remote_bar) : "memory");
+}
+__device__ __forceinline__ float4 ld_shared_v4(unsigned addr) {
+    float4 v;
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr) : "memory");
+    return v;
+}
 __device__ __forceinline__ void st_shared_v4(unsigned addr, float a, float b, float c, float d) {
     asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n"
                  :: "r"(addr), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
@@ -555,14 +698,18 @@ __device__ __forceinline__ void st_shared_v4(unsigned addr, float a, float b, fl
 // 16 bytes at this CTA's shared address `addr`, as seen in CTA `rank` of the cluster.
 __device__ __forceinline__ float4 ld_peer_v4(unsigned addr, unsigned rank) {
     float4 v;
-    asm volatile(
-        "{\n"
-        ".reg .b32 remote;\n"
-        "mapa.shared::cluster.u32 remote, %4, %5;\n"
-        "ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [remote];\n"
-        "}\n"
-        : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr), "r"(rank) : "memory");
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(peer_addr(addr, rank))
+                 : "memory");
     return v;
+}
+// Another split's 16-byte chunk j of a consumer thread's fragment, added into its own.
+template <int N>
+__device__ __forceinline__ void add_chunk(float (&acc)[N], int j, float4 v) {
+    acc[4 * j] += v.x;
+    acc[4 * j + 1] += v.y;
+    acc[4 * j + 2] += v.z;
+    acc[4 * j + 3] += v.w;
 }
 
 // One consumer warpgroup's 64 x 64 box (accumulator fragment of m64n64) -> the swizzled
@@ -598,20 +745,21 @@ __device__ __forceinline__ void store_box_tma(const float (&acc)[32], unsigned s
 // ====================================================================== fused stage 1
 // hgemm_tma_wgmma_persistent's body (hop::persistent_gemm, hopper.cuh) with the
 // bias / activation / residual epilogue in place of the plain TMA store.
-template <typename T, int BM, int BN, int BK, int STAGES, int GROUP, int ACT, int RESIDUAL>
+template <typename T, int BM, int BN, int BK, int STAGES, int GROUP, int ACT, int RESIDUAL,
+          int BOXES = BN / 64, int STREAMK = 0, int DEFER = 0>
 __global__ void __launch_bounds__(384, 1)
 hgemm_fused_bias_act(const __grid_constant__ TensorMap2D tmap_a,
                      const __grid_constant__ TensorMap2D tmap_b,
                      const __grid_constant__ TensorMap2D tmap_c, T* C, int M, int N, int K,
                      const T* bias, const T* residual) {
-    using Epilogue = fused::BiasActEpilogue<T, BN, ACT, RESIDUAL>;
-    hop::persistent_gemm<T, BM, BN, BK, STAGES, GROUP, Epilogue>(&tmap_a, &tmap_b, &tmap_c, M, N,
-                                                                 K, {bias, residual});
+    using Epilogue = fused::BiasActEpilogue<T, BN, ACT, RESIDUAL, BOXES, DEFER>;
+    hop::persistent_gemm<T, BM, BN, BK, STAGES, GROUP, Epilogue, STREAMK>(
+        &tmap_a, &tmap_b, &tmap_c, M, N, K, {bias, residual});
 }
 
 // ====================================================================== fused stage 2
 template <typename T, int BM, int BN, int BK, int STAGES, int ACT, int RESIDUAL, int AROWS,
-          int MCAST, int MPAIR>
+          int MCAST, int MPAIR, int GSPLIT>
 __global__ void __launch_bounds__(BM == 64 ? 256 : 384, 1)
 hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant__ TensorMap2D tmap_b,
               const __grid_constant__ TensorMap2D tmap_c, T* C, int M, int N, int K,
@@ -632,6 +780,8 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
     static_assert(MCAST == 1 || MCAST == 2, "A from L2 once per CTA, or once per pair of N tiles");
     static_assert(MPAIR == 1 || MPAIR == 2, "B from L2 once per CTA, or once per pair of M tiles");
     static_assert(MCAST == 1 || MPAIR == 1, "a pair shares A (MCAST) or B (MPAIR), not both");
+    static_assert(GSPLIT >= 1 && (GSPLIT == 1 || MI == 1),
+                  "a grid split pushes one 64-row fragment per consumer (StreamK's slot)");
     constexpr unsigned PAIR = MCAST * MPAIR;         // CTAs sharing one operand's loads
     // In a pair a slot is refilled by both CTAs (the shared operand's boxes by one of them,
     // for both), so its "empty" barrier waits for lane 0 of every consumer warp of both.
@@ -639,10 +789,20 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
     // A arrives in boxes of AROWS rows; the tile's other BM - AROWS rows stay zero.
     constexpr unsigned A_LOADED = AROWS * BK * 2;
 
-    __shared__ alignas(8) unsigned long long bars[2 * STAGES];
+    // PUSH: a 64 x 64 tile (one unit, owned by split 0) split in two over a cluster hands
+    // its partial over by st.async into a region of split 0's shared memory past the ring,
+    // counted on split 0's barrier `recv`, instead of through the ring and two cluster
+    // barriers (benchmarks/small_m_probe.py: 1.28 us per CTA between the last k tile and the
+    // epilogue that way at 16 x 4096 x 14336).
+    constexpr bool PUSH = BM == 64 && BN == 64 && PAIR == 1 && GSPLIT == 1;
+    constexpr unsigned PARTIAL_BYTES = CONSUMER_THREADS * (BN / 2) * 4;
+    // PUSH adds two (one used): ptxas rounds the block's static shared memory to 16 bytes.
+    __shared__ alignas(8) unsigned long long bars[2 * STAGES + (PUSH ? 2 : 0)];
     extern __shared__ unsigned char dyn_smem[];
     const unsigned ring = align1024(smem_u32(dyn_smem));
     const unsigned full0 = smem_u32(&bars[0]), empty0 = smem_u32(&bars[STAGES]);
+    const unsigned recv = smem_u32(&bars[PUSH ? 2 * STAGES : 0]);
+    const unsigned partial_in = ring + STAGES * S::BYTES;   // PUSH: the peer's partial lands here
     const int tid = threadIdx.x, wg = tid / 128;
     // A cluster is PAIR x S consecutive CTAs along x: the S splits of one output tile, or of
     // two adjacent ones (MCAST: x = n tile * S + split; MPAIR: x = (n tile * 2 + m tile % 2)
@@ -652,12 +812,17 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
     const unsigned rank = cluster_rank % splits, pair = cluster_rank / splits;
     const unsigned partner = (PAIR - 1 - pair) * splits + rank;   // same split, other tile
     const unsigned short both = static_cast<unsigned short>((1u << cluster_rank) | (1u << partner));
+    const bool push = PUSH && splits == 2;
     const int n0 = (blockIdx.x / (splits * MPAIR)) * BN;
     const int m0 = (blockIdx.y * MPAIR + (MPAIR == 2 ? pair : 0u)) * BM;
     const int KT = (K + BK - 1) / BK;
-    // k tiles [KT*rank/S, KT*(rank+1)/S): every split gets floor or ceil of KT/S (KT*S < 2^31).
-    const int kt0 = KT * static_cast<int>(rank) / static_cast<int>(splits);
-    const int nk = KT * static_cast<int>(rank + 1) / static_cast<int>(splits) - kt0;
+    // k tiles [KT*p/P, KT*(p+1)/P) of part p = z * S + rank, P = S * GSPLIT: every part gets
+    // floor or ceil of KT/P (KT*P < 2^31).
+    const int parts = static_cast<int>(splits) * GSPLIT;
+    const int part = static_cast<int>(rank) +
+                     (GSPLIT > 1 ? static_cast<int>(blockIdx.z * splits) : 0);
+    const int kt0 = KT * part / parts;
+    const int nk = KT * (part + 1) / parts - kt0;
     // k tile i of this CTA's share into slot i % STAGES (thread 0 only). Slot s, round
     // r >= 1 waits for the consumers' (r-1)-th release of it.
     const auto issue = [&](int i) {
@@ -687,11 +852,15 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
             tma::mbar_init(full0 + 8 * s, 1);
             tma::mbar_init(empty0 + 8 * s, EMPTY_COUNT);
         }
+        if (push) tma::mbar_init(recv, 1);
         tma::mbar_init_fence();
         tma::prefetch_tmap(&tmap_a);
         tma::prefetch_tmap(&tmap_b);
         tma::prefetch_tmap(&tmap_c);
         for (int i = 0; i < early; ++i) issue(i);
+        // Split 0 arms its barrier for the peer's partial now: the peer writes only after
+        // the cluster phase begun below, so no byte can land before the count is armed.
+        if (push && rank == 0) tma::mbar_expect_tx(recv, PARTIAL_BYTES);
     }
     if constexpr (AROWS < BM) {
         // Rows AROWS.. of every slot's A tile are zero once and for all: the wgmmas read
@@ -706,17 +875,24 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
     // The partner's multicasts land in this CTA's ring and complete on its barriers: both
     // CTAs' barriers are initialised before either issues one.
     if constexpr (PAIR == 2) fused::cluster_barrier();
+    // PUSH: the phase that says split 0's `recv` exists, begun now and waited for only
+    // after the k loop, long since complete by then.
+    if (push) fused::cluster_arrive_relaxed();
 
     if (wg == 0) {
         if constexpr (CONS == 2) setmaxnreg_dec<40>();
         if (tid == 0) {
             for (int i = early; i < nk; ++i) issue(i);
-        } else if (RESIDUAL && tid / 32 == 1 && rank == 0) {
-            // The leader's epilogue reads this tile's residual rows: to L2 meanwhile.
+        } else if (RESIDUAL && tid / 32 == 1 && rank == 0 && (GSPLIT == 1 || blockIdx.z == 0)) {
+            // The leader's epilogue reads this tile's residual rows: to L2 meanwhile (a grid
+            // split's part z > 0 has no epilogue).
             fused::prefetch_rows_l2(residual, m0, min(m0 + BM, M), n0, min(n0 + BN, N), N,
                                     tid % 32);
         }
-        if (splits > 1) {
+        if (push) {
+            fused::cluster_wait();
+            fused::cluster_barrier_relaxed();   // neither leaves while the other may write to it
+        } else if (splits > 1) {
             fused::cluster_barrier();   // the peers' partials are written
             fused::cluster_barrier();   // the owners have read them (and no multicast is due)
         } else if (ctas > 1) {
@@ -734,18 +910,23 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
             return static_cast<unsigned>(((c * MI + mi) * NB + b)) % splits == rank;
         };
         // An owner's bias pairs, loaded before the stream and held in registers, so the
-        // epilogue does not wait for them behind the stream's DRAM queue.
+        // epilogue does not wait for them behind the stream's DRAM queue; a grid split's part
+        // z > 0 only hands its partial on and loads none.
         unsigned bias_pairs[BN / 8];
-        if (rank < static_cast<unsigned>(UNITS)) fused::load_bias_pairs<T, BN>(bias_pairs, bias, n0, N);
+        if (rank < static_cast<unsigned>(UNITS) && (GSPLIT == 1 || blockIdx.z == 0))
+            fused::load_bias_pairs<T, BN>(bias_pairs, bias, n0, N);
         float acc[MI][BN / 2];
 #pragma unroll
         for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
             for (int j = 0; j < BN / 2; ++j) acc[mi][j] = 0.f;
+        // The consumer's first fragment as a warp-uniform value (lane 0's: tid / 128 is per-thread to the compiler), so
+        // the k loop's wgmma descriptors are built in uniform registers.
+        const int frag0 = __shfl_sync(0xFFFFFFFFu, c * MI, 0);
         for (int i = 0; i < nk; ++i) {
             const int s = i % STAGES;
             mma_k_tile<T, BM, BN, BK, MI>(acc, ring + s * S::BYTES, full0 + 8 * s,
-                                          (i / STAGES) & 1, c * MI);
+                                          (i / STAGES) & 1, frag0);
             wgmma_wait<1>();   // the group before this one has read its slot: free it
             if (i > 0) {
                 const unsigned empty = empty0 + 8 * ((i - 1) % STAGES);
@@ -773,7 +954,23 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
         // bytes and the owner's thread ct reads exactly what the peer's thread ct wrote.
         // Each CTA writes the units it does not own; each owner adds, in rank order, every
         // other split's copy of its units to its own.
-        if (splits > 1) {
+        if (push) {
+            fused::cluster_wait();   // split 0's `recv` exists
+            if (rank != 0) {
+                const unsigned to = fused::peer_addr(partial_in, pair * splits),
+                               bar = fused::peer_addr(recv, pair * splits);
+#pragma unroll
+                for (int j = 0; j < BN / 8; ++j)
+                    fused::st_async_v4(to + (j * CONSUMER_THREADS + ct) * 16, acc[0][4 * j],
+                                       acc[0][4 * j + 1], acc[0][4 * j + 2], acc[0][4 * j + 3], bar);
+            } else {
+                tma::mbar_wait(recv, 0);
+#pragma unroll
+                for (int j = 0; j < BN / 8; ++j)
+                    fused::add_chunk(acc[0], j,
+                                     fused::ld_shared_v4(partial_in + (j * CONSUMER_THREADS + ct) * 16));
+            }
+        } else if (splits > 1) {
 #pragma unroll
             for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
@@ -794,18 +991,25 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
                     for (int b = 0; b < NB; ++b) {
                         if (!owns(mi, b)) continue;
 #pragma unroll
-                        for (int j = 8 * b; j < 8 * b + 8; ++j) {
-                            const float4 v = fused::ld_peer_v4(
+                        for (int j = 8 * b; j < 8 * b + 8; ++j)
+                            fused::add_chunk(acc[mi], j, fused::ld_peer_v4(
                                 ring + ((mi * (BN / 8) + j) * CONSUMER_THREADS + ct) * 16,
-                                pair * splits + peer);
-                            acc[mi][4 * j] += v.x;
-                            acc[mi][4 * j + 1] += v.y;
-                            acc[mi][4 * j + 2] += v.z;
-                            acc[mi][4 * j + 3] += v.w;
-                        }
+                                pair * splits + peer));
                     }
             }
             fused::cluster_barrier();
+        }
+        if constexpr (GSPLIT > 1) {
+            // A grid split (MI = 1): part z > 0 leaves its fragment in the stream-K workspace
+            // (slot per (x, y) and part) and does not store; part 0 adds them and finishes.
+            const hop::StreamK<BN, 1> sk(1, KT, 1);
+            const int slot0 = static_cast<int>(blockIdx.y * gridDim.x + blockIdx.x) * (GSPLIT - 1);
+            if (blockIdx.z != 0) {
+                sk.write(acc[0], slot0 + static_cast<int>(blockIdx.z) - 1, c, 1 + c);
+                if (splits == 1 && ctas > 1) fused::cluster_barrier();   // the pair, as below
+                return;
+            }
+            for (int z = 1; z < GSPLIT; ++z) sk.add_partial(acc[0], slot0 + z - 1, c, 1 + c);
         }
         // The owned units: bias / activation / residual, then each 64 x 64 box staged at its
         // place in the (now free) ring and stored by TMA.
@@ -828,6 +1032,7 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
         // A pair without a split meets only here, after its epilogue, not before it: neither
         // exits while the other may still multicast into it or arrive on its barriers.
         if (splits == 1 && ctas > 1) fused::cluster_barrier();
+        if (push) fused::cluster_barrier_relaxed();   // as the producer warps above
     }
 }
 
@@ -951,4 +1156,177 @@ hgemm_fused_pingpong(const __grid_constant__ TensorMap2D tmap_a,
         }
         if (t == 0) tma::store_wait_all();
     }
+}
+
+// ====================================================================== fused stage 5
+// hgemm_small_m_streamk (the header's "hgemm_small_m_streamk" says how and why): the 64-row
+// tile's stream of B spread evenly over every CTA of a one-wave grid, k tile by k tile, with
+// the cut tiles' fp32 partials pushed through hopper.cuh's stream-K workspace.
+template <typename T, int BM, int BN, int BK, int STAGES, int ACT, int RESIDUAL, int AROWS>
+__global__ void __launch_bounds__(256, 1)
+hgemm_small_m_streamk(const __grid_constant__ TensorMap2D tmap_a,
+                      const __grid_constant__ TensorMap2D tmap_b,
+                      const __grid_constant__ TensorMap2D tmap_c, T* C, int M, int N, int K,
+                      const T* bias, const T* residual) {
+    using namespace hop;
+    using S = Slot<BM, BN, BK>;
+    static_assert(BM == 64, "one consumer warpgroup, one m64 fragment");
+    static_assert(BN == 64 || BN == 128, "wgmma m64nBNk16 with BN 64 or 128");
+    static_assert(STAGES >= 2, "one slot would serialise every copy with every wgmma");
+    static_assert(AROWS == 16 || AROWS == 32 || AROWS == 64, "A's TMA box rows");
+    constexpr unsigned CONSUMER_BAR = 3;
+    constexpr unsigned A_LOADED = AROWS * BK * 2;
+
+    __shared__ alignas(8) unsigned long long bars[2 * STAGES];
+    extern __shared__ unsigned char dyn_smem[];
+    const unsigned ring = align1024(smem_u32(dyn_smem));
+    const unsigned staging = ring + STAGES * S::BYTES;   // BN / 64 boxes of 64 x 64
+    const unsigned full0 = smem_u32(&bars[0]), empty0 = smem_u32(&bars[STAGES]);
+    const int tid = threadIdx.x, wg = tid / 128;
+    const int KT = (K + BK - 1) / BK;
+    const int tiles_m = (M + BM - 1) / BM;
+    // Units are (tile, k tile), tile-major; tile t is (m tile t % tiles_m, n tile
+    // t / tiles_m), so the tile rows that share a slab of B run on neighbouring CTAs.
+    const long long units = static_cast<long long>(tiles_m) * ((N + BN - 1) / BN) * KT;
+    const int ctas = gridDim.x, cta = blockIdx.x;
+    const auto first_unit = [&](int c) { return static_cast<int>(units * c / ctas); };
+    const int u0 = first_unit(cta), u1 = first_unit(cta + 1);
+    // hopper.cuh's stream-K workspace (module data: a partial and a flag per CTA, slot
+    // 2 * cta as consumer 0); only its write and add_partial are used (no tiles to split).
+    const StreamK<BN, 1> sk(0, KT, ctas);
+
+    // The range's pieces, in the order they run: the start [0, b) of its last tile t1 (when
+    // the range ends inside it), the whole tiles, then the end [a, KT) of its first tile t0
+    // (when it starts inside it); a range inside one tile is one piece. Where the range is
+    // at most KT units (the host's tile width makes the tiles at most the CTAs) its k tiles
+    // then run in ascending order, 0.. b - 1 and a.. KT - 1 (b <= a), so every CTA reads the
+    // same rows of B at about the same time, as one CTA per tile does; in the range's own
+    // order a CTA would start at k tile a and the grid would read B's rows out of phase
+    // (a first build so, its wgmmas serialized too: 0.67 of hgemm_small_m's speed at
+    // 16 x 14336 x 4096 on the H200). The host gives every CTA at least 4 units.
+    const int t0 = u0 / KT, a = u0 % KT, t1 = (u1 - 1) / KT, b = (u1 - 1) % KT + 1;
+    const bool one = t0 == t1, head = !one && b < KT, tail = !one && a > 0;
+    const int whole0 = a > 0 ? t0 + 1 : t0, whole1 = b < KT ? t1 : t1 + 1;   // [whole0, whole1)
+    const int pieces = one ? 1 : head + (whole1 - whole0) + tail;
+    struct Piece { int tile, k0, k1; };
+    const auto piece = [&](int q) -> Piece {
+        if (one) return {t0, a, b};
+        if (head && q == 0) return {t1, 0, b};
+        q -= head;
+        if (q < whole1 - whole0) return {whole0 + q, 0, KT};
+        return {t0, a, KT};
+    };
+
+    // The range's i-th k tile (in running order) into slot i % STAGES (thread 0 only), for
+    // the tile whose first row and column are m0, n0.
+    const auto issue = [&](int i, int m0, int n0, int kt) {
+        const int s = i % STAGES;
+        if (i >= STAGES) tma::mbar_wait(empty0 + 8 * s, ((i / STAGES) + 1) & 1);
+        const unsigned slot = ring + s * S::BYTES, full = full0 + 8 * s;
+        tma::mbar_expect_tx(full, A_LOADED + BK * BN * 2);
+        tma::load_2d(slot, &tmap_a, full, kt * BK, m0);
+#pragma unroll
+        for (int j = 0; j < BN / 64; ++j)
+            tma::load_2d(slot + S::A_BYTES + j * S::B_ATOM_BYTES, &tmap_b, full, n0 + 64 * j,
+                         kt * BK);
+    };
+    // Thread 0 walks the pieces twice, through the first ring before the block's barrier
+    // and the rest after it, at the same place in the same order. A tile's corner is worked
+    // out once per piece: this thread issues every refill of the ring, and with an integer
+    // division per k tile in its loop a first build measured 0.84 of hgemm_small_m's speed
+    // at 16 x 8192^2 with a CTA per tile, the same work.
+    const auto issue_range = [&](int from, int to) {
+        int i = 0;
+        for (int q = 0; q < pieces && i < to; ++q) {
+            const Piece pc = piece(q);
+            const int m0 = (pc.tile % tiles_m) * BM, n0 = (pc.tile / tiles_m) * BN;
+            for (int kt = pc.k0; kt < pc.k1 && i < to; ++kt, ++i)
+                if (i >= from) issue(i, m0, n0, kt);
+        }
+    };
+    const int early = min(STAGES, u1 - u0);
+    if (tid == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            tma::mbar_init(full0 + 8 * s, 1);
+            tma::mbar_init(empty0 + 8 * s, 128);
+        }
+        tma::mbar_init_fence();
+        tma::prefetch_tmap(&tmap_a);
+        tma::prefetch_tmap(&tmap_b);
+        tma::prefetch_tmap(&tmap_c);
+        issue_range(0, early);
+    }
+    if constexpr (AROWS < BM) {
+        // As hgemm_small_m: A's rows AROWS.. of every slot are zero once and for all.
+        constexpr int CHUNKS = (BM - AROWS) * 128 / 16;
+        for (int i = tid; i < STAGES * CHUNKS; i += blockDim.x)
+            fused::st_shared_v4(ring + (i / CHUNKS) * S::BYTES + AROWS * 128 + (i % CHUNKS) * 16,
+                                0.f, 0.f, 0.f, 0.f);
+        tma::fence_proxy_async();
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        if (tid == 0) issue_range(early, u1 - u0);
+        return;
+    }
+    const int ct = tid - 128;
+    unsigned bias_pairs[BN / 8];
+    bool staged = false;   // a TMA store may still be reading the staging
+    int i = 0;             // k tiles consumed: slot i % STAGES, its round i / STAGES
+    for (int q = 0; q < pieces; ++q) {
+        const Piece pc = piece(q);
+        const int m0 = (pc.tile % tiles_m) * BM, n0 = (pc.tile / tiles_m) * BN;
+        // The piece with the tile's last k tile finishes it: it runs last in its CTA's
+        // range, while the tile's other pieces (in earlier CTAs) run first in theirs or are
+        // their CTA's only piece, so their partials are waiting or about to be.
+        const bool finisher = pc.k1 == KT;
+        if (finisher) fused::load_bias_pairs<T, BN>(bias_pairs, bias, n0, N);
+        float acc[1][BN / 2];
+        for (int kt = pc.k0; kt < pc.k1; ++kt, ++i) {
+            const int s = i % STAGES;
+            const unsigned slot = ring + s * S::BYTES;
+            tma::mbar_wait(full0 + 8 * s, (i / STAGES) & 1);
+            wgmma_fence();
+#pragma unroll
+            for (int k = 0; k < BK / 16; ++k)   // the piece's first step overwrites acc
+                Wgmma<T, BN>::mma(acc[0], S::a_desc(slot, 0, k), S::b_desc(slot, k),
+                                  kt > pc.k0 || k > 0);
+            wgmma_commit();
+            wgmma_wait<1>();   // the group before has read its slot: free that one
+            if (kt > pc.k0) tma::mbar_arrive(empty0 + 8 * ((i - 1) % STAGES));
+        }
+        wgmma_wait<0>();
+        tma::mbar_arrive(empty0 + 8 * ((i - 1) % STAGES));
+        if (!finisher) {
+            // At most one piece of a range ends before its tile's last k tile, so the
+            // CTA's workspace slot is its own.
+            sk.write(acc[0], cta, 0, CONSUMER_BAR);
+            continue;
+        }
+        // The earlier CTAs whose ranges end inside this tile hold its other pieces: add
+        // them in CTA order (a fixed sum), and clear each flag for the next launch.
+        const int tile_start = pc.tile * KT;
+        if (pc.k0 > 0) {
+            int p0 = cta - 1;
+            while (p0 > 0 && first_unit(p0) > tile_start) --p0;
+            for (int p = p0; p < cta; ++p)
+                if (first_unit(p + 1) != first_unit(p))   // an empty range wrote nothing
+                    sk.add_partial(acc[0], p, 0, CONSUMER_BAR);
+        }
+        if (staged) {
+            if (ct == 0) tma::store_wait_read<0>();   // the previous tile's store has read it
+            named_sync(CONSUMER_BAR, 128);
+        }
+#pragma unroll
+        for (int bx = 0; bx < BN / 64; ++bx) {
+            float(&box)[32] = *reinterpret_cast<float(*)[32]>(&acc[0][32 * bx]);
+            fused::apply_epilogue_with<T, ACT, RESIDUAL, 64>(
+                box, [&](int j) { return fused::Pair<T>::unpack(bias_pairs[8 * bx + j]); },
+                residual, m0, n0 + 64 * bx, M, N);
+            fused::store_box_tma<T>(box, staging + bx * (64 * 64 * 2), &tmap_c, m0, n0 + 64 * bx, 1);
+        }
+        staged = true;
+    }
+    if (ct == 0) tma::store_wait_read<0>();
 }

@@ -14,6 +14,7 @@
 #pragma once
 
 #include "tma.cuh"
+#include <cuda_fp8.h>
 
 namespace hop {
 
@@ -34,6 +35,23 @@ __host__ __device__ constexpr unsigned long long wgmma_desc(unsigned addr, unsig
 }
 static_assert(wgmma_desc(0x400, 16, 1024) == 0x4000004000010040ull,
               "descriptor fields in the PTX ISA positions");
+
+// The same descriptor from its address already masked to the CTA's 2^18 bytes and divided
+// by 16 (`addr16`), with the leading-offset field added rather than or-ed. A slot's
+// descriptors are then its base ((slot & 0x3FFFF) >> 4) plus a constant: one 32-bit add
+// each, in uniform registers when the base is warp-uniform, where wgmma_desc on each
+// address took a mask, a shift and an or per descriptor in per-thread registers and two
+// moves into uniform ones.
+__host__ __device__ constexpr unsigned long long wgmma_desc16(unsigned addr16, unsigned lbo_bytes,
+                                                              unsigned sbo_bytes) {
+    return (static_cast<unsigned long long>(((sbo_bytes >> 4) & 0x3FFFu)
+                                            | (LAYOUT_SWIZZLE_128B << 30)) << 32)
+         | (addr16 + (((lbo_bytes >> 4) & 0x3FFFu) << 16));
+}
+static_assert(wgmma_desc16(0x3F400 >> 4, 16, 1024) == wgmma_desc(0x3F400, 16, 1024)
+              && wgmma_desc16(0x2400 >> 4, 8192, 1024) == wgmma_desc(0x2400, 8192, 1024),
+              "wgmma_desc16 is wgmma_desc of a 16-byte aligned address");
+
 
 // ------------------------------------------------------------------ wgmma issue
 __device__ __forceinline__ void wgmma_fence() {
@@ -61,22 +79,23 @@ __device__ __forceinline__ void named_sync(unsigned id, unsigned count) {
     asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(count) : "memory");
 }
 
-// D[64 x N] (+)= A[64 x 16] * B[16 x N]: A K-major and B N-major, both from shared memory
-// through descriptors; scale_d == 0 overwrites D. One operand register per accumulator.
+// D[64 x N] (+)= A[64 x 16] * B[16 x N] (fp8: A[64 x 32] * B[32 x N]), both operands from
+// shared memory through descriptors; scale_d == 0 overwrites D. One operand register per
+// accumulator.
 template <typename T, int N> struct Wgmma;
 
-#define PS_WGMMA_SS_N128(CXX_T, PTX_T) \
+#define PS_WGMMA_SS_N128(CXX_T, KIND, TRANS) \
 template <> struct Wgmma<CXX_T, 128> { \
     static __device__ __forceinline__ void mma(float (&d)[64], unsigned long long da, \
                                                unsigned long long db, int scale_d) { \
         asm volatile( \
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32." PTX_T "." PTX_T " {" \
+        "wgmma.mma_async.sync.aligned.m64n128" KIND " {" \
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
         "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
         "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63" \
-        "}, %64, %65, p, 1, 1, 0, 1;\n}\n" \
+        "}, %64, %65, p, 1, 1" TRANS ";\n}\n" \
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
@@ -89,13 +108,13 @@ template <> struct Wgmma<CXX_T, 128> { \
     } \
 };
 
-#define PS_WGMMA_SS_N256(CXX_T, PTX_T) \
+#define PS_WGMMA_SS_N256(CXX_T, KIND, TRANS) \
 template <> struct Wgmma<CXX_T, 256> { \
     static __device__ __forceinline__ void mma(float (&d)[128], unsigned long long da, \
                                                unsigned long long db, int scale_d) { \
         asm volatile( \
         "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n" \
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32." PTX_T "." PTX_T " {" \
+        "wgmma.mma_async.sync.aligned.m64n256" KIND " {" \
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
         "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
@@ -104,7 +123,7 @@ template <> struct Wgmma<CXX_T, 256> { \
         "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
         "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
         "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127" \
-        "}, %128, %129, p, 1, 1, 0, 1;\n}\n" \
+        "}, %128, %129, p, 1, 1" TRANS ";\n}\n" \
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
@@ -125,10 +144,15 @@ template <> struct Wgmma<CXX_T, 256> { \
     } \
 };
 
-PS_WGMMA_SS_N128(__half, "f16")
-PS_WGMMA_SS_N128(__nv_bfloat16, "bf16")
-PS_WGMMA_SS_N256(__half, "f16")
-PS_WGMMA_SS_N256(__nv_bfloat16, "bf16")
+// 16-bit inputs: k16, A K-major (imm-trans-a 0) and B N-major (imm-trans-b 1). fp8 e4m3
+// inputs: k32 (32 bytes of K either way), both operands K-major, which is the only layout
+// the PTX ISA allows them (the instruction has no transpose immediates).
+PS_WGMMA_SS_N128(__half, "k16.f32.f16.f16", ", 0, 1")
+PS_WGMMA_SS_N128(__nv_bfloat16, "k16.f32.bf16.bf16", ", 0, 1")
+PS_WGMMA_SS_N256(__half, "k16.f32.f16.f16", ", 0, 1")
+PS_WGMMA_SS_N256(__nv_bfloat16, "k16.f32.bf16.bf16", ", 0, 1")
+PS_WGMMA_SS_N128(__nv_fp8_e4m3, "k32.f32.e4m3.e4m3", "")
+PS_WGMMA_SS_N256(__nv_fp8_e4m3, "k32.f32.e4m3.e4m3", "")
 #undef PS_WGMMA_SS_N128
 #undef PS_WGMMA_SS_N256
 
@@ -140,15 +164,19 @@ struct Slot {
     static constexpr unsigned A_BYTES = BM * BK * 2;
     static constexpr unsigned B_ATOM_BYTES = BK * 64 * 2;
     static constexpr unsigned BYTES = A_BYTES + BK * BN * 2;
+    static constexpr int K_STEPS = BK / 16;   // wgmma k16 steps per k tile
 
     // A rows 64*i .. 64*i+63, k16 step k.
+    // (Slots are 1024-byte aligned, so >> 4 loses nothing; the mask drops what a cluster
+    // launch's shared::cta addresses carry above the CTA's 2^18 bytes, as wgmma_desc's does.)
     static __device__ __forceinline__ unsigned long long a_desc(unsigned slot, int i, int k) {
-        return wgmma_desc(slot + i * 64 * 128 + k * 32, 16, 1024);
+        return wgmma_desc16(slot16(slot) + (i * 64 * 128 + k * 32) / 16, 16, 1024);
     }
     // All BN columns of B, k16 step k.
     static __device__ __forceinline__ unsigned long long b_desc(unsigned slot, int k) {
-        return wgmma_desc(slot + A_BYTES + k * 16 * 128, B_ATOM_BYTES, 1024);
+        return wgmma_desc16(slot16(slot) + (A_BYTES + k * 16 * 128) / 16, B_ATOM_BYTES, 1024);
     }
+    static __device__ __forceinline__ unsigned slot16(unsigned slot) { return (slot & 0x3FFFFu) >> 4; }
     // One TMA load of A (box 64 x BM) and BN/64 of B (box 64 x BK), all on `bar`.
     static __device__ __forceinline__ void load(unsigned slot, unsigned bar, const TensorMap2D* ta,
                                                 const TensorMap2D* tb, int m0, int n0, int kt) {
@@ -173,6 +201,11 @@ struct Slot {
     }
 };
 
+// The slot layout of an element type: Slot for the 16-bit types; a stage with other
+// inputs (fp8.cu) specialises it, and the ring and the persistent body take theirs from here.
+template <typename T, int BM, int BN, int BK>
+struct SlotOf { using type = Slot<BM, BN, BK>; };
+
 __device__ __forceinline__ unsigned align1024(unsigned addr) { return (addr + 1023u) & ~1023u; }
 
 // The warp-specialised stages' ring: STAGES slots, each with a "full" mbarrier (the
@@ -184,7 +217,7 @@ __device__ __forceinline__ unsigned align1024(unsigned addr) { return (addr + 10
 template <typename T, int BM, int BN, int BK, int STAGES, int CLUSTER = 1>
 struct Ring {
     static_assert(CLUSTER == 1 || CLUSTER == 2, "one CTA, or a pair sharing B");
-    using S = Slot<BM, BN, BK>;
+    using S = typename SlotOf<T, BM, BN, BK>::type;
     static constexpr unsigned CONSUMERS = CLUSTER == 1 ? 256 : 8 * CLUSTER;
     unsigned ring, full0, empty0;
 
@@ -214,7 +247,7 @@ struct Ring {
         tma::mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
         wgmma_fence();
 #pragma unroll
-        for (int k = 0; k < BK / 16; ++k)
+        for (int k = 0; k < S::K_STEPS; ++k)
             Wgmma<T, BN>::mma(acc, S::a_desc(slot, half, k), S::b_desc(slot, k), 1);
         wgmma_commit();
         wgmma_wait<1>();
@@ -361,16 +394,23 @@ __device__ __forceinline__ void store_tile_tma_boxes(const float (&acc)[BN / 2],
 //   E::STAGING_BYTES        the shared memory each consumer's store stages C in;
 //   E(args, tid)            built once per consumer thread, before its first tile;
 //   after_k_tile(kt, kt_prefetch, row0, n0, M, N)
-//                           after every k tile kt of a tile; kt_prefetch = KT / 2 is the
+//                           after every k tile kt of a unit (k tiles [k0, k1) of a tile);
+//                           kt_prefetch (KT / 2, or (k0 + k1) / 2 with stream-K) is the
 //                           k tile at which an epilogue that reads global memory should
-//                           start fetching it (half a tile of math before it is needed);
+//                           start fetching it (half a unit of math before it is needed);
+//   before_last_wait(row0, n0, M, N)
+//                           after the unit's last wgmmas are issued (and, with DEFER, the
+//                           last tile's boxes sent), before they are waited for: loads
+//                           issued here pass under the last k tile's math;
 //   store(acc, staging, tmap_c, row0, n0, M, N, bar_id)
 //                           the tile's fp32 accumulators once its last wgmma group is done
 //                           and its ring slot released: to C, through store_tile_tma.
-//   DEFERRED, pack(acc, words), store_box(words, box, staging, tmap_c, row0, n0, bar_id)
+//   DEFERRED, pack(acc, words, row0, n0, M, N), store_box(words, box, staging, tmap_c,
+//                           row0, n0, bar_id)
 //                           optional: a policy with DEFERRED true has persistent_gemm pack
 //                           each tile instead of storing it and send it a box per k tile of
-//                           the next unit (StoreEpilogue at DEFER 1; fused.cu's do not).
+//                           the next unit (StoreEpilogue and fused.cu's BiasActEpilogue
+//                           at DEFER 1).
 // row0 / n0 are the consumer's first C row (64 of them) and the tile's first column.
 // StoreEpilogue is hgemm_tma_wgmma_persistent's: nothing in the k loop, then the swizzled
 // staging (the whole 64 x BN tile when BOXES >= BN/64, else BOXES boxes in turn) + TMA store.
@@ -449,12 +489,14 @@ struct StoreEpilogue {
     struct Args {};
     __device__ __forceinline__ StoreEpilogue(const Args&, int) {}
     __device__ __forceinline__ void after_k_tile(int, int, int, int, int, int) const {}
+    __device__ __forceinline__ void before_last_wait(int, int, int, int) const {}
     __device__ __forceinline__ void store(float (&acc)[BN / 2], unsigned staging,
                                           const TensorMap2D* tmap_c, int row0, int n0, int, int,
                                           unsigned bar_id) const {
         store_tile_staged<T, BN, BOXES>(acc, staging, tmap_c, row0, n0, bar_id);
     }
-    __device__ __forceinline__ void pack(const float (&acc)[BN / 2], unsigned (&words)[BN / 4]) const {
+    __device__ __forceinline__ void pack(const float (&acc)[BN / 2], unsigned (&words)[BN / 4], int,
+                                         int, int, int) const {
         pack_tile<T, BN>(acc, words);
     }
     __device__ __forceinline__ void store_box(const unsigned (&words)[BN / 4], int box,
@@ -465,7 +507,7 @@ struct StoreEpilogue {
 };
 
 // Whether an epilogue policy defers its stores (E::DEFERRED); policies that do not say so
-// (fused.cu's) store each tile as soon as it is done.
+// (fused.cu's QuantEpilogue) store each tile as soon as it is done.
 template <typename E, typename = void>
 struct Deferred { static constexpr bool value = false; };
 template <typename E>
@@ -691,7 +733,7 @@ __device__ __forceinline__ void persistent_gemm(const TensorMap2D* tmap_a,
     extern __shared__ unsigned char dyn_smem[];
     const Ring<T, BM, BN, BK, STAGES> ring{align1024(smem_u32(dyn_smem)), smem_u32(&bars[0]),
                                            smem_u32(&bars[STAGES])};
-    const unsigned staging0 = ring.ring + STAGES * Slot<BM, BN, BK>::BYTES;
+    const unsigned staging0 = ring.ring + STAGES * SlotOf<T, BM, BN, BK>::type::BYTES;
     const int tid = threadIdx.x, wg = tid / 128;
     const int KT = (K + BK - 1) / BK;
     const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
@@ -742,16 +784,26 @@ __device__ __forceinline__ void persistent_gemm(const TensorMap2D* tmap_a,
             float acc[BN / 2];
 #pragma unroll
             for (int j = 0; j < BN / 2; ++j) acc[j] = 0.f;
+            // Halfway through the unit: with stream-K a unit may be any stretch of its tile's
+            // k tiles (the tail split's own unit [0, KT / 2) at one piece per spare), and the
+            // one that finishes the tile must reach it.
+            const int kt_prefetch = STREAMK == 0 ? KT / 2 : (k0 + k1) / 2;
+            // The same warpgroup as a warp-uniform value (lane 0's, by a shuffle: tid / 128
+            // is per-thread to the compiler), so the k loop's wgmma descriptors are built in
+            // uniform registers; made uniform for the whole consumer, it cost the tail split
+            // 16 bytes of spills.
+            const int frag = __shfl_sync(0xFFFFFFFFu, half, 0);
             for (int kt = k0; kt < k1; ++kt, ++it) {
-                ring.consume(it, kt > k0, acc, half);
+                ring.consume(it, kt > k0, acc, frag);
                 if constexpr (DEFER) {
                     if (next_box < BOXES_N) send_box();   // under this k tile's wgmmas
                 }
-                epi.after_k_tile(kt, KT / 2, row0, n0, M, N);
+                epi.after_k_tile(kt, kt_prefetch, row0, n0, M, N);
             }
             if constexpr (DEFER) {
                 while (next_box < BOXES_N) send_box();   // a unit of fewer k tiles than boxes
             }
+            epi.before_last_wait(row0, n0, M, N);
             wgmma_wait<0>();
             ring.release(it - 1);
             if constexpr (STREAMK != 0) {
@@ -762,7 +814,7 @@ __device__ __forceinline__ void persistent_gemm(const TensorMap2D* tmap_a,
                 if (k1 != KT) sk.fixup(acc, tile, half, 1 + half);
             }
             if constexpr (DEFER) {
-                epi.pack(acc, words);
+                epi.pack(acc, words, row0, n0, M, N);
                 words_row0 = row0;
                 words_n0 = n0;
                 next_box = 0;

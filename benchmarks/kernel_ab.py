@@ -1,0 +1,145 @@
+"""A kernel change measured against what it replaced: alternating rounds in one process.
+
+    PYTHONPATH=. python3 benchmarks/kernel_ab.py --against OLD_KERNEL_DIR --case CASE ... --out F.jsonl
+    PYTHONPATH=. python3 benchmarks/kernel_ab.py --versus STAGE[:K=V,...] --case CASE ... --out F.jsonl
+
+CASE is ``STAGE[:K=V,...]@MxNxK/DTYPE`` (hgemm_small_m's tile parameters are the host's
+choice for the shape unless given). With ``--against`` (a folder holding another
+revision's ``perfscope/kernels``, e.g. ``git archive REV perfscope/kernels | tar x -C D``
+then ``D/perfscope/kernels``) each case is built from this tree and from that folder; with
+``--versus`` each case is held against that stage of this tree at the same shape. Both
+sides are verified against float64, then timed in alternating rounds after an L2 flush
+(perfscope.timing.time_stage: the ratio is the other side's time over the case's, so
+above 1 the case is faster); the case is also timed against its cuBLAS reference. One JSON
+line per case goes to ``--out`` and a line of text to the terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from perfscope.errors import PerfscopeError  # noqa: E402
+from perfscope.kernels import get_spec  # noqa: E402
+from perfscope.kernels.fused_specs import small_m_for  # noqa: E402
+from perfscope.kernels.spec import KernelSpec, parse_params, parse_shape  # noqa: E402
+
+log = logging.getLogger("kernel_ab")
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One stage at one configuration, shape and dtype."""
+
+    spec: KernelSpec
+    shape_text: str
+    dtype: str
+
+
+def parse_stage(text: str) -> KernelSpec:
+    """``STAGE[:K=V,...]`` -> the stage's spec with those parameters."""
+    name, _, params = text.partition(":")
+    spec = get_spec(name)
+    pinned = parse_params(params.split(",")) if params else {}
+    return spec.with_params(**pinned) if pinned else spec
+
+
+def parse_case(text: str) -> Case:
+    """``STAGE[:K=V,...]@MxNxK/DTYPE`` -> a Case; PerfscopeError names what is wrong."""
+    stage, at, rest = text.partition("@")
+    shape_text, slash, dtype = rest.partition("/")
+    if not at or not slash or not dtype:
+        raise PerfscopeError(f"case {text!r} is not STAGE[:K=V,...]@MxNxK/DTYPE")
+    spec = parse_stage(stage)
+    pinned = dict(parse_params(stage.partition(":")[2].split(","))) if ":" in stage else {}
+    spec = small_m_for(spec, parse_shape(shape_text), pinned)
+    return Case(spec, shape_text, dtype)
+
+
+def _spread(t) -> dict | None:
+    return None if t is None else {k: round(v, 4) for k, v in dataclasses.asdict(t).items()}
+
+
+def run_case(case: Case, other: KernelSpec, rounds: int) -> dict:
+    """Verify both sides, time them in alternating rounds, and the case against cuBLAS."""
+    from perfscope.bench import reference_spec
+    from perfscope.kernels.launch import prepare
+    from perfscope.timing import BenchOptions, time_stage
+    from perfscope.verify import verify
+
+    shape = parse_shape(case.shape_text)
+    new, old = prepare(case.spec, case.dtype, shape), prepare(other, case.dtype, shape)
+    verdicts = [verify(new, 1).verdict, verify(old, 1).verdict]
+    row = {"stage": case.spec.name, "params": case.spec.param_dict, "shape": case.shape_text,
+           "dtype": case.dtype, "other": {"stage": other.name, "params": other.param_dict,
+                                          "kernel_dir": str(other.kernel_dir)},
+           "verify": verdicts}
+    if verdicts != ["ok", "ok"]:
+        return row
+    opts = BenchOptions(runs=20, rounds=rounds, warmup=3)
+    t = time_stage(new, old, opts)
+    row.update(speed_over_other=_spread(t.ratio_to_reference), round_ratios=list(t.round_ratios),
+               time_ms=_spread(t.time_ms), other_time_ms=_spread(t.reference_time_ms),
+               sm_clock_mhz=_spread(t.sm_clock_mhz))
+    ref = prepare(reference_spec(case.dtype, case.spec), case.dtype, shape)
+    row["reference"] = ref.spec.name
+    row["vs_reference"] = _spread(time_stage(new, ref, BenchOptions(runs=20, rounds=5,
+                                                                    warmup=3)).ratio_to_reference)
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--case", action="append", required=True, help="STAGE[:K=V,...]@MxNxK/DTYPE")
+    side = ap.add_mutually_exclusive_group(required=True)
+    side.add_argument("--against", type=Path, help="another revision's perfscope/kernels folder")
+    side.add_argument("--versus", help="STAGE[:K=V,...] of this tree to hold each case against")
+    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+    try:
+        cases = [parse_case(c) for c in args.case]
+        versus = parse_stage(args.versus) if args.versus else None
+    except PerfscopeError as exc:
+        print(f"kernel_ab: {exc}", file=sys.stderr)
+        return 2
+    if args.against is not None and not (args.against / "hopper.cuh").is_file():
+        print(f"kernel_ab: {args.against} holds no perfscope kernels (no hopper.cuh)",
+              file=sys.stderr)
+        return 2
+    if args.rounds < 1:
+        print("kernel_ab: --rounds must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        print("kernel_ab: needs CuPy and an NVIDIA GPU, and this machine has no CuPy",
+              file=sys.stderr)
+        return 2
+    with args.out.open("w") as out:
+        for case in cases:
+            if versus is not None:
+                other = small_m_for(versus, parse_shape(case.shape_text))
+            else:
+                other = dataclasses.replace(case.spec, kernel_dir=args.against.resolve())
+            row = run_case(case, other, args.rounds)
+            out.write(json.dumps(row) + "\n")
+            out.flush()
+            s, r = row.get("speed_over_other") or {}, row.get("vs_reference") or {}
+            print(f"{case.spec.name} {case.shape_text} {case.dtype} {row['verify']}: "
+                  f"{s.get('median', float('nan')):.4f} ({s.get('min', float('nan')):.4f}-"
+                  f"{s.get('max', float('nan')):.4f}) of the other's speed; "
+                  f"{r.get('median', float('nan')):.4f} of {row.get('reference', '-')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
