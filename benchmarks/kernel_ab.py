@@ -33,6 +33,11 @@ from perfscope.kernels.spec import KernelSpec, parse_params, parse_shape  # noqa
 
 log = logging.getLogger("kernel_ab")
 
+# Launches per round, and rounds of the case against its cuBLAS reference (the comparison
+# with the other side takes --rounds).
+RUNS = 20
+REFERENCE_ROUNDS = 5
+
 
 @dataclasses.dataclass(frozen=True)
 class Case:
@@ -43,12 +48,12 @@ class Case:
     dtype: str
 
 
-def parse_stage(text: str) -> KernelSpec:
-    """``STAGE[:K=V,...]`` -> the stage's spec with those parameters."""
+def parse_stage(text: str) -> tuple[KernelSpec, dict[str, int]]:
+    """``STAGE[:K=V,...]`` -> the stage's spec with those parameters, and the parameters."""
     name, _, params = text.partition(":")
     spec = get_spec(name)
     pinned = parse_params(params.split(",")) if params else {}
-    return spec.with_params(**pinned) if pinned else spec
+    return (spec.with_params(**pinned) if pinned else spec), pinned
 
 
 def parse_case(text: str) -> Case:
@@ -57,8 +62,8 @@ def parse_case(text: str) -> Case:
     shape_text, slash, dtype = rest.partition("/")
     if not at or not slash or not dtype:
         raise PerfscopeError(f"case {text!r} is not STAGE[:K=V,...]@MxNxK/DTYPE")
-    spec = parse_stage(stage)
-    pinned = dict(parse_params(stage.partition(":")[2].split(","))) if ":" in stage else {}
+    spec, pinned = parse_stage(stage)
+    spec.check_dtype(dtype)
     spec = small_m_for(spec, parse_shape(shape_text), pinned)
     return Case(spec, shape_text, dtype)
 
@@ -83,15 +88,15 @@ def run_case(case: Case, other: KernelSpec, rounds: int) -> dict:
            "verify": verdicts}
     if verdicts != ["ok", "ok"]:
         return row
-    opts = BenchOptions(runs=20, rounds=rounds, warmup=3)
+    opts = BenchOptions(runs=RUNS, rounds=rounds, warmup=3)
     t = time_stage(new, old, opts)
     row.update(speed_over_other=_spread(t.ratio_to_reference), round_ratios=list(t.round_ratios),
                time_ms=_spread(t.time_ms), other_time_ms=_spread(t.reference_time_ms),
                sm_clock_mhz=_spread(t.sm_clock_mhz))
     ref = prepare(reference_spec(case.dtype, case.spec), case.dtype, shape)
     row["reference"] = ref.spec.name
-    row["vs_reference"] = _spread(time_stage(new, ref, BenchOptions(runs=20, rounds=5,
-                                                                    warmup=3)).ratio_to_reference)
+    row["vs_reference"] = _spread(time_stage(new, ref, BenchOptions(
+        runs=RUNS, rounds=REFERENCE_ROUNDS, warmup=3)).ratio_to_reference)
     return row
 
 
@@ -107,7 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     try:
         cases = [parse_case(c) for c in args.case]
-        versus = parse_stage(args.versus) if args.versus else None
+        versus = parse_stage(args.versus)[0] if args.versus else None
+        for case in cases:
+            if versus is not None:
+                versus.check_dtype(case.dtype)
     except PerfscopeError as exc:
         print(f"kernel_ab: {exc}", file=sys.stderr)
         return 2
@@ -130,7 +138,13 @@ def main(argv: list[str] | None = None) -> int:
                 other = small_m_for(versus, parse_shape(case.shape_text))
             else:
                 other = dataclasses.replace(case.spec, kernel_dir=args.against.resolve())
-            row = run_case(case, other, args.rounds)
+            try:
+                row = run_case(case, other, args.rounds)
+            except PerfscopeError as exc:
+                # The lines already written stay: each was flushed as its case finished.
+                print(f"kernel_ab: {case.spec.name} at {case.shape_text} ({case.dtype}): {exc}",
+                      file=sys.stderr)
+                return 2
             out.write(json.dumps(row) + "\n")
             out.flush()
             s, r = row.get("speed_over_other") or {}, row.get("vs_reference") or {}

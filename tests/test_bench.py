@@ -254,7 +254,10 @@ def test_committed_h200_reference_is_consistent():
     for r in rows:
         assert r["stage"] == "hgemm_tma_wgmma_streamk" and r["shape"] == "8192x8192x8192"
         assert r["other"]["stage"] == "hgemm_tma_wgmma_persistent" and r["verify"] == ["ok", "ok"]
+        # Faster by the median and in two rounds of three or more: a lead, not one round's luck
+        # (the rounds spread over 0.96-1.14 at the power cap).
         assert r["speed_over_other"]["median"] > 1.01, r
+        assert sum(x > 1.0 for x in r["round_ratios"]) >= 2 * len(r["round_ratios"]) / 3, r
 
 
 def test_a_slower_stage_is_a_regression_only_beyond_the_rounds_spread():

@@ -373,47 +373,58 @@ def test_wgmma_ceiling_issues_the_stage_instruction():
 
 
 def _wgmma_groups(instructions) -> list[list[str]]:
-    """The instructions of each wgmma group: from a WARPGROUP.ARRIVE to the HGMMA that
-    ends the group (gsb0)."""
+    """The opcodes of each wgmma group: from a WARPGROUP.ARRIVE to the HGMMA/QGMMA that ends
+    the group (gsb0)."""
     groups, current = [], None
     for text in instructions:
-        op = text.split()[0] if text.split() else ""
-        if op.startswith("@"):
-            op = text.split()[1]
+        words = text.split()
+        op = (words[1] if words[0].startswith("@") else words[0]) if words else ""
         if op == "WARPGROUP.ARRIVE":
             current = []
         elif current is not None:
             current.append(op)
-            if op.startswith("HGMMA") and "gsb0" in text:
+            if op.startswith(("HGMMA", "QGMMA")) and "gsb0" in text:
                 groups.append(current)
                 current = None
     return groups
 
 
+# What a k tile's group may hold besides its MMAs: uniform-datapath instructions (U*), the
+# loop's predicates (ISETP) and NOPs; no per-thread arithmetic and no R2UR.
+_UNIFORM_GROUP = ("U", "HGMMA", "QGMMA", "NOP", "ISETP", "WARPGROUP")
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name, params", [
-    ("hgemm_tma_wgmma_persistent", {}),
-    ("hgemm_tma_wgmma_persistent", {"GROUP": 16, "STAGES": 4, "BOXES": 1, "DEFER": 1}),
-    ("hgemm_tma_wgmma_streamk", {}),
-    ("hgemm_small_m", {"BM": 128, "BN": 128, "AROWS": 128, "MPAIR": 2, "STAGES": 6}),
+@pytest.mark.parametrize("name, dtype, params", [
+    ("hgemm_tma_wgmma_persistent", "bf16", {}),
+    ("hgemm_tma_wgmma_persistent", "bf16", {"GROUP": 16, "STAGES": 4, "BOXES": 1, "DEFER": 1}),
+    ("hgemm_tma_wgmma_streamk", "bf16", {}),
+    ("hgemm_tma_wgmma_cluster", "bf16", {}),
+    ("hgemm_fused_bias_act", "bf16", {}),
+    ("hgemm_fused_quant", "bf16", {}),
+    ("hgemm_fp8", "fp8", {}),
+    ("hgemm_small_m", "bf16", {"BM": 128, "BN": 128, "AROWS": 128, "MPAIR": 2, "STAGES": 6}),
 ])
-def test_k_loop_builds_its_wgmma_descriptors_in_uniform_registers(name, params):
+def test_k_loop_builds_its_wgmma_descriptors_in_uniform_registers(name, dtype, params):
     """A k tile's wgmma descriptors are a uniform base plus constants (hop::wgmma_desc16 of
-    a warp-uniform fragment): no per-thread descriptor math and no R2UR between the group's
-    WARPGROUP.ARRIVE and its last HGMMA. Built per thread, they took about 2 R2UR and 5
+    a warp-uniform fragment): nothing but uniform instructions and predicates between the
+    group's WARPGROUP.ARRIVE and its last MMA. Built per thread, they took about 2 R2UR and 5
     other instructions per HGMMA (the persistent stage issued 27.0M instructions at 4096^3
     where cuBLAS issues 17.2M; now 19.4M); uniform, the stage ran 1.006x faster at 4096^3 and
-    hgemm_small_m's paired tiles 1.011-1.023x at M = 256 (H200, alternating rounds:
-    reports/reference/h200/probes/desc-uniform.jsonl)."""
+    hgemm_small_m 1.011-1.023x at M = 256 (H200, alternating rounds:
+    reports/reference/h200/probes/desc-uniform.jsonl). Not yet so: hgemm_tma_wgmma_ws (its
+    consumer index per thread), hgemm_small_m's 64-row tiles and hgemm_small_m_streamk (their
+    k loops' bounds come from the cluster rank, per thread to the compiler) and the
+    hgemm_fused_pingpong variant."""
     tool = disassembler_or_skip()
     from perfscope.sass.disasm import disassemble
 
     spec = get_spec(name).with_params(**params) if params else get_spec(name)
-    mod = compile_stage(spec, "bf16", "sm_90a")
-    expr = spec.name_expression("bf16")
+    mod = compile_stage(spec, dtype, "sm_90a")
+    expr = spec.name_expression(dtype)
     sass = disassemble(mod.cubin_path, tool).kernel(mod.mangled(expr))
     groups = _wgmma_groups(sass.instructions)
     assert groups, "no wgmma group found"
     for ops in groups:
-        assert sum(op.startswith("HGMMA") for op in ops) >= 4, ops
-        assert not [op for op in ops if op in ("R2UR", "LOP3.LUT", "SHF.R.U32.HI")], ops
+        assert sum(op.startswith(("HGMMA", "QGMMA")) for op in ops) >= 4, ops
+        assert [op for op in ops if not op.startswith(_UNIFORM_GROUP)] == [], ops

@@ -34,6 +34,10 @@ def test_small_m_takes_the_hosts_tile_unless_pinned(ab):
       "--versus", "hgemm_tma_wgmma_persistent"], "is not of the form NAME=INTEGER"),
     (["--case", "hgemm_tma_wgmma_persistent@4096x4096x4096/bf16", "--against", "."],
      "holds no perfscope kernels"),
+    (["--case", "hgemm_tma_wgmma_persistent@4096x4096x4096/fp32", "--against", "."],
+     "fp32"),
+    (["--case", "hgemm_fp8@4096x4096x4096/fp8", "--versus", "hgemm_tma_wgmma_persistent"],
+     "fp8"),
     (["--case", "hgemm_tma_wgmma_persistent@4096x4096x4096/bf16", "--versus",
       "hgemm_tma_wgmma_persistent", "--rounds", "0"], "--rounds must be at least 1"),
 ])

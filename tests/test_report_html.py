@@ -325,7 +325,9 @@ def test_keep_sources_moves_an_older_trees_copy_under_its_hash(tmp_path, monkeyp
     run = report_path.parent
     # The checkout's files only: the committed folder's own archives of older trees
     # (sources/<hash>/) are not part of the tree this test edits.
-    files_only = lambda d, names: [n for n in names if (Path(d) / n).is_dir()]  # noqa: E731
+    def files_only(folder, names):
+        return [n for n in names if (Path(folder) / n).is_dir()]
+
     shutil.copytree(REFERENCE / "sources", run / "sources", ignore=files_only)
     edited = tmp_path / "kernels"
     shutil.copytree(REFERENCE / "sources", edited, ignore=files_only)

@@ -178,9 +178,10 @@ def tail_split(name: str):
 
 SMALL_M_DECODE = "hgemm_small_m@BN=64,STAGES=12-bf16-64x8192x8192"
 SMALL_M_256 = "hgemm_small_m@AROWS=256,BM=256,STAGES=4-bf16-256x8192x8192"
-# The split-K decode kernel at 64x4096x4096: fused/ holds it pulling its partial (2026-12-02),
-# probes/ pushing it (2026-12-04); tests/fixtures/h200/fused holds the first split kernel.
-SMALL_M_PULLED = "hgemm_small_m@BN=64-bf16-64x4096x4096"
+# The split-K decode kernel at 64x4096x4096, one report name in two folders: fused/ holds it
+# pulling its partial (2026-12-02), probes/ pushing it (2026-12-04);
+# tests/fixtures/h200/fused holds the first split kernel.
+SMALL_M_SPLIT = "hgemm_small_m@BN=64-bf16-64x4096x4096"
 SMALL_M_SPLIT_OLD = "hgemm_small_m-bf16-64x8192x8192"
 
 
@@ -350,15 +351,6 @@ CASES: tuple[Case, ...] = (
     Case("PS124", False, "real", "cuBLASLt's default e4m3 nvjet: 34 FP operations per output "
          "element at K = 4096, its partial sums promoted in the k loop (PS125's)",
          lambda: fp8("cublaslt_fp8gemm_precise")),
-    Case("PS126", True, "real", "hgemm_small_m pulling its split-K partial between two cluster "
-         "barriers at 64x4096x4096: 13.2% membar stalls at ERRBAR and UCGABAR_ARV",
-         lambda: fused(SMALL_M_PULLED)),
-    Case("PS126", True, "real", "the 2-CTA split-K hgemm_small_m of 2026-12-01 at 64x8192x8192: "
-         "7.1% membar stalls at its cluster barrier", lambda: fused_fixture(SMALL_M_SPLIT_OLD)),
-    Case("PS126", False, "real", "the same shape with the partial pushed by st.async onto an "
-         "mbarrier: no membar stalls", lambda: probe(SMALL_M_PULLED)),
-    Case("PS126", False, "real", "cuBLAS's decode GEMM (split over K as well): 0% membar",
-         lambda: external("torch_decode_m16")),
     Case("PS125", True, "real", "cuBLASLt's default e4m3 nvjet promotes its partial sums every "
          "128 of K: 34 FP operations per output element, tensor pipe 86.8%",
          lambda: fp8("cublaslt_fp8gemm_precise")),
@@ -366,6 +358,15 @@ CASES: tuple[Case, ...] = (
          "the scale", lambda: fp8("cublaslt_fp8gemm")),
     Case("PS125", False, "real", "hgemm_fused_bias_act's bias + GELU: 7 per element, an "
          "epilogue (PS124's)", lambda: fused("hgemm_fused_bias_act-bf16-4096x4096x4096")),
+    Case("PS126", True, "real", "hgemm_small_m pulling its split-K partial between two cluster "
+         "barriers at 64x4096x4096: 13.2% membar stalls at ERRBAR and UCGABAR_ARV",
+         lambda: fused(SMALL_M_SPLIT)),
+    Case("PS126", True, "real", "the 2-CTA split-K hgemm_small_m of 2026-12-01 at 64x8192x8192: "
+         "7.1% membar stalls at its cluster barrier", lambda: fused_fixture(SMALL_M_SPLIT_OLD)),
+    Case("PS126", False, "real", "the same shape with the partial pushed by st.async onto an "
+         "mbarrier: no membar stalls", lambda: probe(SMALL_M_SPLIT)),
+    Case("PS126", False, "real", "cuBLAS's decode GEMM (split over K as well): 0% membar",
+         lambda: external("torch_decode_m16")),
     Case("PS124", False, "real", "hgemm_fused_quant with its bias held: one wait per wgmma, the "
          "idle pipe is the serialization's (PS145)", lambda: wgmma_pipeline("held")),
     Case("PS145", True, "real", "hgemm_fused_quant with its bias held: 1.00 WARPGROUP.DEPBAR per "
@@ -884,7 +885,7 @@ def test_fence_estimate_bounds_the_pushed_partials_saving_from_above():
     an upper bound must be, and within 2.5x of it (the receiver still waits for the bytes)."""
     import json
 
-    kp, kw = fused(SMALL_M_PULLED)
+    kp, kw = fused(SMALL_M_SPLIT)
     f = next(f for f in evaluate(kp, **kw).findings if f.code == "PS126")
     rows = json.loads((REFERENCE / "fused" / "probe-push.json").read_text())["rows"]
     saved = 1 - next(r["time_ratio"] for r in rows if r["shape"] == "64x4096x4096")
@@ -896,9 +897,20 @@ def test_fence_fix_for_a_fence_of_its_own():
     """A membar-stalled kernel with no cluster barrier among its hotspots gets the scoping
     advice, not the push (synthetic: the pulled kernel's hotspots without its cluster
     barriers; no capture shows a __threadfence() wait)."""
-    kp, kw = fused(SMALL_M_PULLED)
+    kp, kw = fused(SMALL_M_SPLIT)
     kp = dataclasses.replace(kp, hotspots=tuple(h for h in kp.hotspots
                                                 if not h.opcode.startswith("UCGABAR")))
     f = next(f for f in evaluate(kp, **kw).findings if f.code == "PS126")
     assert "fence.acq_rel.cluster" in f.fix and "st.async" not in f.fix
     assert any("ERRBAR" in str(e.value) for e in f.evidence)
+
+
+def test_fence_without_pc_sampling_names_both_fixes():
+    """A report without PC sampling cannot say where the fence sits: PS126 says so in its
+    evidence and gives both fixes, never the plain fence's alone (synthetic: the pulled
+    kernel's report with its hotspots removed)."""
+    kp, kw = fused(SMALL_M_SPLIT)
+    f = next(f for f in evaluate(dataclasses.replace(kp, hotspots=()), **kw).findings
+             if f.code == "PS126")
+    assert "st.async" in f.fix and "fence.acq_rel.cluster" in f.fix
+    assert any("not collected" in str(e.value) for e in f.evidence)

@@ -920,8 +920,9 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
         for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
             for (int j = 0; j < BN / 2; ++j) acc[mi][j] = 0.f;
-        // The consumer's first fragment as a warp-uniform value (lane 0's: tid / 128 is per-thread to the compiler), so
-        // the k loop's wgmma descriptors are built in uniform registers.
+        // The consumer's first fragment as a warp-uniform value (lane 0's: tid / 128 is
+        // per-thread to the compiler), so the k loop's wgmma descriptors are built in
+        // uniform registers.
         const int frag0 = __shfl_sync(0xFFFFFFFFu, c * MI, 0);
         for (int i = 0; i < nk; ++i) {
             const int s = i % STAGES;

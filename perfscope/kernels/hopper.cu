@@ -132,7 +132,8 @@
 //            cluster barriers after init and before exit. (Its own body until 2026-12-04,
 //            which staged the whole tile and so held 3 ring slots at most: 0.965 of cuBLAS
 //            at 4096^3 at best; on the template, at STAGES 4, GROUP 16, BOXES 1, DEFER 1,
-//            1.008, against the persistent stage's 1.019 at its tuned configuration.)
+//            1.007 / 1.008 (bf16 / fp16), 0.990 / 0.989 of the persistent stage at the same
+//            configuration, which is 1.021 / 1.019 of cuBLAS: probes/ in the reference run.)
 //   seed     000 §4 (clusters, TMA multicast)
 //
 // Written for perfscope from the PTX ISA (wgmma, cp.async.bulk.tensor, mbarrier,

@@ -51,7 +51,11 @@ __host__ __device__ constexpr unsigned long long wgmma_desc16(unsigned addr16, u
 static_assert(wgmma_desc16(0x3F400 >> 4, 16, 1024) == wgmma_desc(0x3F400, 16, 1024)
               && wgmma_desc16(0x2400 >> 4, 8192, 1024) == wgmma_desc(0x2400, 8192, 1024),
               "wgmma_desc16 is wgmma_desc of a 16-byte aligned address");
-
+// A ring slot's address as wgmma_desc16 takes it (slots are 1024-byte aligned, so >> 4
+// loses nothing). The mask keeps the low 18 bits, as wgmma_desc's does: without it the
+// 2-CTA cluster kernels computed wrong results on the H200 (their shared::cta addresses
+// carry bits above the CTA's 2^18 bytes).
+__device__ __forceinline__ unsigned desc_addr16(unsigned slot) { return (slot & 0x3FFFFu) >> 4; }
 
 // ------------------------------------------------------------------ wgmma issue
 __device__ __forceinline__ void wgmma_fence() {
@@ -167,16 +171,13 @@ struct Slot {
     static constexpr int K_STEPS = BK / 16;   // wgmma k16 steps per k tile
 
     // A rows 64*i .. 64*i+63, k16 step k.
-    // (Slots are 1024-byte aligned, so >> 4 loses nothing; the mask drops what a cluster
-    // launch's shared::cta addresses carry above the CTA's 2^18 bytes, as wgmma_desc's does.)
     static __device__ __forceinline__ unsigned long long a_desc(unsigned slot, int i, int k) {
-        return wgmma_desc16(slot16(slot) + (i * 64 * 128 + k * 32) / 16, 16, 1024);
+        return wgmma_desc16(desc_addr16(slot) + (i * 64 * 128 + k * 32) / 16, 16, 1024);
     }
     // All BN columns of B, k16 step k.
     static __device__ __forceinline__ unsigned long long b_desc(unsigned slot, int k) {
-        return wgmma_desc16(slot16(slot) + (A_BYTES + k * 16 * 128) / 16, B_ATOM_BYTES, 1024);
+        return wgmma_desc16(desc_addr16(slot) + (A_BYTES + k * 16 * 128) / 16, B_ATOM_BYTES, 1024);
     }
-    static __device__ __forceinline__ unsigned slot16(unsigned slot) { return (slot & 0x3FFFFu) >> 4; }
     // One TMA load of A (box 64 x BM) and BN/64 of B (box 64 x BK), all on `bar`.
     static __device__ __forceinline__ void load(unsigned slot, unsigned bar, const TensorMap2D* ta,
                                                 const TensorMap2D* tb, int m0, int n0, int kt) {

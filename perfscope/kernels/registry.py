@@ -406,10 +406,11 @@ REGISTRY: tuple[KernelSpec, ...] = (
                      "bandwidth, so halving B's L2 reads buys nothing while the pair's shared "
                      "slots make each CTA wait for the slower one. Since 2026-12-04 it is the "
                      "persistent template with CTA pairs (BOXES and DEFER, four ring slots "
-                     "possible): at STAGES 4, GROUP 16, BOXES 1, DEFER 1 it measured 1.008 of "
-                     "cuBLAS at 4096^3 and 0.986-0.989 of the persistent stage at the same "
-                     "configuration, 1.001-1.007 of it at 8192^3 (bf16 and fp16, alternating "
-                     "rounds).", **_HOPPER,
+                     "possible): at STAGES 4, GROUP 16, BOXES 1, DEFER 1 it measured 1.007 / "
+                     "1.008 of cuBLAS at 4096^3 and 0.990 / 0.989 of the persistent stage at "
+                     "the same configuration, 1.004 / 1.018 of it at 8192^3 (bf16 / fp16, "
+                     "alternating rounds, probes/cluster-template.jsonl). Its defaults stay the "
+                     "persistent stage's, the whole tile staged.", **_HOPPER,
                space=_SPACE_CLUSTER),
     # ------------------------------------------------------------------ cuBLAS references
     KernelSpec(name="cublas_sgemm", family="cublas", dtypes=("fp32",),

@@ -334,10 +334,17 @@ def _check_fence_bound(inputs: Inputs) -> Hit | None:
         Evidence("stall share of membar", round(share, 3), f">= {MEMBAR_MIN}"),
         Evidence(M_ISSUE_ACTIVE, round(100 * (1 - idle), 1), "- (the estimate's idle share)"),
     ]
-    if hottest:
-        evidence.append(Evidence("hottest fence instruction (membar samples at fences among "
-                                 "the hotspots)", f"{hottest} ({samples})", "-"))
-    how = _CLUSTER_FENCE_HOW if _cluster_fenced(p) else _PLAIN_FENCE_HOW
+    if not p.hotspots:
+        # No PC sampling: where the fence sits is unknown, never read as "not a cluster
+        # barrier"; both fixes are given.
+        evidence.append(Evidence("fence instructions (hotspots)", "not collected (no PC "
+                                 "sampling in the report)", "-"))
+        how = f"either {_CLUSTER_FENCE_HOW}; or {_PLAIN_FENCE_HOW}"
+    else:
+        if hottest:
+            evidence.append(Evidence("hottest fence instruction (membar samples at fences "
+                                     "among the hotspots)", f"{hottest} ({samples})", "-"))
+        how = _CLUSTER_FENCE_HOW if _cluster_fenced(p) else _PLAIN_FENCE_HOW
     return Hit(tuple(evidence), share * idle, fix_args=(("how", how),))
 
 
