@@ -62,6 +62,12 @@ FAMILIES: tuple[OpcodeFamily, ...] = (
     OpcodeFamily("barrier", "barriers BAR/SYNCS", ("BAR", "SYNCS", "WARPSYNC", "MEMBAR", "ARRIVES"),
                  meaning="bar.sync, mbarrier (SYNCS), fences"),
     OpcodeFamily("setmaxreg", "USETMAXREG", ("USETMAXREG",), meaning="setmaxnreg (sm_90a)"),
+    # A per-thread value moved into a uniform register: what a wgmma/tcgen05 descriptor or a
+    # TMA coordinate built in per-thread registers costs (hgemm_small_m's k loop did two per
+    # HGMMA until its descriptors were built uniform; cuBLAS's nvjet kernels issue none).
+    OpcodeFamily("r2ur", "to uniform R2UR", ("R2UR",),
+                 meaning="a per-thread register moved into a uniform one (descriptors, "
+                         "TMA coordinates built per thread)"),
 )
 
 FAMILY_BY_KEY: Mapping[str, OpcodeFamily] = {f.key: f for f in FAMILIES}

@@ -40,3 +40,25 @@ def test_grouping_preserves_every_family_instruction(hist):
 @given(st.text())
 def test_base_opcode_never_raises(text):
     assert isinstance(base_opcode(text), str)
+
+
+def test_per_thread_descriptors_show_as_r2ur_against_cublas():
+    """The persistent stage before its wgmma descriptors were built uniform (probes/, tree
+    37f5489) moved 2.0 per-thread values into uniform registers per HGMMA; the reference run's
+    persistent stage (uniform descriptors) 0.02, cuBLAS 0.007 (H200 reports)."""
+    from pathlib import Path
+
+    from perfscope.profile import load
+
+    ref = Path(__file__).resolve().parents[1] / "reports" / "reference" / "h200"
+    assert family_of("R2UR") == "r2ur"
+
+    def per_hgmma(path: Path) -> float:
+        (p,) = load(path)
+        return p.opcodes.families["r2ur"] / p.opcodes.executed["HGMMA"]
+
+    before = per_hgmma(ref / "probes" / ("hgemm_tma_wgmma_persistent@BOXES=1,DEFER=1,GROUP=16,"
+                                         "STAGES=4-bf16-4096x4096x4096.ncu-rep.xz"))
+    after = per_hgmma(ref / "hgemm_tma_wgmma_persistent-bf16-4096x4096x4096.ncu-rep.xz")
+    cublas = per_hgmma(ref / "cublas_bgemm-bf16-4096x4096x4096.ncu-rep.xz")
+    assert before > 1.9 and after < 0.05 and cublas < 0.01
