@@ -265,14 +265,39 @@ def archive_sources(out_dir: Path) -> list[Path]:
     return made
 
 
+_ARCHIVE_NAME = re.compile(r"[0-9a-f]{16}")
+
+
+def prune_archives(out_dir: Path) -> list[Path]:
+    """Remove the ``sources/<source hash>/`` folders that no run manifest in out_dir names
+    any more (its report replaced since by one of a later tree); the folders removed. Only
+    folders named like a source hash are touched, and a failure is a warning."""
+    target = out_dir / SOURCES_DIR
+    named = {h for _, h in _hashes_in_use(out_dir)}
+    gone = []
+    for folder in sorted(p for p in target.glob("*") if p.is_dir()):
+        if not _ARCHIVE_NAME.fullmatch(folder.name) or folder.name in named:
+            continue
+        try:
+            shutil.rmtree(folder)
+        except OSError as exc:
+            log.warning("not removing %s, which no report names: %s", folder, exc)
+            continue
+        gone.append(folder)
+        log.info("removed %s: no report in %s names that tree any more", folder, out_dir)
+    return gone
+
+
 def keep_sources(out_dir: Path) -> None:
     """Copy the ladder's CUDA sources beside the reports (``sources/``): the source view
     shows the lines that were compiled (the run manifests hold their hash) even after the
     checkout's files change. A report compiled from an older tree that the folder still
-    holds keeps that tree's sources under ``sources/<source hash>/`` (archive_sources)."""
+    holds keeps that tree's sources under ``sources/<source hash>/`` (archive_sources); a
+    tree no report names any more loses its folder (prune_archives)."""
     target = out_dir / SOURCES_DIR
     target.mkdir(exist_ok=True)
     archive_sources(out_dir)
+    prune_archives(out_dir)
     for src in sorted(KERNEL_DIR.glob("*.cu*")):
         shutil.copyfile(src, target / src.name)
     # The group references' elementwise pass is compiled from a string (kernels/epilogue.py).

@@ -354,6 +354,14 @@ def test_keep_sources_moves_an_older_trees_copy_under_its_hash(tmp_path, monkeyp
         assert profiling.archive_sources(run) == []
     assert any("odd.cu" in r.getMessage() for r in caplog.records)
     assert sorted(p.name for p in (run / "sources").iterdir() if p.is_dir()) == [old]
+    # A tree no report names any more (its report since replaced) loses its folder; a folder
+    # not named like a source hash is never touched.
+    stale, other = run / "sources" / "0123456789abcdef", run / "sources" / "notes"
+    for folder in (stale, other):
+        folder.mkdir()
+        (folder / "hgemm.cu").write_text("// kept once\n")
+    profiling.keep_sources(run)
+    assert sorted(p.name for p in (run / "sources").iterdir() if p.is_dir()) == [old, "notes"]
 
 
 def test_source_view_of_user_reports():
