@@ -666,6 +666,48 @@ def _stall_improvements(stalls: Sequence[StallShift]) -> list[Reason]:
             for s in stalls if s.delta <= -STALL_SHIFT_MIN]
 
 
+# Per-thread values moved into uniform registers (R2UR) per warpgroup/tcgen05 MMA from which
+# a kernel builds its MMA descriptors (or TMA coordinates) per thread: the persistent stage
+# did 2.0 per HGMMA before its descriptors were built uniform, cuBLAS's nvjet 0.007.
+R2UR_PER_MMA_MIN = 1.0
+# ... and how many times the other side's rate it must be to count as a difference.
+R2UR_RATIO_MIN = 4.0
+_ASYNC_MMA = ("HGMMA", "QGMMA", "IGMMA", "BGMMA")
+
+
+def _r2ur_per_mma(kp: KernelProfile) -> float | None:
+    """R2UR per warpgroup or tcgen05 MMA instruction; None without such MMAs or counters."""
+    executed = kp.opcodes.executed
+    if not executed:
+        return None
+    mma = sum(n for op, n in executed.items()
+              if op.split(".")[0] in _ASYNC_MMA or family_of(op) == "utcmma")
+    return kp.opcodes.families.get("r2ur", 0.0) / mma if mma else None
+
+
+def _descriptor_reason(mine_side: Diagnosed, other: Diagnosed, cut: bool) -> list[Reason]:
+    """One side builds its MMA descriptors per thread and the other does not, as their R2UR
+    per MMA say (no share of the gap: the instructions cost issue slots and latency, not a
+    countable share). cut: the per-thread side is B, the slower, and A the faster cut it;
+    else the per-thread side is A (slower, or faster for other reasons)."""
+    mine, theirs = _r2ur_per_mma(mine_side.profile), _r2ur_per_mma(other.profile)
+    if mine is None or theirs is None or mine < R2UR_PER_MMA_MIN \
+            or mine < R2UR_RATIO_MIN * max(theirs, 1e-9):
+        return []
+    who, other = ("B", "A") if cut else ("A", "B")
+    text = (f"{who} moves {mine:.2f} per-thread values into uniform registers (R2UR) per "
+            f"warpgroup MMA against {theirs:.2f} in {other}: its MMA descriptors are built in "
+            "per-thread registers")
+    if cut:
+        return [Reason(f"{text}; A builds them uniform, a cost A cut.", None, None, "",
+                       "descriptors")]
+    return [Reason(f"{text}.", None, None,
+                   "Build each k step's descriptors as a warp-uniform base plus constants: the "
+                   "consumer's warpgroup index by a lane-0 shuffle (threadIdx.x / 128 is "
+                   "per-thread to the compiler), the slot's address >> 4 added to the "
+                   "descriptor's address field.", "descriptors")]
+
+
 def _remaining(a: Diagnosed) -> tuple[Reason, ...]:
     """What A still has, by its own findings (shares of A's time, each fix alone)."""
     out = []
@@ -687,11 +729,13 @@ def _verdict(draft: ProfileDiff, shapes: tuple[LaunchShape, LaunchShape]
         gap = 1 - cycles_ratio
         d = _Direction(b, a, ("B", "A"), (shapes[1], shapes[0]))
         reasons = _reasons(d, draft.gone_findings, draft.only_a, draft.structure, gap)
+        reasons += _descriptor_reason(b, a, cut=True) or _descriptor_reason(a, b, cut=False)
         reasons += _stall_improvements(draft.stalls)[: max(0, VERDICT_REASONS - len(reasons))]
         return tuple(reasons[:VERDICT_REASONS]), True, gap
     gap = 1 - 1 / cycles_ratio if cycles_ratio else None
     d = _Direction(a, b, ("A", "B"), shapes)
     reasons = _reasons(d, draft.new_findings, draft.only_b, draft.structure, gap)
+    reasons += _descriptor_reason(a, b, cut=False)
     reasons += _stall_reasons(draft.stalls)[: max(0, VERDICT_REASONS - len(reasons))]
     return tuple(reasons[:VERDICT_REASONS]), False, gap
 

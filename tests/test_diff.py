@@ -574,3 +574,24 @@ def test_diff_says_how_much_of_the_time_is_the_clock():
     result = CliRunner().invoke(app, ["diff", str(fp16.path), str(bf16.path), "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["clock"] == note
+
+
+@needs_reference
+def test_diff_names_descriptors_built_per_thread():
+    """R2UR per warpgroup MMA tells per-thread MMA descriptors apart: the persistent stage
+    before its descriptors were built uniform (probes/, 2.01 per HGMMA) against cuBLAS
+    (0.01), and hgemm_small_m's paired tiles after (fused/) against before (probes/, 2.29):
+    a cost the faster side cut. The reference run's persistent stage against cuBLAS: none."""
+    probes, fused = REFERENCE / "probes", REFERENCE / "fused"
+    old = resolve(str(probes / "hgemm_tma_wgmma_persistent@BOXES=1,DEFER=1,GROUP=16,STAGES=4-"
+                               "bf16-4096x4096x4096.ncu-rep.xz"))
+    cublas = resolve(ref("cublas_bgemm", "bf16"))
+    [r] = [r for r in d.compare(old, cublas).verdict if r.kind == "descriptors"]
+    assert r.sentence.startswith("A moves 2.01 per-thread values") and "0.01 in B" in r.sentence
+    assert "lane-0 shuffle" in r.fix and r.estimated_gain is None
+    pair = "hgemm_small_m@AROWS=128,BM=128,MPAIR=2,STAGES=6-bf16-256x8192x8192.ncu-rep.xz"
+    result = d.compare(resolve(str(fused / pair)), resolve(str(probes / pair)))
+    [r] = [r for r in result.verdict if r.kind == "descriptors"]
+    assert result.improved and r.sentence.startswith("B moves 2.29") and "a cost A cut" in r.sentence
+    now = resolve(ref("hgemm_tma_wgmma_persistent", "bf16"))
+    assert not [r for r in d.compare(now, cublas).verdict if r.kind == "descriptors"]
