@@ -48,6 +48,7 @@ from perfscope.structure import (
     mma_fragment,
     modelled_share,
     slow_side_has_it,
+    warpgroup_mmas,
 )
 
 log = logging.getLogger(__name__)
@@ -666,23 +667,18 @@ def _stall_improvements(stalls: Sequence[StallShift]) -> list[Reason]:
             for s in stalls if s.delta <= -STALL_SHIFT_MIN]
 
 
-# Per-thread values moved into uniform registers (R2UR) per warpgroup/tcgen05 MMA from which
-# a kernel builds its MMA descriptors (or TMA coordinates) per thread: the persistent stage
+# Per-thread values moved into uniform registers (R2UR) per warpgroup MMA from which a
+# kernel builds its MMA descriptors (or TMA coordinates) per thread: the persistent stage
 # did 2.0 per HGMMA before its descriptors were built uniform, cuBLAS's nvjet 0.007.
 R2UR_PER_MMA_MIN = 1.0
 # ... and how many times the other side's rate it must be to count as a difference.
 R2UR_RATIO_MIN = 4.0
-_ASYNC_MMA = ("HGMMA", "QGMMA", "IGMMA", "BGMMA")
 
 
 def _r2ur_per_mma(kp: KernelProfile) -> float | None:
-    """R2UR per warpgroup or tcgen05 MMA instruction; None without such MMAs or counters."""
-    executed = kp.opcodes.executed
-    if not executed:
-        return None
-    mma = sum(n for op, n in executed.items()
-              if op.split(".")[0] in _ASYNC_MMA or family_of(op) == "utcmma")
-    return kp.opcodes.families.get("r2ur", 0.0) / mma if mma else None
+    """R2UR per warpgroup MMA instruction; None without such MMAs (or opcode counters)."""
+    mmas = warpgroup_mmas(kp)
+    return kp.opcodes.families.get("r2ur", 0.0) / mmas if mmas else None
 
 
 def _descriptor_reason(mine_side: Diagnosed, other: Diagnosed, cut: bool) -> list[Reason]:

@@ -180,6 +180,15 @@ def mma_fragment(mma: str | None) -> tuple[int, int] | None:
     return int(dims[0]), int(dims[1])
 
 
+# The warpgroup MMA opcodes (wgmma): what the pipeline and descriptor measures count per.
+WARPGROUP_MMA = ("HGMMA", "QGMMA", "IGMMA", "BGMMA")
+
+
+def warpgroup_mmas(kp: KernelProfile) -> float:
+    """Warpgroup MMA instructions executed (HGMMA, QGMMA, ...; 0 without them)."""
+    return sum(n for op, n in kp.opcodes.with_modifiers.items() if op.startswith(WARPGROUP_MMA))
+
+
 def _mma(kp: KernelProfile) -> str | None:
     for op in kp.opcodes.with_modifiers:       # most executed first
         if op.startswith(("HGMMA", "QGMMA", "IGMMA", "BGMMA", "HMMA", "UTCHMMA", "UTCQMMA")):
@@ -198,8 +207,7 @@ def launch_shape(kp: KernelProfile, manifest: RunManifest | None) -> LaunchShape
     block = kp.identity.block
     threads = math.prod(block) if block else None
     fast = kp.opcodes.has("gmma") or kp.opcodes.has("tma")
-    mmas = sum(n for op, n in kp.opcodes.with_modifiers.items()
-               if op.startswith(("HGMMA", "QGMMA", "IGMMA", "BGMMA")))
+    mmas = warpgroup_mmas(kp)
     waits = sum(n for op, n in kp.opcodes.with_modifiers.items()
                 if op.startswith("WARPGROUP.DEPBAR"))
     return LaunchShape(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from perfscope.families import base_opcode
 from perfscope.hardware import TENSOR_PIPE_ACTIVE_PRACTICAL, TENSOR_PIPE_PRACTICAL
 from perfscope.metrics import (
     M_CYCLES,
@@ -284,16 +285,12 @@ _PLAIN_FENCE_HOW = (
     "per store")
 
 
-def _fence_hotspots(p) -> tuple[str, int]:
-    """The hottest fence instruction among the hotspots with membar samples, and the
-    membar samples at fence instructions summed ("", 0: none among the hotspots)."""
+def _fence_hotspots(p) -> list[tuple[str, int]]:
+    """(opcode, membar samples) of the fence instructions among the hotspots that carry
+    membar samples."""
     fences = [(h.opcode, dict(h.reasons).get("membar", 0)) for h in p.hotspots
-              if h.opcode.split(".")[0] in FENCE_OPCODES]
-    fences = [(op, n) for op, n in fences if n > 0]
-    if not fences:
-        return "", 0
-    hottest = max(fences, key=lambda f: f[1])[0]
-    return hottest, sum(n for _, n in fences)
+              if base_opcode(h.opcode) in FENCE_OPCODES]
+    return [(op, n) for op, n in fences if n > 0]
 
 
 def _check_fence_bound(inputs: Inputs) -> Hit | None:
@@ -329,7 +326,7 @@ def _check_fence_bound(inputs: Inputs) -> Hit | None:
     if share < MEMBAR_MIN:
         return None
     idle = _idle(p)
-    hottest, samples = _fence_hotspots(p)
+    fences = _fence_hotspots(p)
     evidence = [
         Evidence("stall share of membar", round(share, 3), f">= {MEMBAR_MIN}"),
         Evidence(M_ISSUE_ACTIVE, round(100 * (1 - idle), 1), "- (the estimate's idle share)"),
@@ -341,17 +338,14 @@ def _check_fence_bound(inputs: Inputs) -> Hit | None:
                                  "sampling in the report)", "-"))
         how = f"either {_CLUSTER_FENCE_HOW}; or {_PLAIN_FENCE_HOW}"
     else:
-        if hottest:
+        if fences:
+            hottest = max(fences, key=lambda f: f[1])[0]
             evidence.append(Evidence("hottest fence instruction (membar samples at fences "
-                                     "among the hotspots)", f"{hottest} ({samples})", "-"))
-        how = _CLUSTER_FENCE_HOW if _cluster_fenced(p) else _PLAIN_FENCE_HOW
+                                     "among the hotspots)",
+                                     f"{hottest} ({sum(n for _, n in fences)})", "-"))
+        cluster = any(base_opcode(op) == "UCGABAR_ARV" for op, _ in fences)
+        how = _CLUSTER_FENCE_HOW if cluster else _PLAIN_FENCE_HOW
     return Hit(tuple(evidence), share * idle, fix_args=(("how", how),))
-
-
-def _cluster_fenced(p) -> bool:
-    """Whether a cluster barrier's arrive is among the membar-stalled hotspots."""
-    return any(h.opcode.startswith("UCGABAR_ARV") and dict(h.reasons).get("membar", 0) > 0
-               for h in p.hotspots)
 
 
 FENCE_BOUND = Rule(
