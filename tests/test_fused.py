@@ -294,7 +294,9 @@ def test_stage_compiles_without_spills_and_runs_on_tma_and_wgmma(name, act, resi
         # before the stream, so only a residual is prefetched into L2.
         assert bases["UCGABAR_ARV"] > 0 and bases["UCGABAR_WAIT"] > 0
         assert (bases["UBLKPF"] > 0) == bool(residual)
-        assert (bases["USETMAXREG"] > 0) == (spec.param_dict["BM"] > 64)
+        # setmaxnreg on both sides, one consumer warpgroup too: after it ptxas keeps the k
+        # loop's wgmma descriptors in uniform registers (tests/test_hopper.py).
+        assert bases["USETMAXREG"] >= 2
     else:
         assert bases["USETMAXREG"] >= 2
         assert (bases["UBLKPF"] > 0) == bool(residual)   # the residual's L2 prefetch
@@ -978,7 +980,7 @@ def test_fused_check_summary_gives_the_bound_of_a_kernel_at_the_reads_rate():
     lines = fc.summary(record).splitlines()
     assert lines[1].split()[-2:] == ["bound", "%copy"]
     (decode,) = [line for line in lines if line.split()[:4] == ["bf16", "16", "8192", "8192"]]
-    assert "1.16" in decode.split()
+    assert "1.15" in decode.split()
     # No read timed (M = 4096 rows, or an older check): no bound, said as "-".
     big = next(e for e in record["timing"] if e["m"] == 4096)
     assert fc.read_bound(big) is None
