@@ -875,7 +875,7 @@ def table(record: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-SHORT = {BIAS_ACT: "bias_act", SMALL_M: "small_m", STREAMK: "small_m_sk",
+SHORT = {BIAS_ACT: "bias_act", SMALL_M: "small_m", STREAMK: "small_m_sk", PINGPONG: "pingpong",
          **{f"{SMALL_M} BN={w}": f"small_m/{w}" for w in SMALL_M_WIDTHS}}
 BASELINES = ("cublas+elementwise", "torch matmul+add+gelu", "cuBLASLt GELU_BIAS (nvmath)")
 

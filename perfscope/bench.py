@@ -196,10 +196,28 @@ def is_cuda_error(exc: BaseException) -> bool:
     return type(exc).__module__.startswith(("cupy", "cupy_backends"))
 
 
-def _run_one(job: Job, opts: BenchOptions, refs: dict) -> tuple[Prepared, Verification,
-                                                               Timing | None]:
+def _at_defaults(spec: KernelSpec) -> bool:
+    try:
+        return at_defaults(spec.param_dict, get_spec(spec.name).param_dict)
+    except PerfscopeError:   # a spec the registry does not hold (kernel_ab's other side)
+        return False
+
+
+def _parent_for(job: Job, prep: Prepared, steps: dict) -> Prepared | None:
+    """The job's parent stage as this run prepared and verified it, when both are at their
+    defaults and compute the same epilogue (a ladder step bench times head to head)."""
+    parent = steps.get((job.spec.parent, job.dtype, job.shape)) if job.spec.parent else None
+    if parent is None or not _at_defaults(job.spec) or parent.epilogue != prep.epilogue:
+        return None
+    return parent
+
+
+def _run_one(job: Job, opts: BenchOptions, refs: dict,
+             steps: dict) -> tuple[Prepared, Verification, Timing | None]:
     prep = prepare(job.spec, job.dtype, job.shape)
     verdict = verify(prep, opts.seed, quant_scale=opts.quant_scale)
+    if verdict.verdict == OK and not job.spec.is_reference and _at_defaults(job.spec):
+        steps[(job.spec.name, job.dtype, job.shape)] = prep
     if verdict.verdict != OK or not opts.time:
         return prep, verdict, None
     ref = None
@@ -215,7 +233,7 @@ def _run_one(job: Job, opts: BenchOptions, refs: dict) -> tuple[Prepared, Verifi
             log.warning("%s %s (%s); no ratio for %s", rspec.name,
                         "refused the shape" if rver.verdict == REFUSED else "failed its own check",
                         rver.detail, job.spec.name)
-    return prep, verdict, time_stage(prep, ref, opts)
+    return prep, verdict, time_stage(prep, ref, opts, _parent_for(job, prep, steps))
 
 
 def _prepared_reference(rspec: KernelSpec, job: Job,
@@ -241,12 +259,15 @@ def run_jobs(jobs: Sequence[Job], opts: BenchOptions,
     cp = require_gpu()
     env = env or collect_environment(cp)
     refs: dict[tuple[str, str, Shape], tuple[Prepared, Verification]] = {}
+    # Stages verified at their defaults, for the ladder steps above them (ladder order runs
+    # a parent before its children).
+    steps: dict[tuple[str, str, Shape], Prepared] = {}
     for job in jobs:
         if job.refusal is not None:
             yield make_manifest(job, Verification(REFUSED, detail=job.refusal), environment=env)
             continue
         try:
-            prep, verdict, timing = _run_one(job, opts, refs)
+            prep, verdict, timing = _run_one(job, opts, refs, steps)
         except Exception as exc:
             if not isinstance(exc, PerfscopeError) and not is_cuda_error(exc):
                 raise
@@ -302,11 +323,17 @@ class ParentStep:
     stage: str
     dtype: str
     parent: str
-    speedup: float  # stage median TFLOP/s over parent median TFLOP/s
+    # Head to head (the parent timed in the stage's own rounds): the median of the parent's
+    # time over the stage's per round. Otherwise the stage's median TFLOP/s over the
+    # parent's, from separate rounds.
+    speedup: float
     variant: bool
-    # Whether the two rounds' ratios to the reference do not overlap: every round of the
-    # slower one below every round of the faster (no ratios: the medians alone decide).
+    # Whether the speedup is beyond the rounds' spread: head to head, every round on the
+    # same side of 1; otherwise the two stages' ratios to the reference do not overlap,
+    # every round of the slower one below every round of the faster (no ratios: the
+    # medians alone decide).
     apart: bool = True
+    head_to_head: bool = False
 
     @property
     def regression(self) -> bool:
@@ -328,7 +355,13 @@ def parent_steps(manifests: Sequence[RunManifest]) -> list[ParentStep]:
     steps = []
     for (stage, dtype, shape), m in timed.items():
         parent = timed.get((m.parent, dtype, shape)) if m.parent else None
-        if parent is not None:
+        if parent is None:
+            continue
+        h2h = m.timing.step_ratio(parent.stage)
+        if h2h is not None:
+            steps.append(ParentStep(stage, dtype, parent.stage, h2h.median, m.variant,
+                                    h2h.max < 1.0 or h2h.min > 1.0, head_to_head=True))
+        else:
             steps.append(ParentStep(stage, dtype, parent.stage,
                                     m.timing.tflops.median / parent.timing.tflops.median,
                                     m.variant, _apart(m.timing, parent.timing)))

@@ -6,7 +6,10 @@ the way the rules compose a kernel's findings (the largest per overlap group, gr
 independent savings, capped at the parent's headroom), and the measurement is the share
 of the parent's time the child saved in the same bench run:
 
-    measured = 1 - parent TFLOP/s / child TFLOP/s    (both event-timed, same dtype and shape)
+    measured = 1 - child time / parent time    (both event-timed, same dtype and shape)
+
+from the parent timed in the child's own rounds where bench did so (Timing.step_ratio),
+else from the medians of their separate rounds.
 
 A step that saved 10% or more with no addressed finding predicting it is a rule gap.
 Variants (kept as declared alternatives, or slow on purpose) are shown and not counted.
@@ -132,7 +135,12 @@ def calibrate(records: Sequence[Diagnosed], bench: BenchFile, catalogue: Catalog
         t_child, t_parent = timed.get((name, dtype, shape)), timed.get((info.parent, dtype, shape))
         if t_child is None or t_parent is None:
             continue
-        measured = 1 - t_parent.timing.tflops.median / t_child.timing.tflops.median
+        # Head to head when bench timed the parent in the child's rounds; else the medians
+        # of separate rounds.
+        h2h = t_child.timing.step_ratio(info.parent)
+        speedup = (h2h.median if h2h is not None
+                   else t_child.timing.tflops.median / t_parent.timing.tflops.median)
+        measured = 1 - 1 / speedup
         fired = [(f.code, f.estimated_gain) for f in parent.evaluation.findings
                  if f.code in info.addresses and f.estimated_gain is not None]
         groups = {f.code: f.group for f in parent.evaluation.findings}

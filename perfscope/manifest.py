@@ -107,16 +107,29 @@ class Timing:
     # where no flush ran (ncu's own durations, dry runs). Files written before the field
     # existed all flushed by writing.
     l2_flush: str = "write"
+    # The parent stage timed in the same rounds (bench, when the run holds it at its
+    # defaults and it computes the same epilogue): the parent's time over the stage's, one
+    # per round, so above 1 the stage is faster. Absent in files written before.
+    parent: str | None = None
+    ratio_to_parent: Spread | None = None
+    parent_round_ratios: tuple[float, ...] = ()
+
+    def step_ratio(self, parent: str) -> Spread | None:
+        """The parent's time over the stage's, one per round, when ``parent`` was timed in
+        this stage's own rounds (None otherwise)."""
+        return self.ratio_to_parent if self.parent == parent else None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Timing:
         """A Timing from its asdict() form (the Spreads and round ratios rebuilt)."""
         t = dict(data)
         for key in ("time_ms", "tflops", "reference_time_ms", "reference_tflops",
-                    "ratio_to_reference", "sm_clock_mhz", "reference_sm_clock_mhz"):
+                    "ratio_to_reference", "sm_clock_mhz", "reference_sm_clock_mhz",
+                    "ratio_to_parent"):
             if t.get(key) is not None:
                 t[key] = Spread(**t[key])
         t["round_ratios"] = tuple(t.get("round_ratios", ()))
+        t["parent_round_ratios"] = tuple(t.get("parent_round_ratios", ()))
         return cls(**t)
 
 

@@ -154,46 +154,59 @@ def _median(values: Sequence[float]) -> float:
     return Spread.of(list(values)).median
 
 
-def time_stage(prep: Prepared, ref: Prepared | None, opts: BenchOptions) -> Timing:
-    """Alternating rounds of the stage and its reference; one ratio per round."""
+def time_stage(prep: Prepared, ref: Prepared | None, opts: BenchOptions,
+               parent: Prepared | None = None) -> Timing:
+    """Alternating rounds of the stage, its reference and (when given) its parent stage; one
+    ratio per round against each. The parent is timed in the same rounds so that a ladder
+    step is measured head to head: medians of separate rounds drift with the clock, and at
+    the power cap they contradicted a head-to-head run (8192^3 bf16, stream-K against the
+    persistent stage: 0.98 by the bench medians, 1.02 head to head)."""
     cp = require_gpu()
-    if ref is not None and ref.epilogue != prep.epilogue:
-        raise PerfscopeError(f"{prep.spec.name} and {ref.spec.name} compute different epilogues "
-                             "and cannot be timed against each other")
+    for other in (ref, parent):
+        if other is not None and other.epilogue != prep.epilogue:
+            raise PerfscopeError(f"{prep.spec.name} and {other.spec.name} compute different "
+                                 "epilogues and cannot be timed against each other")
     timer = _Timer(cp, prep, opts)
-    timer.warm(prep)
-    if ref is not None:
-        timer.warm(ref)
-    stage_t: list[float] = []
-    ref_t: list[float] = []
-    stage_clk: list[float] = []
-    ref_clk: list[float] = []
-    ratios: list[float] = []
+    sides = [("stage", prep)] + [(who, p) for who, p in (("ref", ref), ("parent", parent))
+                                 if p is not None]
+    for _, p in sides:
+        timer.warm(p)
+    times: dict[str, list[float]] = {who: [] for who, _ in sides}
+    clocks: dict[str, list[float]] = {who: [] for who, _ in sides}
+    ratios: dict[str, list[float]] = {who: [] for who, _ in sides[1:]}
     for r in range(opts.rounds):
-        order = [("stage", prep), ("ref", ref)] if r % 2 == 0 else [("ref", ref), ("stage", prep)]
+        # Each round in another order (the stage first, then last, ...), so no side always
+        # runs right after the same other one.
+        k = r % len(sides)
+        order = sides[k:] + sides[:k] if len(sides) > 2 else (sides if r % 2 == 0 else sides[::-1])
         medians = {}
         for who, p in order:
-            if p is None:
-                continue
             got = timer.batch(p)
-            (stage_t if who == "stage" else ref_t).extend(got.times_ms)
-            (stage_clk if who == "stage" else ref_clk).extend(got.clocks)
+            times[who].extend(got.times_ms)
+            clocks[who].extend(got.clocks)
             medians[who] = _median(got.times_ms)
-        if "ref" in medians:
-            ratios.append(medians["ref"] / medians["stage"])
+        for who in ratios:
+            ratios[who].append(medians[who] / medians["stage"])
     flops = prep.shape.flops
 
-    def tflops(times: list[float]) -> Spread:
-        return Spread.of([flops / (t * 1e-3) / 1e12 for t in times])
+    def tflops(values: list[float]) -> Spread:
+        return Spread.of([flops / (t * 1e-3) / 1e12 for t in values])
 
+    def spread(values: list[float]) -> Spread | None:
+        return Spread.of(values) if values else None
+
+    ref_t, ref_ratios = times.get("ref", []), ratios.get("ref", [])
     return Timing(
         runs_per_round=opts.runs, rounds=opts.rounds, warmup=opts.warmup,
-        l2_flush_bytes=opts.l2_flush_bytes, l2_flush=opts.l2_flush, time_ms=Spread.of(stage_t),
-        tflops=tflops(stage_t),
+        l2_flush_bytes=opts.l2_flush_bytes, l2_flush=opts.l2_flush,
+        time_ms=Spread.of(times["stage"]), tflops=tflops(times["stage"]),
         reference=ref.spec.name if ref is not None else None,
-        reference_time_ms=Spread.of(ref_t) if ref_t else None,
+        reference_time_ms=spread(ref_t),
         reference_tflops=tflops(ref_t) if ref_t else None,
-        ratio_to_reference=Spread.of(ratios) if ratios else None,
-        round_ratios=tuple(ratios),
-        sm_clock_mhz=Spread.of(stage_clk) if stage_clk else None,
-        reference_sm_clock_mhz=Spread.of(ref_clk) if ref_clk else None)
+        ratio_to_reference=spread(ref_ratios),
+        round_ratios=tuple(ref_ratios),
+        sm_clock_mhz=spread(clocks["stage"]),
+        reference_sm_clock_mhz=spread(clocks.get("ref", [])),
+        parent=parent.spec.name if parent is not None else None,
+        ratio_to_parent=spread(ratios.get("parent", [])),
+        parent_round_ratios=tuple(ratios.get("parent", [])))

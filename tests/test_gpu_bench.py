@@ -127,6 +127,26 @@ def test_timing_produces_a_ratio():
     assert m.environment is not None and m.environment.gpu
 
 
+def test_a_child_is_timed_against_its_parent_in_the_same_rounds():
+    """A run holding a stage and its parent (both at their defaults) times the parent in the
+    child's rounds: one ratio per round, and parent_steps reads the step from them. A child
+    at other parameters gets none (a step is the defaults')."""
+    shape = Shape(512, 512, 512)
+    jobs = bench.plan(["hgemm_naive", "hgemm_bcf"], ["fp16"], shape)
+    odd = bench.plan(["hgemm_bcf"], ["fp16"], shape, {"GROUP": 4})
+    opts = bench.BenchOptions(runs=3, rounds=3, warmup=1, l2_flush_bytes=1 << 24)
+    parent, child, *rest = list(bench.run_jobs(jobs + odd, opts))
+    assert parent.timing.parent is None and parent.timing.parent_round_ratios == ()
+    t = child.timing
+    assert t.parent == "hgemm_naive" and len(t.parent_round_ratios) == 3
+    assert t.ratio_to_parent.median > 1.0   # the bank-conflict-free tiles beat the naive kernel
+    assert len(t.round_ratios) == 3 and t.reference == "cublas_hgemm"
+    (step,) = bench.parent_steps([parent, child])
+    assert step.head_to_head and step.speedup == t.ratio_to_parent.median
+    for m in rest:
+        assert m.timing.parent is None
+
+
 @pytest.mark.parametrize("mode", ["read", "write"])
 def test_l2_flush_evicts_what_the_last_launch_read(mode):
     """After either flush, a read of 32 MiB (which the 60 MiB L2 holds) takes longer than

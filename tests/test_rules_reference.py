@@ -283,6 +283,33 @@ def test_calibration_over_the_ladder_steps():
     assert c.missed == (), [f"{s.parent} -> {s.child}" for s in c.missed]
 
 
+def test_calibration_measures_a_step_timed_head_to_head_from_its_rounds():
+    """Where bench timed the parent in the child's rounds, the measured saving is 1 - 1 / the
+    median of those rounds' ratios, not the two medians of separate rounds."""
+    import dataclasses
+
+    from perfscope.manifest import Spread
+
+    cat = default_catalogue()
+    bench = BenchFile.read(REFERENCE / "bench.json")
+    before = {(s.child, s.dtype): s for s in calibrate(ladder(), bench, cat).steps}
+    child, parent = "hgemm_tma_wgmma_persistent", "hgemm_tma_wgmma_ws"
+    rounds = (1.20, 1.25, 1.30)
+    changed = BenchFile(manifests=tuple(
+        dataclasses.replace(m, timing=dataclasses.replace(
+            m.timing, parent=parent, ratio_to_parent=Spread.of(list(rounds)),
+            parent_round_ratios=rounds))
+        if m.stage == child and m.timing is not None else m for m in bench.manifests),
+        environment=bench.environment)
+    after = {(s.child, s.dtype): s for s in calibrate(ladder(), changed, cat).steps}
+    for dtype in ("fp16", "bf16"):
+        assert after[(child, dtype)].measured == round(1 - 1 / 1.25, 4)
+        assert after[(child, dtype)].measured != before[(child, dtype)].measured
+        assert after[(child, dtype)].predicted == before[(child, dtype)].predicted
+    assert {k: v for k, v in after.items() if k[0] != child} == \
+        {k: v for k, v in before.items() if k[0] != child}
+
+
 def test_the_ping_pong_step_is_a_miss_on_record():
     """hgemm_fused_pingpong is the change PS124 asks for: the calibration keeps its
     prediction (0.034 saved; 0.042 before the k loops built their wgmma descriptors in

@@ -209,7 +209,7 @@ def _rules(doc: RuleTable, color: bool = False, width: int | None = None) -> str
 
 
 BENCH_COLUMNS = ("stage", "dtype", "MxNxK", "verdict", "rel err", "TFLOP/s median (min-max)",
-                 "vs cuBLAS median (min-max)", "NVML MHz", "regs")
+                 "vs cuBLAS median (min-max)", "vs parent, same rounds", "NVML MHz", "regs")
 
 
 def _spread_text(s: Spread | None, fmt: str = "{:.1f}") -> str:
@@ -229,8 +229,13 @@ def bench_rows(doc: BenchSummary) -> list[tuple[str, ...]]:
                                           if res.get("spill_stores") else "")) if res else "-"
         verdict = v.verdict if v.verdict == "ok" else f"{v.verdict}: {v.detail}"
         clock = f"{t.sm_clock_mhz.median:.0f}" if t and t.sm_clock_mhz else "-"
+        # The parent's time over the stage's in the stage's own rounds (bench times a ladder
+        # step so when the run holds both at their defaults).
+        step = (f"{_spread_text(t.ratio_to_parent, '{:.2f}')} {t.parent}"
+                if t and t.ratio_to_parent else "-")
         rows.append((label, m.dtype, m.shape, verdict, err, _spread_text(t.tflops) if t else "-",
-                     _spread_text(t.ratio_to_reference, "{:.2f}") if t else "-", clock, regs))
+                     _spread_text(t.ratio_to_reference, "{:.2f}") if t else "-", step, clock,
+                     regs))
     return rows
 
 

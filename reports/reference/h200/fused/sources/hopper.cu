@@ -115,18 +115,25 @@
 //
 // hgemm_tma_wgmma_cluster (a variant: measured slower than its parent on the H200)
 //   template <typename T, int BM = 128, int BN = 256, int BK = 64, int STAGES = 3,
-//             int GROUP = 8>
-//   threads  384, 1-D, roles as in hgemm_tma_wgmma_ws
+//             int GROUP = 8, int BOXES = 4, int DEFER = 0>
+//   threads  384, 1-D, roles as in hgemm_tma_wgmma_persistent
 //   cluster  (2, 1, 1), a cuLaunchKernelEx launch attribute; %cluster_ctarank picks the row
 //   grid     dim3(min(2 * pairs, 2 * co-resident clusters)), pairs = ceil(tiles_m / 2) *
 //            tiles_n; each cluster walks pairs of vertically adjacent tiles in grouped order
-//   smem     as hgemm_tma_wgmma_persistent
+//            (GROUP / 2 pair rows per group)
+//   smem     as hgemm_tma_wgmma_persistent (ring plus BOXES staging boxes per consumer)
 //   parent   hgemm_tma_wgmma_persistent
-//   how      The two CTAs of a cluster share each B tile: each loads its own A and half of
-//            B's 64-column atoms with cp.async.bulk.tensor .multicast::cluster into both
-//            CTAs; each slot's "empty" mbarrier counts one arrive per consumer warp of both
-//            CTAs (mapa + remote mbarrier.arrive), so neither CTA overwrites a slot its peer
-//            still reads; cluster barriers after init and before exit.
+//   how      The persistent template's body (hop::persistent_gemm with CLUSTER = 2, its
+//            BOXES and DEFER options, no stream-K) with the two CTAs of a cluster sharing
+//            each B tile: each loads its own A and half of B's 64-column atoms with
+//            cp.async.bulk.tensor .multicast::cluster into both CTAs; each slot's "empty"
+//            mbarrier counts one arrive per consumer warp of both CTAs (mapa + remote
+//            mbarrier.arrive), so neither CTA overwrites a slot its peer still reads;
+//            cluster barriers after init and before exit. (Its own body until 2026-12-04,
+//            which staged the whole tile and so held 3 ring slots at most: 0.965 of cuBLAS
+//            at 4096^3 at best; on the template, at STAGES 4, GROUP 16, BOXES 1, DEFER 1,
+//            1.007 / 1.008 (bf16 / fp16), 0.990 / 0.989 of the persistent stage at the same
+//            configuration, which is 1.021 / 1.019 of cuBLAS: probes/ in the reference run.)
 //   seed     000 §4 (clusters, TMA multicast)
 //
 // Written for perfscope from the PTX ISA (wgmma, cp.async.bulk.tensor, mbarrier,
@@ -248,74 +255,12 @@ hgemm_tma_wgmma_persistent(const __grid_constant__ TensorMap2D tmap_a,
 }
 
 // ========================================================================== stage 4
-template <typename T, int BM, int BN, int BK, int STAGES, int GROUP>
+template <typename T, int BM, int BN, int BK, int STAGES, int GROUP, int BOXES, int DEFER>
 __global__ void __launch_bounds__(384, 1)
 hgemm_tma_wgmma_cluster(const __grid_constant__ TensorMap2D tmap_a,
                         const __grid_constant__ TensorMap2D tmap_b,
                         const __grid_constant__ TensorMap2D tmap_c, T* __restrict__ C,
                         int M, int N, int K) {
-    using namespace hop;
-    constexpr int CLUSTER = 2;   // launched with cluster dimensions (2, 1, 1)
-    static_assert(BM == 128, "two consumer warpgroups of 64 rows each");
-    static_assert(BN == 128 || BN == 256, "wgmma m64nBNk16 with BN 128 or 256");
-    static_assert(STAGES >= 2, "one slot would serialise every copy with every wgmma");
-    static_assert(GROUP % CLUSTER == 0, "groups of whole CTA pairs");
-    constexpr unsigned STAGING_BYTES = 64 * BN * 2;
-
-    __shared__ alignas(8) unsigned long long bars[2 * STAGES];
-    extern __shared__ unsigned char dyn_smem[];
-    const Ring<T, BM, BN, BK, STAGES, CLUSTER> ring{align1024(smem_u32(dyn_smem)),
-                                                    smem_u32(&bars[0]), smem_u32(&bars[STAGES])};
-    const unsigned staging0 = ring.ring + STAGES * Slot<BM, BN, BK>::BYTES;
-    const int tid = threadIdx.x, wg = tid / 128;
-    const unsigned rank = tma::cluster_rank();
-    const int KT = (K + BK - 1) / BK;
-    // The pair takes two vertically adjacent tiles (rows 2p and 2p + 1) of one column.
-    const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
-    const int pair_rows = (tiles_m + CLUSTER - 1) / CLUSTER, units = pair_rows * tiles_n;
-    const int first = blockIdx.x / CLUSTER, stride = gridDim.x / CLUSTER;
-
-    if (tid == 0) {
-        ring.init();
-        tma::prefetch_tmap(&tmap_a);
-        tma::prefetch_tmap(&tmap_b);
-        tma::prefetch_tmap(&tmap_c);
-    }
-    // Both CTAs' barriers are initialised before either multicasts or arrives remotely.
-    tma::cluster_sync();
-
-    if (wg == 0) {
-        setmaxnreg_dec<40>();
-        if (tid == 0) {
-            int it = 0;
-            for (int unit = first; unit < units; unit += stride) {
-                int pm, tn;
-                grouped_tile(unit, pair_rows, tiles_n, GROUP / CLUSTER, pm, tn);
-                const int m0 = (pm * CLUSTER + rank) * BM;
-                for (int kt = 0; kt < KT; ++kt, ++it)
-                    ring.produce(it, &tmap_a, &tmap_b, m0, tn * BN, kt, rank);
-            }
-        }
-    } else {
-        setmaxnreg_inc<232>();
-        const int half = wg - 1;
-        const unsigned staging = staging0 + half * STAGING_BYTES;
-        int it = 0;
-        for (int unit = first; unit < units; unit += stride) {
-            int pm, tn;
-            grouped_tile(unit, pair_rows, tiles_n, GROUP / CLUSTER, pm, tn);
-            const int m0 = (pm * CLUSTER + rank) * BM;
-            float acc[BN / 2];
-#pragma unroll
-            for (int j = 0; j < BN / 2; ++j) acc[j] = 0.f;
-            for (int kt = 0; kt < KT; ++kt, ++it) ring.consume(it, kt > 0, acc, half);
-            wgmma_wait<0>();
-            ring.release(it - 1);
-            // A second CTA past the last tile row (odd tile count) stores nothing: TMA clips.
-            store_tile_tma<T, BN>(acc, staging, &tmap_c, m0 + 64 * half, tn * BN, 1 + half);
-        }
-        if (tid % 128 == 0) tma::store_wait_all();
-    }
-    // No CTA leaves while its peer may still multicast into it or arrive on its barriers.
-    tma::cluster_sync();
+    hop::persistent_gemm<T, BM, BN, BK, STAGES, GROUP, hop::StoreEpilogue<T, BN, BOXES, DEFER>,
+                         0, 2>(&tmap_a, &tmap_b, &tmap_c, M, N, K, {});
 }

@@ -51,7 +51,11 @@ __host__ __device__ constexpr unsigned long long wgmma_desc16(unsigned addr16, u
 static_assert(wgmma_desc16(0x3F400 >> 4, 16, 1024) == wgmma_desc(0x3F400, 16, 1024)
               && wgmma_desc16(0x2400 >> 4, 8192, 1024) == wgmma_desc(0x2400, 8192, 1024),
               "wgmma_desc16 is wgmma_desc of a 16-byte aligned address");
-
+// A ring slot's address as wgmma_desc16 takes it (slots are 1024-byte aligned, so >> 4
+// loses nothing). The mask keeps the low 18 bits, as wgmma_desc's does: without it the
+// 2-CTA cluster kernels computed wrong results on the H200 (their shared::cta addresses
+// carry bits above the CTA's 2^18 bytes).
+__device__ __forceinline__ unsigned desc_addr16(unsigned slot) { return (slot & 0x3FFFFu) >> 4; }
 
 // ------------------------------------------------------------------ wgmma issue
 __device__ __forceinline__ void wgmma_fence() {
@@ -167,16 +171,13 @@ struct Slot {
     static constexpr int K_STEPS = BK / 16;   // wgmma k16 steps per k tile
 
     // A rows 64*i .. 64*i+63, k16 step k.
-    // (Slots are 1024-byte aligned, so >> 4 loses nothing; the mask drops what a cluster
-    // launch's shared::cta addresses carry above the CTA's 2^18 bytes, as wgmma_desc's does.)
     static __device__ __forceinline__ unsigned long long a_desc(unsigned slot, int i, int k) {
-        return wgmma_desc16(slot16(slot) + (i * 64 * 128 + k * 32) / 16, 16, 1024);
+        return wgmma_desc16(desc_addr16(slot) + (i * 64 * 128 + k * 32) / 16, 16, 1024);
     }
     // All BN columns of B, k16 step k.
     static __device__ __forceinline__ unsigned long long b_desc(unsigned slot, int k) {
-        return wgmma_desc16(slot16(slot) + (A_BYTES + k * 16 * 128) / 16, B_ATOM_BYTES, 1024);
+        return wgmma_desc16(desc_addr16(slot) + (A_BYTES + k * 16 * 128) / 16, B_ATOM_BYTES, 1024);
     }
-    static __device__ __forceinline__ unsigned slot16(unsigned slot) { return (slot & 0x3FFFFu) >> 4; }
     // One TMA load of A (box 64 x BM) and BN/64 of B (box 64 x BK), all on `bar`.
     static __device__ __forceinline__ void load(unsigned slot, unsigned bar, const TensorMap2D* ta,
                                                 const TensorMap2D* tb, int m0, int n0, int kt) {
@@ -704,6 +705,19 @@ __device__ __forceinline__ void for_each_unit(const StreamK<BN, STREAMK>& sk, F&
     }
 }
 
+// The units of a CTA: for_each_unit's, or with CTA pairs (CLUSTER = 2) the pair's whole
+// units (pairs of tiles), the cluster's index striding by the clusters.
+template <int CLUSTER, int STREAMK, int BN, typename F>
+__device__ __forceinline__ void for_each_pair_unit(const StreamK<BN, STREAMK>& sk, int pair_units,
+                                                   F&& unit) {
+    if constexpr (CLUSTER == 1) {
+        for_each_unit<STREAMK>(sk, unit);
+    } else {
+        for (int u = blockIdx.x / CLUSTER; u < pair_units; u += gridDim.x / CLUSTER)
+            unit(u, 0, sk.KT);
+    }
+}
+
 // ------------------------------------------------------------------ persistent body
 // The body of hgemm_tma_wgmma_persistent (threads, grid and smem as the header of
 // hopper.cu gives them), its epilogue an Epilogue policy: warpgroup 0 produces (thread 0
@@ -716,8 +730,13 @@ __device__ __forceinline__ void for_each_unit(const StreamK<BN, STREAMK>& sk, F&
 // same code (the epilogue is built per consumer thread before the tile loop; kt_prefetch is
 // an argument, not computed inside after_k_tile), and tests/test_fused.py holds
 // hgemm_tma_wgmma_persistent to the committed hopper.cu.
+// CLUSTER = 2 (hgemm_tma_wgmma_cluster): the grid is CTA pairs in 2-CTA clusters, each pair
+// walking units of two vertically adjacent tiles (tile rows 2p and 2p + 1 of one column) in
+// grouped order of GROUP / 2 pair rows; each CTA loads its A and half of the B tile they
+// share, multicast to both (Slot::load_pair), and a slot is free once both CTAs' consumers
+// have released it. Stream-K is not combined with it (the pair's k loops must match).
 template <typename T, int BM, int BN, int BK, int STAGES, int GROUP, typename Epilogue,
-          int STREAMK = 0>
+          int STREAMK = 0, int CLUSTER = 1>
 __device__ __forceinline__ void persistent_gemm(const TensorMap2D* tmap_a,
                                                 const TensorMap2D* tmap_b,
                                                 const TensorMap2D* tmap_c, int M, int N, int K,
@@ -726,19 +745,32 @@ __device__ __forceinline__ void persistent_gemm(const TensorMap2D* tmap_a,
     static_assert(BN == 128 || BN == 256, "wgmma m64nBNk16 with BN 128 or 256");
     static_assert(STAGES >= 2, "one slot would serialise every copy with every wgmma");
     static_assert(GROUP >= 1, "at least one tile row per group");
+    static_assert(CLUSTER == 1 || (CLUSTER == 2 && STREAMK == 0 && GROUP % 2 == 0),
+                  "a CTA pair takes whole tile-row pairs, without stream-K");
     // Each consumer's C staging (swizzled 64 x 64 boxes of 8 KB), as the epilogue sizes it.
     constexpr unsigned STAGING_BYTES = Epilogue::STAGING_BYTES;
 
     __shared__ alignas(8) unsigned long long bars[2 * STAGES];
     extern __shared__ unsigned char dyn_smem[];
-    const Ring<T, BM, BN, BK, STAGES> ring{align1024(smem_u32(dyn_smem)), smem_u32(&bars[0]),
-                                           smem_u32(&bars[STAGES])};
+    const Ring<T, BM, BN, BK, STAGES, CLUSTER> ring{align1024(smem_u32(dyn_smem)),
+                                                    smem_u32(&bars[0]), smem_u32(&bars[STAGES])};
     const unsigned staging0 = ring.ring + STAGES * SlotOf<T, BM, BN, BK>::type::BYTES;
     const int tid = threadIdx.x, wg = tid / 128;
     const int KT = (K + BK - 1) / BK;
     const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
     const int tiles = tiles_m * tiles_n;
     const StreamK<BN, STREAMK> sk(tiles, KT, gridDim.x);
+    const unsigned rank = CLUSTER == 1 ? 0u : tma::cluster_rank();
+    // A unit's tile: the grouped tile, or for a pair its row of the grouped pair unit.
+    const int pair_rows = (tiles_m + CLUSTER - 1) / CLUSTER;
+    const auto tile_of = [&](int unit, int& tm, int& tn) {
+        if constexpr (CLUSTER == 1) {
+            grouped_tile(unit, tiles_m, tiles_n, GROUP, tm, tn);
+        } else {
+            grouped_tile(unit, pair_rows, tiles_n, GROUP / CLUSTER, tm, tn);
+            tm = tm * CLUSTER + static_cast<int>(rank);
+        }
+    };
 
     if (tid == 0) {
         ring.init();
@@ -746,7 +778,11 @@ __device__ __forceinline__ void persistent_gemm(const TensorMap2D* tmap_a,
         tma::prefetch_tmap(tmap_b);
         tma::prefetch_tmap(tmap_c);
     }
-    __syncthreads();
+    if constexpr (CLUSTER == 1) {
+        __syncthreads();
+    } else {
+        tma::cluster_sync();   // both CTAs' barriers exist before either multicasts or arrives
+    }
 
     if (wg == 0) {
         setmaxnreg_dec<40>();
@@ -754,11 +790,11 @@ __device__ __forceinline__ void persistent_gemm(const TensorMap2D* tmap_a,
             int it = 0;   // k tiles loaded so far, across output tiles
             const auto load = [&](int tile, int k0, int k1) {
                 int tm, tn;
-                grouped_tile(tile, tiles_m, tiles_n, GROUP, tm, tn);
+                tile_of(tile, tm, tn);
                 for (int kt = k0; kt < k1; ++kt, ++it)
-                    ring.produce(it, tmap_a, tmap_b, tm * BM, tn * BN, kt);
+                    ring.produce(it, tmap_a, tmap_b, tm * BM, tn * BN, kt, rank);
             };
-            for_each_unit<STREAMK>(sk, load);
+            for_each_pair_unit<CLUSTER, STREAMK>(sk, pair_rows * tiles_n, load);
         }
     } else {
         setmaxnreg_inc<232>();
@@ -779,7 +815,7 @@ __device__ __forceinline__ void persistent_gemm(const TensorMap2D* tmap_a,
         int it = 0;
         const auto compute = [&](int tile, int k0, int k1) {
             int tm, tn;
-            grouped_tile(tile, tiles_m, tiles_n, GROUP, tm, tn);
+            tile_of(tile, tm, tn);
             const int row0 = tm * BM + 64 * half, n0 = tn * BN;
             float acc[BN / 2];
 #pragma unroll
@@ -822,12 +858,15 @@ __device__ __forceinline__ void persistent_gemm(const TensorMap2D* tmap_a,
                 epi.store(acc, staging, tmap_c, row0, n0, M, N, 1 + half);
             }
         };
-        for_each_unit<STREAMK>(sk, compute);
+        for_each_pair_unit<CLUSTER, STREAMK>(sk, pair_rows * tiles_n, compute);
         if constexpr (DEFER) {
             while (next_box < BOXES_N) send_box();
         }
         if (tid % 128 == 0) tma::store_wait_all();
     }
+    // No CTA of a pair leaves while its peer may still multicast into it or arrive on its
+    // barriers.
+    if constexpr (CLUSTER > 1) tma::cluster_sync();
 }
 
 }  // namespace hop
