@@ -286,6 +286,9 @@ CASES: tuple[Case, ...] = (
     Case("PS104", False, "real", "Triton 128x256 tiles: L2 at 44%", lambda: external("triton_good")),
     Case("PS104", False, "real", "a decode GEMM (M=16) streams its weight once: no tile can reuse it",
          lambda: external("torch_decode_m16")),
+    Case("PS104", False, "real", "hgemm_small_m's 128x64 tiles at M = 256, L2 at 75%: a 128x256 "
+         "tile would make 32 tiles for its 128 CTAs, and no tile filling them reuses more",
+         lambda: fused("hgemm_small_m@AROWS=128,BM=128,BN=64-bf16-256x4096x4096")),
     Case("PS105", True, "synthetic", "the strided copy with its excess moved from loads to stores",
          lambda: (_shift_global_excess_to_stores(), {})),
     Case("PS105", False, "real", "the strided copy's STG.E stores are at ideal sectors",
@@ -865,6 +868,28 @@ def test_small_tile_reads_each_tiles_own_bytes_per_flop():
     kp, extra = external("triton_64x64")
     (finding,) = [f for f in evaluate(kp, **extra).findings if f.code == "PS104"]
     assert "2.7x" in finding.fix
+
+
+def test_small_tile_holds_a_kernel_to_a_tile_that_still_fills_its_ctas():
+    """At 256x4096x4096 hgemm_small_m's 128 x 64 tiles take in 2.0x a 128 x 256 tile's bytes
+    per FLOP with L2 75% busy, and PS104 said so (est. 0.38) on a kernel that ran 0.82x
+    cuBLASLt's cycles there (tests/fixtures/external/cublaslt_gelu_bias_m256_4096). But a
+    128 x 256 tile makes 32 tiles of that problem for the 128 CTAs the kernel fills, and
+    hgemm_small_m's sweep of larger tiles (fused/small-m-tiles.json: 128 x 128 at 1.005 and
+    128 x 256 at 0.824 of cublas+gelu, against 1.107) found none faster. The reference is
+    the largest-reuse tile that still makes as many tiles as the kernel fills SMs: here 64 x
+    128 or 128 x 64, the kernel's own. Without the manifest's shape it stays 128 x 256."""
+    from perfscope.rules import memory
+
+    kp, extra = fused("hgemm_small_m@AROWS=128,BM=128,BN=64-bf16-256x4096x4096")
+    assert kp.launch.grid_size == 128 and kp.identity.sm_count == 132
+    bm, bn, why = memory._reference_tile(kp, extra["manifest"])
+    assert (bm, bn) in ((64, 128), (128, 64)) and "128 tiles" in why
+    assert memory._reference_tile(kp, None) == (128, 256, "")
+    assert "PS104" not in codes(kp, **extra)
+    # Triton's 64 x 64 tiles at 4096^3 fill 132 SMs with 4096 CTAs; 128 x 256 makes 512 tiles.
+    kp, extra = external("triton_64x64")
+    assert memory._reference_tile(kp, extra["manifest"]) == (128, 256, "")
 
 
 def test_small_tile_leaves_a_multicasting_kernel_unjudged():

@@ -91,6 +91,11 @@ EXTERNAL_LABELS: dict[str, tuple[set[str], set[str]]] = {
                                        "no-data-reuse", "latency-exposed"}),
     "cublaslt_gelu_bias_m64_4096": ({"dram-bound"}, {"small-tile", "l2-locality",
                                                      "no-data-reuse", "latency-exposed"}),
+    # M = 256 (2026-12-04): 70% of its stalls on its barrier waits' NANOSLEEP with 16% of the
+    # issue slots used, where hgemm_small_m's tiles of the same size take 0.82x its cycles;
+    # DRAM 37%, nothing multicast-starved.
+    "cublaslt_gelu_bias_m256_4096": ({"latency-exposed"}, {"small-tile", "l2-locality",
+                                                           "no-data-reuse", "dram-bound"}),
 }
 # The fused stages of the reference run (reports/reference/h200/fused, issue 19): report
 # stem -> (must fire, must not fire).
@@ -113,6 +118,12 @@ FUSED_LABELS: dict[str, tuple[set[str], set[str]]] = {
     # 77% at the power cap, no split-K, the weight read once; nothing to warn about.
     "hgemm_small_m@AROWS=128,BM=128,MPAIR=2,STAGES=6-bf16-256x8192x8192": (
         set(), {"latency-exposed", "small-tile", "dram-bound", "epilogue-exposed", "small-grid"}),
+    # M = 256 as 128 x 64 tiles, 128 CTAs: L2 75% busy at twice a 128 x 256 tile's bytes per
+    # FLOP, but no tile that fills the CTAs reuses more (PS104's reference); its HGMMA
+    # 64x64x16 reads 128 B of shared operands per clock at the tensor peak, all of shared
+    # memory's bandwidth, and runs at 0.53 of the peak against a roof of 0.57.
+    "hgemm_small_m@AROWS=128,BM=128,BN=64-bf16-256x4096x4096": (
+        {"smem-bandwidth"}, {"small-tile", "dram-bound", "epilogue-exposed", "small-grid"}),
     # The same with A multicast in CTA pairs: the pair's lock step slows the stream to 84%.
     "hgemm_small_m@BN=64,MCAST=2,STAGES=12-bf16-64x8192x8192": ({"dram-bound"},
                                                                 {"latency-exposed", "small-tile",
@@ -122,7 +133,8 @@ FUSED_LABELS: dict[str, tuple[set[str], set[str]]] = {
 # workload at its reference's speed, its own reference when it is cuBLAS).
 EXTERNAL_CUBLAS = ("torch_decode_m16", "torch_decode_m64", "torch_kheavy", "torch_bf16_4096",
                    "torch_fp32_4096", "cublaslt_bf16_4096", "cublaslt_gelu_bias_4096",
-                   "cublaslt_gelu_bias_m16", "cublaslt_gelu_bias_m64_4096")
+                   "cublaslt_gelu_bias_m16", "cublaslt_gelu_bias_m64_4096",
+                   "cublaslt_gelu_bias_m256_4096")
 
 
 @cache

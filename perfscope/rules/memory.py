@@ -20,6 +20,7 @@ from perfscope.hardware import (
     SMEM_BYTES_PER_SM_CLOCK,
     XBAR_TO_L1_SECTORS_PER_SM_CLOCK,
 )
+from perfscope.manifest import RunManifest
 from perfscope.metrics import (
     M_CYCLES,
     M_DRAM_READ,
@@ -87,6 +88,11 @@ SMEM_LOADS_PER_FMA_TARGET = 0.25
 # FLOPs; a tensor-core kernel moving this many times more bytes per FLOP, with L2 busy,
 # is paying for a tile too small to reuse its operands.
 REFERENCE_TILE = (128, 256)
+# ... unless a tile that large leaves fewer tiles than the kernel fills SMs with: then the
+# reference is the largest-reuse tile of these sides (each at most the problem's) that still
+# gives min(CTAs launched, SMs) tiles. A larger tile split over K could fill them too, but
+# its partial sums cost bytes of their own, which the rule does not credit.
+TILE_SIDES = (64, 128, 256)
 TILE_BYTES_RATIO_MIN = 1.5
 L2_BUSY_PCT = 70.0
 # ... when the SMs re-read their operands through L2 (this many L2 bytes per DRAM byte);
@@ -302,6 +308,34 @@ def bytes_into_sms(p: KernelProfile) -> tuple[float, str] | None:
     return (sectors * SECTOR_BYTES, L2_SOURCE) if sectors is not None else None
 
 
+def _reference_tile(p: KernelProfile, manifest: RunManifest | None) -> tuple[int, int, str]:
+    """The tile PS104 holds the kernel to, and why it is not 128 x 256 when it is not: no
+    side larger than the problem's (a decode GEMM, M = 16, has no rows to reuse), and enough
+    tiles to fill the SMs the kernel fills (REFERENCE_TILE's comment). Without a run
+    manifest the shape is unknown: 128 x 256."""
+    if manifest is None:
+        return (*REFERENCE_TILE, "")
+    m, n = manifest.m, manifest.n
+    bm, bn = min(REFERENCE_TILE[0], m), min(REFERENCE_TILE[1], n)
+    ctas, sms = p.launch.grid_size, p.identity.sm_count
+    if not ctas or not sms:
+        return bm, bn, ""
+
+    def tiles(t: tuple[int, int]) -> int:
+        return -(-m // t[0]) * -(-n // t[1])
+
+    fill = min(ctas, sms)
+    if tiles((bm, bn)) >= fill:
+        return bm, bn, ""
+    sides = sorted({(min(a, m), min(b, n)) for a in TILE_SIDES for b in TILE_SIDES})
+    filling = [t for t in sides if tiles(t) >= fill]
+    if not filling:
+        return bm, bn, ""
+    # Most reuse (FLOPs per byte, a*b/(a+b)); ties to the squarer tile.
+    best = max(filling, key=lambda t: (t[0] * t[1] / (t[0] + t[1]), -abs(t[0] - t[1])))
+    return best[0], best[1], f": the largest that still makes the {fill} tiles its CTAs fill"
+
+
 def _check_small_tile(inputs: Inputs) -> Hit | None:
     """Symptom: a tensor-core kernel with L2 busy moves many more bytes from L2 to the SMs
     per FLOP than a 128 x 256 tile would: its CTA tile is too small to reuse its operands.
@@ -342,17 +376,14 @@ def _check_small_tile(inputs: Inputs) -> Hit | None:
     if not w.flops or not elem:
         return None
     measured = into / w.flops
-    bm, bn = REFERENCE_TILE
-    if inputs.manifest is not None:
-        # No tile is larger than the problem: a decode GEMM (M = 16) has no rows to reuse.
-        bm, bn = min(bm, inputs.manifest.m), min(bn, inputs.manifest.n)
+    bm, bn, why = _reference_tile(p, inputs.manifest)
     reference = (bm + bn) * elem / (2 * bm * bn)
     ratio = measured / reference
     if ratio < TILE_BYTES_RATIO_MIN:
         return None
     return Hit((
         Evidence(f"bytes into the SMs per FLOP ({source}, / FLOPs)", round(measured, 4),
-                 f">= {TILE_BYTES_RATIO_MIN} x {reference:.4f} (a {bm}x{bn} tile)"),
+                 f">= {TILE_BYTES_RATIO_MIN} x {reference:.4f} (a {bm}x{bn} tile{why})"),
         Evidence(SOL_METRICS["l2_pct"], round(l2, 1), f">= {L2_BUSY_PCT:.0f}"),
         Evidence("FLOPs", w.flops, w.flops_source),
     ), l2 / 100 * (1 - 1 / ratio), (("ratio", f"{ratio:.1f}"),))
