@@ -5,23 +5,26 @@
 At 256x4096x4096 hgemm_small_m runs 0.82x the cycles of cuBLASLt's GELU_BIAS kernel under
 ncu, yet loses to it by CUDA events with the L2 flushed before each launch (fused/README.md).
 This times both (bf16, bias + GELU; hgemm_small_m at the host's tile, cuBLASLt through
-nvmath-python's planned Matmul, as fused_check sets them up) four ways, in alternating rounds:
+nvmath-python's planned Matmul, as fused_check sets them up) five ways, in alternating rounds:
 
 - ``flushed``: the L2 flushed by a read, then events around the launch (bench's and
   fused_check's way);
 - ``flushed_joined``: events around the flush and the launch together, less the median of
   the flush alone timed the same way: the launch's time when no event stands between it and
   the kernel before it (as in a model's stream of kernels);
-- ``warm_stream``: no flush, ``--stream`` launches back to back between two events, per launch
-  (the operands stay in L2 when they fit: a throughput figure, not a cold one);
-- ``warm_single``: no flush, events around one launch on an idle GPU, synchronised each time;
 - ``flushed_smem``: as ``flushed``, with an empty kernel of one CTA per SM holding 200 KiB of
   dynamic shared memory run after the flush (the SMs' shared-memory carve-out set before
   the GEMM arrives);
-- ``flushed_touched``: as ``flushed``, with one word of every 64 KiB of the operands and
-  hgemm_small_m's output read after the flush (512 sectors for a 32 MiB weight: the L2 stays cold, the
-  address translations do not).
+- ``flushed_touched``: as ``flushed``, with one word of every 64 KiB of A, B and the bias read
+  after the flush (512 sectors for a 32 MiB weight: the L2 stays cold, the address
+  translations do not);
+- ``warm_stream``: no flush, ``--stream`` launches back to back between two events, per launch
+  (the operands stay in L2 where they fit: a throughput figure, not a cold one).
 
+Every batch starts behind a kernel that spins on the GPU for longer than the host takes to
+queue the batch (``HOST_US_PER_LAUNCH`` per launch): nvmath-python's ``execute`` spends
+75-110 us of host time per call and hgemm_small_m's launch about 20 us, so without it the
+warm modes, and any mode with more than the flush before each launch, time the host.
 Both outputs are compared before timing (relative Frobenius difference). Needs a GPU, CuPy,
 torch and nvmath-python.
 """
@@ -51,8 +54,17 @@ log = logging.getLogger("launch_gap")
 
 LT = "cuBLASLt GELU_BIAS (nvmath)"
 CANDIDATES = (fc.SMALL_M, LT)
-MODES = ("flushed", "flushed_joined", "warm_stream", "warm_single", "flushed_smem",
-         "flushed_touched")
+MODES = ("flushed", "flushed_joined", "flushed_smem", "flushed_touched", "warm_stream")
+# Host time to queue one launch with what precedes it, generously: the spin before a batch
+# lasts this long per launch of the batch.
+HOST_US_PER_LAUNCH = 250
+SPIN_SOURCE = r"""
+extern "C" __global__ void spin(long long cycles) {
+    const long long start = clock64();
+    while (clock64() - start < cycles) {
+    }
+}
+"""
 SMEM_HELD = 200 * 1024
 SMEM_SOURCE = r"""
 extern "C" __global__ void hold_smem(unsigned* sink) {
@@ -84,9 +96,17 @@ def _elapsed(cp: Any, starts: list[Any], ends: list[Any]) -> list[float]:
     return [cp.cuda.get_elapsed_time(s, e) for s, e in zip(starts, ends, strict=True)]
 
 
+def spinner(cp: Any) -> Any:
+    """A callable that keeps the GPU busy for about ``us`` microseconds (one CTA spinning on
+    clock64 at up to 2 GHz), so the host queues a whole batch behind it."""
+    kernel = cp.RawKernel(SPIN_SOURCE, "spin")
+    return lambda us: kernel((1,), (32,), (np.int64(int(us * 2000)),))
+
+
 def flush_alone(gpu: fc.Gpu, flush: Any, runs: int) -> list[float]:
     """Events around the flush by itself, as flushed_joined brackets it with the launch."""
     starts, ends = _events(gpu.cp, runs)
+    spinner(gpu.cp)(runs * HOST_US_PER_LAUNCH)
     for s, e in zip(starts, ends, strict=True):
         s.record()
         flush()
@@ -120,6 +140,8 @@ def timed(gpu: fc.Gpu, cand: fc.Candidate, mode: str, flush: Any, args: argparse
           touch: Any) -> float:
     """The median time (ms) of one batch of ``cand`` in ``mode`` (the module docstring)."""
     cp = gpu.cp
+    spin = spinner(cp)
+    spin((args.stream if mode == "warm_stream" else args.runs) * HOST_US_PER_LAUNCH)
     if mode == "flushed":
         return statistics.median(fc.time_batch(gpu, cand, flush, args.runs))
     if mode in ("flushed_touched", "flushed_smem"):
@@ -138,23 +160,13 @@ def timed(gpu: fc.Gpu, cand: fc.Candidate, mode: str, flush: Any, args: argparse
             e.record()
         gpu.sync(cand.name)
         return statistics.median(_elapsed(cp, starts, ends))
-    if mode == "warm_stream":
-        s, e = cp.cuda.Event(), cp.cuda.Event()
-        s.record()
-        for _ in range(args.stream):
-            cand.run()
-        e.record()
-        gpu.sync(cand.name)
-        return cp.cuda.get_elapsed_time(s, e) / args.stream
-    times = []
-    for _ in range(args.runs):
-        s, e = cp.cuda.Event(), cp.cuda.Event()
-        s.record()
+    s, e = cp.cuda.Event(), cp.cuda.Event()
+    s.record()
+    for _ in range(args.stream):
         cand.run()
-        e.record()
-        gpu.sync(cand.name)
-        times.append(cp.cuda.get_elapsed_time(s, e))
-    return statistics.median(times)
+    e.record()
+    gpu.sync(cand.name)
+    return cp.cuda.get_elapsed_time(s, e) / args.stream
 
 
 def one_shape(gpu: fc.Gpu, libs: dict[str, Any], shape_text: str, flush: Any,
@@ -179,7 +191,7 @@ def one_shape(gpu: fc.Gpu, libs: dict[str, Any], shape_text: str, flush: Any,
     diff = float(cp.linalg.norm(outs[0] - outs[1]) / cp.linalg.norm(outs[1]))
     if not diff < 1e-2:
         raise SystemExit(f"launch_gap: {shape_text}: the two outputs differ by {diff:.2e}")
-    touch = toucher(cp, [ops.a, ops.b, ops.bias, cands[0].result()])
+    touch = toucher(cp, [ops.a, ops.b, ops.bias])
     rows: dict[str, dict[str, list[float]]] = {x.name: {md: [] for md in MODES} for x in cands}
     flush_ms: list[float] = []
     for r in range(args.rounds):

@@ -197,13 +197,21 @@ def is_cuda_error(exc: BaseException) -> bool:
 
 
 def _at_defaults(spec: KernelSpec) -> bool:
+    """Whether the spec is its registry stage as declared: its defaults, built from the
+    package's kernels with its flags (kernel_ab's other side, built from another tree's
+    kernels under the same name, is not)."""
     try:
-        return at_defaults(spec.param_dict, get_spec(spec.name).param_dict)
-    except PerfscopeError:   # a spec the registry does not hold (kernel_ab's other side)
+        declared = get_spec(spec.name)
+    except PerfscopeError:
         return False
+    return (spec.kernel_dir == declared.kernel_dir and spec.flags == declared.flags
+            and at_defaults(spec.param_dict, declared.param_dict))
 
 
-def _parent_for(job: Job, prep: Prepared, steps: dict) -> Prepared | None:
+Steps = dict[tuple[str, str, Shape], Prepared]
+
+
+def _parent_for(job: Job, prep: Prepared, steps: Steps) -> Prepared | None:
     """The job's parent stage as this run prepared and verified it, when both are at their
     defaults and compute the same epilogue (a ladder step bench times head to head)."""
     parent = steps.get((job.spec.parent, job.dtype, job.shape)) if job.spec.parent else None
@@ -213,11 +221,9 @@ def _parent_for(job: Job, prep: Prepared, steps: dict) -> Prepared | None:
 
 
 def _run_one(job: Job, opts: BenchOptions, refs: dict,
-             steps: dict) -> tuple[Prepared, Verification, Timing | None]:
+             steps: Steps) -> tuple[Prepared, Verification, Timing | None]:
     prep = prepare(job.spec, job.dtype, job.shape)
     verdict = verify(prep, opts.seed, quant_scale=opts.quant_scale)
-    if verdict.verdict == OK and not job.spec.is_reference and _at_defaults(job.spec):
-        steps[(job.spec.name, job.dtype, job.shape)] = prep
     if verdict.verdict != OK or not opts.time:
         return prep, verdict, None
     ref = None
@@ -233,7 +239,12 @@ def _run_one(job: Job, opts: BenchOptions, refs: dict,
             log.warning("%s %s (%s); no ratio for %s", rspec.name,
                         "refused the shape" if rver.verdict == REFUSED else "failed its own check",
                         rver.detail, job.spec.name)
-    return prep, verdict, time_stage(prep, ref, opts, _parent_for(job, prep, steps))
+    timing = time_stage(prep, ref, opts, _parent_for(job, prep, steps))
+    # A parent for the steps above it once it has verified and timed (a stage whose timing
+    # failed is no one's parent).
+    if not job.spec.is_reference and _at_defaults(job.spec):
+        steps[(job.spec.name, job.dtype, job.shape)] = prep
+    return prep, verdict, timing
 
 
 def _prepared_reference(rspec: KernelSpec, job: Job,
@@ -261,7 +272,7 @@ def run_jobs(jobs: Sequence[Job], opts: BenchOptions,
     refs: dict[tuple[str, str, Shape], tuple[Prepared, Verification]] = {}
     # Stages verified at their defaults, for the ladder steps above them (ladder order runs
     # a parent before its children).
-    steps: dict[tuple[str, str, Shape], Prepared] = {}
+    steps: Steps = {}
     for job in jobs:
         if job.refusal is not None:
             yield make_manifest(job, Verification(REFUSED, detail=job.refusal), environment=env)

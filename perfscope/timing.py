@@ -175,10 +175,15 @@ def time_stage(prep: Prepared, ref: Prepared | None, opts: BenchOptions,
     clocks: dict[str, list[float]] = {who: [] for who, _ in sides}
     ratios: dict[str, list[float]] = {who: [] for who, _ in sides[1:]}
     for r in range(opts.rounds):
-        # Each round in another order (the stage first, then last, ...), so no side always
-        # runs right after the same other one.
-        k = r % len(sides)
-        order = sides[k:] + sides[:k] if len(sides) > 2 else (sides if r % 2 == 0 else sides[::-1])
+        # Each round in another order: two sides alternate; three take a rotation, reversed
+        # every other round, so six rounds run every order once and no side always runs
+        # right after the same other one.
+        if len(sides) > 2:
+            k = r % len(sides)
+            order = sides[k:] + sides[:k]
+            order = order[::-1] if r % 2 else order
+        else:
+            order = sides if r % 2 == 0 else sides[::-1]
         medians = {}
         for who, p in order:
             got = timer.batch(p)

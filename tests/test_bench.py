@@ -361,8 +361,14 @@ def test_time_stage_times_the_parent_in_the_same_rounds(monkeypatch):
     opts = timing.BenchOptions(runs=2, rounds=3)
     t = timing.time_stage(_FakePrep("child", 2.0), _FakePrep("cublas", 1.0), opts,
                           parent=_FakePrep("parent", 3.0))
-    assert calls == ["child", "cublas", "parent", "cublas", "parent", "child",
+    assert calls == ["child", "cublas", "parent", "child", "parent", "cublas",
                      "parent", "child", "cublas"]
+    # Six rounds run every order once.
+    calls.clear()
+    timing.time_stage(_FakePrep("child", 2.0), _FakePrep("cublas", 1.0),
+                      timing.BenchOptions(runs=1, rounds=6), parent=_FakePrep("parent", 3.0))
+    orders = {tuple(calls[i:i + 3]) for i in range(0, 18, 3)}
+    assert len(orders) == 6
     assert t.parent == "parent" and t.parent_round_ratios == (1.5, 1.5, 1.5)
     assert t.round_ratios == (0.5, 0.5, 0.5) and t.reference == "cublas"
     assert t.time_ms == Spread(2.0, 2.0, 2.0)

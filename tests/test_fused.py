@@ -1024,12 +1024,12 @@ def test_small_m_probe_spans_are_each_ctas_own():
 
 
 def test_launch_gap_says_what_the_fused_readme_reads_from_it():
-    """benchmarks/launch_gap.py at 256x4096x4096 on the H200 (fused/launch-gap.json): the
-    fused kernel loses to cuBLASLt's GELU_BIAS kernel by event time after the L2 flush,
-    whichever way the flush and the launch are bracketed, and neither reading the operands'
-    pages after the flush nor setting the shared-memory carve-out first moves its time by
-    3%, while back to back without a flush it runs 0.9x or less of that time. Every mode
-    the script times is documented in its docstring."""
+    """benchmarks/launch_gap.py at 256x4096x4096 on the H200 (fused/launch-gap.json): with an
+    event between the flush and the launch the fused kernel takes longer than cuBLASLt's
+    GELU_BIAS kernel, with the two bracketed together they tie within 1%, reading the
+    operands' pages or setting the shared-memory carve-out after the flush moves its time
+    by under 3%, and warm (the weight in L2) cuBLASLt's kernel is faster by over 5%. Every
+    mode the script times is documented in its docstring."""
     import json
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -1045,8 +1045,8 @@ def test_launch_gap_says_what_the_fused_readme_reads_from_it():
     def us(entry: dict, mode: str) -> float:
         return entry[mode]["median_us"]
 
-    assert us(mine, "flushed") > 1.03 * us(lt, "flushed")
-    assert mine["flushed_joined"]["less_flush_us"] > 1.03 * lt["flushed_joined"]["less_flush_us"]
+    assert us(mine, "flushed") > 1.02 * us(lt, "flushed")
+    assert us(mine, "flushed_joined") == pytest.approx(us(lt, "flushed_joined"), rel=0.01)
     for mode in ("flushed_touched", "flushed_smem"):
         assert us(mine, mode) == pytest.approx(us(mine, "flushed"), rel=0.03), mode
-    assert us(mine, "warm_stream") < 0.9 * us(mine, "flushed")
+    assert us(mine, "warm_stream") > 1.05 * us(lt, "warm_stream")

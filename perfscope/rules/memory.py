@@ -329,10 +329,17 @@ def _reference_tile(p: KernelProfile, manifest: RunManifest | None) -> tuple[int
         return bm, bn, ""
     sides = sorted({(min(a, m), min(b, n)) for a in TILE_SIDES for b in TILE_SIDES})
     filling = [t for t in sides if tiles(t) >= fill]
+
+    def reuse(t: tuple[int, int]) -> tuple[float, int]:
+        # FLOPs per byte, a*b/(a+b); ties to the squarer tile.
+        return t[0] * t[1] / (t[0] + t[1]), -abs(t[0] - t[1])
+
     if not filling:
-        return bm, bn, ""
-    # Most reuse (FLOPs per byte, a*b/(a+b)); ties to the squarer tile.
-    best = max(filling, key=lambda t: (t[0] * t[1] / (t[0] + t[1]), -abs(t[0] - t[1])))
+        # No tile fills them without a split over K (the kernel splits, or the problem is
+        # that small): the tile that makes the most tiles, not the strictest.
+        best = max(sides, key=lambda t: (tiles(t), reuse(t)))
+        return best[0], best[1], f": the one that makes the most tiles, {tiles(best)}"
+    best = max(filling, key=reuse)
     return best[0], best[1], f": the largest that still makes the {fill} tiles its CTAs fill"
 
 
