@@ -890,6 +890,13 @@ def test_small_tile_holds_a_kernel_to_a_tile_that_still_fills_its_ctas():
     # Triton's 64 x 64 tiles at 4096^3 fill 132 SMs with 4096 CTAs; 128 x 256 makes 512 tiles.
     kp, extra = external("triton_64x64")
     assert memory._reference_tile(kp, extra["manifest"]) == (128, 256, "")
+    # A kernel that fills its 128 CTAs by splitting K (64 x 4096^2, 64 x 64 tiles in two K
+    # slabs): no tile of the problem makes 128, so the reference is the one that makes the
+    # most, 64 x 64 with 64, not the strictest (64 x 256).
+    kp, extra = fused("hgemm_small_m@BN=64-bf16-64x4096x4096")
+    assert kp.launch.grid_size == 128
+    assert memory._reference_tile(kp, extra["manifest"]) == (
+        64, 64, ": the one that makes the most tiles, 64")
 
 
 def test_small_tile_leaves_a_multicasting_kernel_unjudged():
