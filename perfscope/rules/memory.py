@@ -312,8 +312,8 @@ def _reference_tile(p: KernelProfile, manifest: RunManifest | None) -> tuple[int
     """The tile PS104 holds the kernel to, and why it is not 128 x 256 when it is not: no
     side larger than the problem's (a decode GEMM, M = 16, has no rows to reuse), and enough
     tiles to fill the SMs the kernel fills (REFERENCE_TILE's comment). Without a run
-    manifest the shape is unknown: 128 x 256."""
-    if manifest is None:
+    manifest (or one without the shape) the shape is unknown: 128 x 256."""
+    if manifest is None or manifest.m <= 0 or manifest.n <= 0:
         return (*REFERENCE_TILE, "")
     m, n = manifest.m, manifest.n
     bm, bn = min(REFERENCE_TILE[0], m), min(REFERENCE_TILE[1], n)
