@@ -37,6 +37,8 @@ import logging
 import statistics
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -88,78 +90,74 @@ extern "C" __global__ void touch(const unsigned* p, long long words, long long s
 """
 
 
-def _events(cp: Any, n: int) -> tuple[list[Any], list[Any]]:
-    return [cp.cuda.Event() for _ in range(n)], [cp.cuda.Event() for _ in range(n)]
+@dataclass(frozen=True)
+class Around:
+    """What runs around the timed launches, each built once: the L2 flush, the spin that
+    queues a batch behind it (``spin(us)``), the page touch and the shared-memory holder."""
+
+    flush: Callable[[], None]
+    spin: Callable[[float], None]
+    touch: Callable[[], None]
+    hold_smem: Callable[[], None]
 
 
-def _elapsed(cp: Any, starts: list[Any], ends: list[Any]) -> list[float]:
+def around(cp: Any, flush: Any, sms: int, buffers: list[Any]) -> Around:
+    """The kernels of Around: a spin of one CTA on clock64 (at up to 2 GHz), a read of one
+    word per TOUCH_STRIDE bytes of each buffer, and an empty kernel holding SMEM_HELD bytes
+    of shared memory in one CTA per SM."""
+    spin = cp.RawKernel(SPIN_SOURCE, "spin")
+    touch = cp.RawKernel(TOUCH_SOURCE, "touch")
+    hold = cp.RawKernel(SMEM_SOURCE, "hold_smem")
+    hold.max_dynamic_shared_size_bytes = SMEM_HELD
+    sink = cp.zeros(1, dtype=cp.uint32)
+
+    def touch_all() -> None:
+        for buf in buffers:
+            touch((8,), (256,), (buf.data.ptr, np.int64(buf.nbytes // 4),
+                                 np.int64(TOUCH_STRIDE // 4), sink))
+
+    return Around(flush, lambda us: spin((1,), (32,), (np.int64(int(us * 2000)),)), touch_all,
+                  lambda: hold((sms,), (128,), (sink,), shared_mem=SMEM_HELD))
+
+
+def bracketed(gpu: fc.Gpu, work: Callable[[], None], runs: int, name: str) -> list[float]:
+    """Events around each of ``runs`` calls of ``work`` (ms)."""
+    cp = gpu.cp
+    starts = [cp.cuda.Event() for _ in range(runs)]
+    ends = [cp.cuda.Event() for _ in range(runs)]
+    for s, e in zip(starts, ends, strict=True):
+        s.record()
+        work()
+        e.record()
+    gpu.sync(name)
     return [cp.cuda.get_elapsed_time(s, e) for s, e in zip(starts, ends, strict=True)]
 
 
-def spinner(cp: Any) -> Any:
-    """A callable that keeps the GPU busy for about ``us`` microseconds (one CTA spinning on
-    clock64 at up to 2 GHz), so the host queues a whole batch behind it."""
-    kernel = cp.RawKernel(SPIN_SOURCE, "spin")
-    return lambda us: kernel((1,), (32,), (np.int64(int(us * 2000)),))
-
-
-def flush_alone(gpu: fc.Gpu, flush: Any, runs: int) -> list[float]:
+def flush_alone(gpu: fc.Gpu, aids: Around, runs: int) -> list[float]:
     """Events around the flush by itself, as flushed_joined brackets it with the launch."""
-    starts, ends = _events(gpu.cp, runs)
-    spinner(gpu.cp)(runs * HOST_US_PER_LAUNCH)
-    for s, e in zip(starts, ends, strict=True):
-        s.record()
-        flush()
-        e.record()
-    gpu.sync("flush")
-    return _elapsed(gpu.cp, starts, ends)
+    aids.spin(runs * HOST_US_PER_LAUNCH)
+    return bracketed(gpu, aids.flush, runs, "flush")
 
 
-def toucher(cp: Any, buffers: list[Any]) -> Any:
-    """A callable that reads one word per TOUCH_STRIDE bytes of each buffer."""
-    kernel = cp.RawKernel(TOUCH_SOURCE, "touch")
-    sink = cp.zeros(1, dtype=cp.uint32)
-
-    def touch() -> None:
-        for buf in buffers:
-            words = buf.nbytes // 4
-            kernel((8,), (256,), (buf.data.ptr, np.int64(words), np.int64(TOUCH_STRIDE // 4), sink))
-    return touch
-
-
-def smem_holder(cp: Any, sms: int) -> Any:
-    """A callable that runs an empty kernel with SMEM_HELD bytes of shared memory per CTA,
-    one CTA per SM."""
-    kernel = cp.RawKernel(SMEM_SOURCE, "hold_smem")
-    kernel.max_dynamic_shared_size_bytes = SMEM_HELD
-    sink = cp.zeros(1, dtype=cp.uint32)
-    return lambda: kernel((sms,), (128,), (sink,), shared_mem=SMEM_HELD)
-
-
-def timed(gpu: fc.Gpu, cand: fc.Candidate, mode: str, flush: Any, args: argparse.Namespace,
-          touch: Any) -> float:
+def timed(gpu: fc.Gpu, cand: fc.Candidate, mode: str, aids: Around,
+          args: argparse.Namespace) -> float:
     """The median time (ms) of one batch of ``cand`` in ``mode`` (the module docstring)."""
     cp = gpu.cp
-    spin = spinner(cp)
-    spin((args.stream if mode == "warm_stream" else args.runs) * HOST_US_PER_LAUNCH)
+    aids.spin((args.stream if mode == "warm_stream" else args.runs) * HOST_US_PER_LAUNCH)
     if mode == "flushed":
-        return statistics.median(fc.time_batch(gpu, cand, flush, args.runs))
+        return statistics.median(fc.time_batch(gpu, cand, aids.flush, args.runs))
     if mode in ("flushed_touched", "flushed_smem"):
-        after = touch if mode == "flushed_touched" else smem_holder(cp, gpu.multiprocessors)
+        after = aids.touch if mode == "flushed_touched" else aids.hold_smem
 
         def flush_then() -> None:
-            flush()
+            aids.flush()
             after()
         return statistics.median(fc.time_batch(gpu, cand, flush_then, args.runs))
     if mode == "flushed_joined":
-        starts, ends = _events(cp, args.runs)
-        for s, e in zip(starts, ends, strict=True):
-            s.record()
-            flush()
+        def flush_and_run() -> None:
+            aids.flush()
             cand.run()
-            e.record()
-        gpu.sync(cand.name)
-        return statistics.median(_elapsed(cp, starts, ends))
+        return statistics.median(bracketed(gpu, flush_and_run, args.runs, cand.name))
     s, e = cp.cuda.Event(), cp.cuda.Event()
     s.record()
     for _ in range(args.stream):
@@ -191,15 +189,15 @@ def one_shape(gpu: fc.Gpu, libs: dict[str, Any], shape_text: str, flush: Any,
     diff = float(cp.linalg.norm(outs[0] - outs[1]) / cp.linalg.norm(outs[1]))
     if not diff < 1e-2:
         raise SystemExit(f"launch_gap: {shape_text}: the two outputs differ by {diff:.2e}")
-    touch = toucher(cp, [ops.a, ops.b, ops.bias])
+    aids = around(cp, flush, gpu.multiprocessors, [ops.a, ops.b, ops.bias])
     rows: dict[str, dict[str, list[float]]] = {x.name: {md: [] for md in MODES} for x in cands}
     flush_ms: list[float] = []
     for r in range(args.rounds):
-        flush_ms.append(statistics.median(flush_alone(gpu, flush, args.runs)))
+        flush_ms.append(statistics.median(flush_alone(gpu, aids, args.runs)))
         for mode in MODES:
             order = cands if r % 2 == 0 else cands[::-1]
             for cand in order:
-                rows[cand.name][mode].append(timed(gpu, cand, mode, flush, args, touch))
+                rows[cand.name][mode].append(timed(gpu, cand, mode, aids, args))
     flush_med = statistics.median(flush_ms)
     out: dict[str, Any] = {"shape": shape_text, "dtype": "bf16", "output_difference": diff,
                            "flush_alone_ms": flush_ms, "candidates": {}}
