@@ -512,8 +512,9 @@ def test_a_finding_both_sides_have_is_a_reason_when_it_grew():
     assert not result.improved and first.kind == "grown" and first.code == "PS124"
     assert "in both but larger in A" in first.sentence
     assert 0.01 <= first.estimated_gain <= result.gap + 1e-4   # shares are rounded to 4 places
+    # The store path the two also differ in takes only what PS124 leaves of the gap.
     store = next(r for r in result.verdict if r.kind == "epilogue")
-    assert store.estimated_gain == 0.0
+    assert store.estimated_gain <= result.gap - first.estimated_gain + 1e-4
     back = d.compare(parent, quant)
     assert back.improved and back.verdict[0].kind == "grown" and "larger in B" in back.verdict[0].sentence
     _claims_fit(result)
@@ -562,13 +563,13 @@ def test_reasons_equal_at_the_printed_percent_keep_their_order():
 
 def test_diff_says_how_much_of_the_time_is_the_clock():
     """The persistent stage's fp16 run against its bf16 one (the committed reference run):
-    the same cycles within 1%, 4% more time, most of it the 3.3% lower clock, both at the
+    the same cycles within 1%, 4% more time, most of it the 3.5% lower clock, both at the
     power cap; the bf16 stage against cuBLAS bf16 ran close and nothing is said."""
     fp16 = resolve(str(REFERENCE / "hgemm_tma_wgmma_persistent-fp16-4096x4096x4096.ncu-rep.xz"))
     bf16 = resolve(str(REFERENCE / "hgemm_tma_wgmma_persistent-bf16-4096x4096x4096.ncu-rep.xz"))
     cublas = resolve(str(REFERENCE / "cublas_bgemm-bf16-4096x4096x4096.ncu-rep.xz"))
     note = d.compare(fp16, bf16).clock
-    assert note == ("A ran at 1530 MHz and B at 1582 MHz (A's clock 3.3% lower): A takes 1.04x "
+    assert note == ("A ran at 1540 MHz and B at 1596 MHz (A's clock 3.5% lower): A takes 1.04x "
                     "B's time and 1.01x its cycles; A and B at the power cap (PS171).")
     assert d.compare(bf16, cublas).clock is None
     result = CliRunner().invoke(app, ["diff", str(fp16.path), str(bf16.path), "--json"])

@@ -980,7 +980,7 @@ def test_fused_check_summary_gives_the_bound_of_a_kernel_at_the_reads_rate():
     lines = fc.summary(record).splitlines()
     assert lines[1].split()[-2:] == ["bound", "%copy"]
     (decode,) = [line for line in lines if line.split()[:4] == ["bf16", "16", "8192", "8192"]]
-    assert "1.15" in decode.split()
+    assert "1.16" in decode.split()
     # No read timed (M = 4096 rows, or an older check): no bound, said as "-".
     big = next(e for e in record["timing"] if e["m"] == 4096)
     assert fc.read_bound(big) is None

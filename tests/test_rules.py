@@ -817,14 +817,15 @@ def test_bytes_into_shared_memory_are_measured_at_the_crossbar():
     L1TEX cycles reproduces, to the sector, the TMA bytes the tiles bring: the persistent
     stage's 512 tiles of (128 + 256) x 4096 x 2 bytes, and the paired 128 x 64 tiles' 24 KB
     per k tile in each of 128 CTAs (multicast B counted in both) plus 512 sectors of bias
-    loads. L2's own read count sees about half of those TMA bytes, so without the crossbar
-    the rule takes the manifest's tile, and with neither the L2 reads, a lower bound."""
+    loads. L2's own read count sees about half of those TMA bytes (0.54 of them for the
+    persistent stage since its k order, 0.47 before), so without the crossbar the rule takes
+    the manifest's tile, and with neither the L2 reads, a lower bound."""
     from perfscope.metrics import M_L2_READ_SECTORS, M_XBAR_IN_PCT
     from perfscope.rules import memory
 
     persistent, _ = reference("hgemm_tma_wgmma_persistent", "bf16")
     assert memory._xbar_in_sectors(persistent) == pytest.approx(512 * 384 * 4096 * 2 / 32, rel=1e-6)
-    assert persistent.metric(M_L2_READ_SECTORS) < 0.5 * memory._xbar_in_sectors(persistent)
+    assert persistent.metric(M_L2_READ_SECTORS) < 0.6 * memory._xbar_in_sectors(persistent)
     pairs, extra = fused("hgemm_small_m@AROWS=128,BM=128,BN=64,MPAIR=2-bf16-256x4096x14336")
     assert memory._xbar_in_sectors(pairs) == pytest.approx(128 * 224 * 24 * 1024 / 32 + 512,
                                                           rel=1e-6)
@@ -845,7 +846,8 @@ def test_small_tile_reads_each_tiles_own_bytes_per_flop():
     arithmetic, (BM + BN) x 2 / (2 BM BN) bytes per FLOP against a 128 x 256 tile's: 1.00 for
     the persistent stage's 128 x 256 TMA tiles, 1.33 for hgemm_tma_wgmma's 128 x 128, 2.67
     for Triton's 64 x 64 (the one that fires). L2's read counter, which it read before,
-    put the 128 x 256 TMA tiles at 0.47, under what such a tile must read."""
+    put the 128 x 256 TMA tiles at 0.47 (0.54 since the persistent stage's k order), under
+    what such a tile must read."""
     from perfscope.metrics import M_L2_READ_SECTORS
     from perfscope.rules import memory
     from perfscope.rules.bounds import work_of
@@ -864,7 +866,7 @@ def test_small_tile_reads_each_tiles_own_bytes_per_flop():
         assert source == memory.CROSSBAR_SOURCE
         assert ratio(kp, extra, into) == pytest.approx(tile, rel=0.01)
     kp, extra = reference("hgemm_tma_wgmma_persistent", "bf16")
-    assert ratio(kp, extra, kp.metric(M_L2_READ_SECTORS) * 32) < 0.5
+    assert ratio(kp, extra, kp.metric(M_L2_READ_SECTORS) * 32) < 0.6
     kp, extra = external("triton_64x64")
     (finding,) = [f for f in evaluate(kp, **extra).findings if f.code == "PS104"]
     assert "2.7x" in finding.fix

@@ -105,14 +105,16 @@
 //            measurements.
 //
 // hgemm_tma_wgmma_streamk
-//   template hgemm_tma_wgmma_persistent's, at GROUP 16 and STREAMK 2
+//   template hgemm_tma_wgmma_persistent's, at STREAMK 2
 //   threads, grid and smem as hgemm_tma_wgmma_persistent
 //   parent   hgemm_tma_wgmma_persistent
 //   how      Stream-K for the last round of tiles when there are at least 8 rounds (at
 //            8192^3, 2048 tiles on 132 CTAs: 15.5 rounds, the last leaving 66 CTAs idle),
 //            data-parallel below that, where splitting cost more than it saved on the
-//            H200; raster groups of 16 tile rows, so the split round's tiles span fewer
-//            B columns in L2.
+//            H200. It took raster groups of 16 tile rows until the k order (hopper.cuh's
+//            k_order) made the default 8 as fast at 8192^3 (0.998-0.999, rounds 0.93-1.11)
+//            and 1.002-1.004x faster at 4096^3, where this stage is the persistent one
+//            (probes/streamk-group.jsonl).
 //   seed     000 §5.1, §6.3 (tail effects, stream-K)
 //
 // hgemm_tma_wgmma_cluster (a variant: measured slower than its parent on the H200)

@@ -373,15 +373,16 @@ REGISTRY: tuple[KernelSpec, ...] = (
                      "configuration of the 2026-12-02 13:24 sweep (tune/); the default stays "
                      "without it, the ladder's persistent step as profiled."),
     KernelSpec(name="hgemm_tma_wgmma_streamk", parent="hgemm_tma_wgmma_persistent",
-               params=(("BM", 128), ("BN", 256), ("BK", 64), ("STAGES", 3), ("GROUP", 16),
+               params=(("BM", 128), ("BN", 256), ("BK", 64), ("STAGES", 3), ("GROUP", 8),
                        ("BOXES", 4), ("STREAMK", 2), ("DEFER", 0)),
                **_PERSISTENT_TEMPLATE,
                change="Stream-K for the last, partial round of tiles once the tiles make at "
                       "least 8 rounds of persistent CTAs: its k iterations are shared evenly "
                       "by all CTAs and the cut tiles' fp32 partials added by the CTA holding "
-                      "each tile's first k tiles, in raster groups of 16 tile rows.",
+                      "each tile's first k tiles.",
                seed="000 §5.1, §6.3", **_HOPPER,
-               notes="The persistent template at STREAMK=2 and GROUP=16, from `perfscope tune` "
+               notes="The persistent template at STREAMK=2 (GROUP=16 until the k order made "
+                     "the default 8 as fast at 8192^3 and faster at 4096^3), from `perfscope tune` "
                      "over the template's STREAMK option on the H200: splitting the last round "
                      "always (STREAMK=1) won only at 8192^3, 6144^3 and 4096x14336x4096 (8.7 "
                      "to 15.5 rounds) and lost 5-12% at 1.9-3.9 rounds, where the split round "

@@ -58,13 +58,13 @@ struct SlotK8 {
     static constexpr unsigned BYTES = (BM + BN) * BK;
     static constexpr int K_STEPS = BK / 32;   // wgmma k32 steps per k tile
 
-    // A rows 64*i .. 64*i+63, k32 step k.
+    // A rows 64*i .. 64*i+63, k32 step k (a base plus constants, as Slot's: wgmma_desc16).
     static __device__ __forceinline__ unsigned long long a_desc(unsigned slot, int i, int k) {
-        return wgmma_desc(slot + i * 64 * 128 + k * 32, 16, 1024);
+        return wgmma_desc16(desc_addr16(slot) + (i * 64 * 128 + k * 32) / 16, 16, 1024);
     }
     // All BN rows of Bt (the BN columns of C), k32 step k: the same K-major layout as A.
     static __device__ __forceinline__ unsigned long long b_desc(unsigned slot, int k) {
-        return wgmma_desc(slot + A_BYTES + k * 32, 16, 1024);
+        return wgmma_desc16(desc_addr16(slot) + (A_BYTES + k * 32) / 16, 16, 1024);
     }
     static __device__ __forceinline__ void load(unsigned slot, unsigned bar, const TensorMap2D* ta,
                                                 const TensorMap2D* tb, int m0, int n0, int kt) {

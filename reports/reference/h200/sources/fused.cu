@@ -879,8 +879,11 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
     // after the k loop, long since complete by then.
     if (push) fused::cluster_arrive_relaxed();
 
+    // setmaxnreg (a warp-aligned instruction) on both sides, at one consumer warpgroup too:
+    // after it ptxas builds the k loop's wgmma descriptors in uniform registers, without it
+    // (the 64-row tiles before) per thread, 4 R2UR and 5 more instructions per HGMMA.
     if (wg == 0) {
-        if constexpr (CONS == 2) setmaxnreg_dec<40>();
+        setmaxnreg_dec<40>();
         if (tid == 0) {
             for (int i = early; i < nk; ++i) issue(i);
         } else if (RESIDUAL && tid / 32 == 1 && rank == 0 && (GSPLIT == 1 || blockIdx.z == 0)) {
@@ -899,7 +902,7 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
             fused::cluster_barrier();   // a pair without a split: the partner is done with us
         }
     } else {
-        if constexpr (CONS == 2) setmaxnreg_inc<232>();
+        setmaxnreg_inc<232>();
         const int c = wg - 1, ct = tid - 128;
         // Split reduction: unit u = f * NB + b of the tile (64-row fragment f = c * MI + mi,
         // 64-column box b) is added up, finished and stored by split u % S, so the S CTAs
@@ -920,8 +923,9 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
         for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
             for (int j = 0; j < BN / 2; ++j) acc[mi][j] = 0.f;
-        // The consumer's first fragment as a warp-uniform value (lane 0's: tid / 128 is per-thread to the compiler), so
-        // the k loop's wgmma descriptors are built in uniform registers.
+        // The consumer's first fragment as a warp-uniform value (lane 0's: tid / 128 is
+        // per-thread to the compiler), so the k loop's wgmma descriptors are built in
+        // uniform registers.
         const int frag0 = __shfl_sync(0xFFFFFFFFu, c * MI, 0);
         for (int i = 0; i < nk; ++i) {
             const int s = i % STAGES;
@@ -1111,7 +1115,9 @@ hgemm_fused_pingpong(const __grid_constant__ TensorMap2D tmap_a,
         }
     } else {
         setmaxnreg_inc<232>();
-        const int c = wg - 1, t = tid - 128 * wg;
+        // The consumer index as lane 0's (warp-uniform; tid / 128 is per thread to the
+        // compiler), so the tile, k-tile and slot indices and the descriptors are uniform.
+        const int c = __shfl_sync(0xFFFFFFFFu, wg - 1, 0), t = tid - 128 * wg;
         const unsigned staging = staging0 + c * STAGING_BYTES;
         const unsigned mine = smem_u32(&order[c]), theirs = smem_u32(&order[1 - c]);
         const bool prefetcher = t / 32 == 0;
@@ -1266,10 +1272,13 @@ hgemm_small_m_streamk(const __grid_constant__ TensorMap2D tmap_a,
     }
     __syncthreads();
 
+    // setmaxnreg on both sides for the uniform wgmma descriptors, as in hgemm_small_m.
     if (wg == 0) {
+        setmaxnreg_dec<40>();
         if (tid == 0) issue_range(early, u1 - u0);
         return;
     }
+    setmaxnreg_inc<232>();
     const int ct = tid - 128;
     unsigned bias_pairs[BN / 8];
     bool staged = false;   // a TMA store may still be reading the staging

@@ -66,7 +66,9 @@
 //   threads  384, 1-D, roles as in hgemm_tma_wgmma_ws
 //   grid     dim3(min(tiles, multiprocessors)): each CTA walks tiles blockIdx.x,
 //            blockIdx.x + gridDim.x, ... in grouped order (GROUP tile rows at a time,
-//            column by column), so CTAs running together share A and B tiles in L2
+//            column by column), so CTAs running together share A and B tiles in L2, and
+//            every other tile's k loop runs from the far end of K, so a round of tiles
+//            begins on the k tiles the round before read last (hopper.cuh's k_order)
 //   smem     dynamic STAGES * (BM*BK + BK*BN) * 2 + 2 * min(BOXES, BN/64) * 64 * 64 * 2 + 1024
 //            (the ring and min(BOXES, BN/64) swizzled 64 x 64 C staging boxes per consumer:
 //            BOXES >= BN/64 stages the whole 64 x BN tile at once, fewer send it box by box
@@ -103,14 +105,16 @@
 //            measurements.
 //
 // hgemm_tma_wgmma_streamk
-//   template hgemm_tma_wgmma_persistent's, at GROUP 16 and STREAMK 2
+//   template hgemm_tma_wgmma_persistent's, at STREAMK 2
 //   threads, grid and smem as hgemm_tma_wgmma_persistent
 //   parent   hgemm_tma_wgmma_persistent
 //   how      Stream-K for the last round of tiles when there are at least 8 rounds (at
 //            8192^3, 2048 tiles on 132 CTAs: 15.5 rounds, the last leaving 66 CTAs idle),
 //            data-parallel below that, where splitting cost more than it saved on the
-//            H200; raster groups of 16 tile rows, so the split round's tiles span fewer
-//            B columns in L2.
+//            H200. It took raster groups of 16 tile rows until the k order (hopper.cuh's
+//            k_order) made the default 8 as fast at 8192^3 (0.998-0.999, rounds 0.93-1.11)
+//            and 1.002-1.004x faster at 4096^3, where this stage is the persistent one
+//            (probes/streamk-group.jsonl).
 //   seed     000 §5.1, §6.3 (tail effects, stream-K)
 //
 // hgemm_tma_wgmma_cluster (a variant: measured slower than its parent on the H200)
@@ -132,7 +136,8 @@
 //            cluster barriers after init and before exit. (Its own body until 2026-12-04,
 //            which staged the whole tile and so held 3 ring slots at most: 0.965 of cuBLAS
 //            at 4096^3 at best; on the template, at STAGES 4, GROUP 16, BOXES 1, DEFER 1,
-//            1.008, against the persistent stage's 1.019 at its tuned configuration.)
+//            1.007 / 1.008 (bf16 / fp16), 0.990 / 0.989 of the persistent stage at the same
+//            configuration, which is 1.021 / 1.019 of cuBLAS: probes/ in the reference run.)
 //   seed     000 §4 (clusters, TMA multicast)
 //
 // Written for perfscope from the PTX ISA (wgmma, cp.async.bulk.tensor, mbarrier,

@@ -51,7 +51,11 @@ __host__ __device__ constexpr unsigned long long wgmma_desc16(unsigned addr16, u
 static_assert(wgmma_desc16(0x3F400 >> 4, 16, 1024) == wgmma_desc(0x3F400, 16, 1024)
               && wgmma_desc16(0x2400 >> 4, 8192, 1024) == wgmma_desc(0x2400, 8192, 1024),
               "wgmma_desc16 is wgmma_desc of a 16-byte aligned address");
-
+// A ring slot's address as wgmma_desc16 takes it (slots are 1024-byte aligned, so >> 4
+// loses nothing). The mask keeps the low 18 bits, as wgmma_desc's does: without it the
+// 2-CTA cluster kernels computed wrong results on the H200 (their shared::cta addresses
+// carry bits above the CTA's 2^18 bytes).
+__device__ __forceinline__ unsigned desc_addr16(unsigned slot) { return (slot & 0x3FFFFu) >> 4; }
 
 // ------------------------------------------------------------------ wgmma issue
 __device__ __forceinline__ void wgmma_fence() {
@@ -167,16 +171,13 @@ struct Slot {
     static constexpr int K_STEPS = BK / 16;   // wgmma k16 steps per k tile
 
     // A rows 64*i .. 64*i+63, k16 step k.
-    // (Slots are 1024-byte aligned, so >> 4 loses nothing; the mask drops what a cluster
-    // launch's shared::cta addresses carry above the CTA's 2^18 bytes, as wgmma_desc's does.)
     static __device__ __forceinline__ unsigned long long a_desc(unsigned slot, int i, int k) {
-        return wgmma_desc16(slot16(slot) + (i * 64 * 128 + k * 32) / 16, 16, 1024);
+        return wgmma_desc16(desc_addr16(slot) + (i * 64 * 128 + k * 32) / 16, 16, 1024);
     }
     // All BN columns of B, k16 step k.
     static __device__ __forceinline__ unsigned long long b_desc(unsigned slot, int k) {
-        return wgmma_desc16(slot16(slot) + (A_BYTES + k * 16 * 128) / 16, B_ATOM_BYTES, 1024);
+        return wgmma_desc16(desc_addr16(slot) + (A_BYTES + k * 16 * 128) / 16, B_ATOM_BYTES, 1024);
     }
-    static __device__ __forceinline__ unsigned slot16(unsigned slot) { return (slot & 0x3FFFFu) >> 4; }
     // One TMA load of A (box 64 x BM) and BN/64 of B (box 64 x BK), all on `bar`.
     static __device__ __forceinline__ void load(unsigned slot, unsigned bar, const TensorMap2D* ta,
                                                 const TensorMap2D* tb, int m0, int n0, int kt) {
@@ -301,6 +302,21 @@ __device__ __forceinline__ void store_fragment(const float (&d)[N / 2], T* C, in
                     tma::Pack<T>::two(d[4 * j + 2], d[4 * j + 3]);
         }
     }
+}
+
+// The k tile a unit loads i-th (k0 <= i < k1): in order, or, on every other unit of a CTA
+// (`back`), from the far end. The CTAs of one round of tiles end their k loops on the last
+// k tiles of their rows of A and columns of B, and the next round shares those rows (or
+// columns) with it: walking back, it starts on the k tiles read last, still in L2, instead of
+// on the first ones, which the round's own traffic has evicted. Only the order of the k
+// tiles a unit adds changes. Measured on the H200 (2026-12-04, hgemm_tma_wgmma_persistent
+// at 4096^3, ncu, fp16): DRAM reads 145.2 -> 124.6 MB at GROUP 16 and 178.8 -> 121.3 MB at
+// GROUP 4 (A and B are 67 MB), the cycles unchanged. In alternating rounds against the
+// forward order (reports/reference/h200/probes/k-order*.jsonl, two runs): 0.5-1.6% faster at
+// the defaults, 0.0-0.3% at the tuned configurations, where the power cap sets the clock.
+// hgemm_fused_pingpong's own tile loop keeps the forward order: reversed, it measured 0.994.
+__device__ __forceinline__ int k_order(int i, int k0, int k1, bool back) {
+    return back ? k0 + k1 - 1 - i : i;
 }
 
 // Grouped tile order: `group` tile rows at a time, down each column of the group, so the
@@ -786,12 +802,15 @@ __device__ __forceinline__ void persistent_gemm(const TensorMap2D* tmap_a,
     if (wg == 0) {
         setmaxnreg_dec<40>();
         if (tid == 0) {
-            int it = 0;   // k tiles loaded so far, across output tiles
+            int it = 0;      // k tiles loaded so far, across output tiles
+            int units = 0;   // units begun (k_order: every other one walks K backwards)
             const auto load = [&](int tile, int k0, int k1) {
                 int tm, tn;
                 tile_of(tile, tm, tn);
-                for (int kt = k0; kt < k1; ++kt, ++it)
-                    ring.produce(it, tmap_a, tmap_b, tm * BM, tn * BN, kt, rank);
+                const bool back = (units++ & 1) != 0;
+                for (int i = k0; i < k1; ++i, ++it)
+                    ring.produce(it, tmap_a, tmap_b, tm * BM, tn * BN, k_order(i, k0, k1, back),
+                                 rank);
             };
             for_each_pair_unit<CLUSTER, STREAMK>(sk, pair_rows * tiles_n, load);
         }

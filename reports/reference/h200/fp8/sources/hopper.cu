@@ -66,7 +66,9 @@
 //   threads  384, 1-D, roles as in hgemm_tma_wgmma_ws
 //   grid     dim3(min(tiles, multiprocessors)): each CTA walks tiles blockIdx.x,
 //            blockIdx.x + gridDim.x, ... in grouped order (GROUP tile rows at a time,
-//            column by column), so CTAs running together share A and B tiles in L2
+//            column by column), so CTAs running together share A and B tiles in L2, and
+//            every other tile's k loop runs from the far end of K, so a round of tiles
+//            begins on the k tiles the round before read last (hopper.cuh's k_order)
 //   smem     dynamic STAGES * (BM*BK + BK*BN) * 2 + 2 * min(BOXES, BN/64) * 64 * 64 * 2 + 1024
 //            (the ring and min(BOXES, BN/64) swizzled 64 x 64 C staging boxes per consumer:
 //            BOXES >= BN/64 stages the whole 64 x BN tile at once, fewer send it box by box
@@ -132,7 +134,8 @@
 //            cluster barriers after init and before exit. (Its own body until 2026-12-04,
 //            which staged the whole tile and so held 3 ring slots at most: 0.965 of cuBLAS
 //            at 4096^3 at best; on the template, at STAGES 4, GROUP 16, BOXES 1, DEFER 1,
-//            1.008, against the persistent stage's 1.019 at its tuned configuration.)
+//            1.007 / 1.008 (bf16 / fp16), 0.990 / 0.989 of the persistent stage at the same
+//            configuration, which is 1.021 / 1.019 of cuBLAS: probes/ in the reference run.)
 //   seed     000 §4 (clusters, TMA multicast)
 //
 // Written for perfscope from the PTX ISA (wgmma, cp.async.bulk.tensor, mbarrier,

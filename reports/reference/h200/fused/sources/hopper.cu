@@ -66,7 +66,9 @@
 //   threads  384, 1-D, roles as in hgemm_tma_wgmma_ws
 //   grid     dim3(min(tiles, multiprocessors)): each CTA walks tiles blockIdx.x,
 //            blockIdx.x + gridDim.x, ... in grouped order (GROUP tile rows at a time,
-//            column by column), so CTAs running together share A and B tiles in L2
+//            column by column), so CTAs running together share A and B tiles in L2, and
+//            every other tile's k loop runs from the far end of K, so a round of tiles
+//            begins on the k tiles the round before read last (hopper.cuh's k_order)
 //   smem     dynamic STAGES * (BM*BK + BK*BN) * 2 + 2 * min(BOXES, BN/64) * 64 * 64 * 2 + 1024
 //            (the ring and min(BOXES, BN/64) swizzled 64 x 64 C staging boxes per consumer:
 //            BOXES >= BN/64 stages the whole 64 x BN tile at once, fewer send it box by box

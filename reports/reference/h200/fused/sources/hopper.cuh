@@ -304,6 +304,21 @@ __device__ __forceinline__ void store_fragment(const float (&d)[N / 2], T* C, in
     }
 }
 
+// The k tile a unit loads i-th (k0 <= i < k1): in order, or, on every other unit of a CTA
+// (`back`), from the far end. The CTAs of one round of tiles end their k loops on the last
+// k tiles of their rows of A and columns of B, and the next round shares those rows (or
+// columns) with it: walking back, it starts on the k tiles read last, still in L2, instead of
+// on the first ones, which the round's own traffic has evicted. Only the order of the k
+// tiles a unit adds changes. Measured on the H200 (2026-12-04, hgemm_tma_wgmma_persistent
+// at 4096^3, ncu, fp16): DRAM reads 145.2 -> 124.6 MB at GROUP 16 and 178.8 -> 121.3 MB at
+// GROUP 4 (A and B are 67 MB), the cycles unchanged. In alternating rounds against the
+// forward order (reports/reference/h200/probes/k-order*.jsonl, two runs): 0.5-1.6% faster at
+// the defaults, 0.0-0.3% at the tuned configurations, where the power cap sets the clock.
+// hgemm_fused_pingpong's own tile loop keeps the forward order: reversed, it measured 0.994.
+__device__ __forceinline__ int k_order(int i, int k0, int k1, bool back) {
+    return back ? k0 + k1 - 1 - i : i;
+}
+
 // Grouped tile order: `group` tile rows at a time, down each column of the group, so the
 // CTAs of one wave share B columns and A rows in L2. Tile `tile` -> (row tm, column tn).
 __device__ __forceinline__ void grouped_tile(int tile, int tiles_m, int tiles_n, int group,
@@ -787,12 +802,15 @@ __device__ __forceinline__ void persistent_gemm(const TensorMap2D* tmap_a,
     if (wg == 0) {
         setmaxnreg_dec<40>();
         if (tid == 0) {
-            int it = 0;   // k tiles loaded so far, across output tiles
+            int it = 0;      // k tiles loaded so far, across output tiles
+            int units = 0;   // units begun (k_order: every other one walks K backwards)
             const auto load = [&](int tile, int k0, int k1) {
                 int tm, tn;
                 tile_of(tile, tm, tn);
-                for (int kt = k0; kt < k1; ++kt, ++it)
-                    ring.produce(it, tmap_a, tmap_b, tm * BM, tn * BN, kt, rank);
+                const bool back = (units++ & 1) != 0;
+                for (int i = k0; i < k1; ++i, ++it)
+                    ring.produce(it, tmap_a, tmap_b, tm * BM, tn * BN, k_order(i, k0, k1, back),
+                                 rank);
             };
             for_each_pair_unit<CLUSTER, STREAMK>(sk, pair_rows * tiles_n, load);
         }
