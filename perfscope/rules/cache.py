@@ -16,7 +16,10 @@ from perfscope.rules.model import Evidence, Hit, Inputs, Rule, need
 # -- thresholds --
 # A GEMM re-reads every A and B tile from many CTAs; under this L2 hit rate they miss.
 L2_HIT_MIN = 60.0
-# ... and the misses matter when DRAM runs at least this busy.
+# ... and the misses matter when DRAM runs at least this busy. Below it they cost little
+# time: the persistent stage at 4096^3 (DRAM 20% busy, at the power cap) read 58 MB less
+# with its k order and ran at most 0.3% faster at its tuned configuration (H200,
+# 2026-12-04, reports/reference/h200/probes/k-order*.jsonl).
 DRAM_PCT_MIN = 40.0
 # ... and DRAM carries at least this many times the compulsory bytes (re-reads a better
 # tile order would keep in L2; a decode GEMM streams its weight once and is not this).
