@@ -19,6 +19,7 @@ HPCToolkit's GPA advisor reports 1-16% error per optimisation: that is the bar.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -47,6 +48,9 @@ class Step:
     predicted: float                           # composed, capped at the parent's headroom
     measured: float                            # 1 - parent TFLOP/s / child TFLOP/s
     variant: bool
+    # Whether the child's change acts at this shape (StageInfo.min_rounds): a step where it
+    # does not runs the parent's path, so its measurement says nothing of the prediction.
+    acts: bool = True
 
     @property
     def error(self) -> float:
@@ -56,7 +60,7 @@ class Step:
     @property
     def missed(self) -> bool:
         """Saved 10% or more, and no addressed finding predicted it."""
-        return (not self.variant and self.measured >= SIGNIFICANT_SAVING
+        return (not self.variant and self.acts and self.measured >= SIGNIFICANT_SAVING
                 and not any(g >= PREDICTED_MIN for _, g in self.estimates))
 
 
@@ -69,8 +73,9 @@ class Calibration:
 
     @property
     def counted(self) -> tuple[Step, ...]:
-        """The steps that count towards the error: variants are shown, not counted."""
-        return tuple(s for s in self.steps if not s.variant)
+        """The steps that count towards the error: variants, and steps whose change does not
+        act at the shape, are shown, not counted."""
+        return tuple(s for s in self.steps if not s.variant and s.acts)
 
     @property
     def median_abs_error(self) -> float | None:
@@ -149,8 +154,18 @@ def calibrate(records: Sequence[Diagnosed], bench: BenchFile, catalogue: Catalog
         if room is not None:
             predicted = min(predicted, room.fraction)
         steps.append(Step(info.parent, name, dtype, info.addresses, tuple(fired), round(predicted, 4),
-                          round(measured, 4), info.variant))
+                          round(measured, 4), info.variant, info.acts(_tile_rounds(child))))
     return Calibration(tuple(steps), source)
+
+
+def _tile_rounds(record: Diagnosed) -> float | None:
+    """Tiles per CTA of the launch: the manifest's tile (BM x BN) over its shape, divided by
+    the report's grid; None when either is not known."""
+    m, grid = record.manifest, record.profile.launch.grid_size
+    params = (m.params or {}) if m is not None else {}
+    if m is None or not grid or "BM" not in params or "BN" not in params:
+        return None
+    return math.ceil(m.m / params["BM"]) * math.ceil(m.n / params["BN"]) / grid
 
 
 def merge(*tables: Calibration) -> Calibration:

@@ -43,6 +43,14 @@ class StageInfo:
     addresses: tuple[str, ...] = ()
     notes: str = ""
     kept_default: str = ""                # why the defaults stay where a faster config exists
+    # The change acts only where the tiles make at least this many rounds of the grid's
+    # CTAs (0: everywhere); below it the stage runs its parent's path.
+    min_rounds: float = 0.0
+
+    def acts(self, tile_rounds: float | None) -> bool:
+        """Whether the change acts at a launch whose tiles make `tile_rounds` rounds of its
+        CTAs (unknown: assumed to act)."""
+        return not self.min_rounds or tile_rounds is None or tile_rounds >= self.min_rounds
 
     @property
     def is_reference(self) -> bool:

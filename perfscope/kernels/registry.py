@@ -166,6 +166,9 @@ _SPACE_WS = SearchSpace(values=(
 # to the CTAs the round leaves idle.
 # DEFER: 1 sends each finished tile's C a box per k tile of the consumer's next unit, under
 # its wgmmas, instead of between the two (64 more registers, no more shared memory).
+# STREAMK 2's threshold, hopper.cuh's SK_MIN_ROUNDS: the rounds of tiles over the CTAs from
+# which the streamk stage splits its last round (below, it is the persistent stage).
+STREAMK_MIN_ROUNDS = 8
 _SPACE_PERSISTENT = SearchSpace(values=(
     ("BM", (128,)), ("BN", _WGMMA_N), ("BK", (64,)), ("STAGES", _RING_STAGES),
     ("GROUP", (1, 2, 4, 8, 16)), ("BOXES", (1, 2, 4)), ("STREAMK", (0, 1, 3)),
@@ -389,7 +392,8 @@ REGISTRY: tuple[KernelSpec, ...] = (
                      "is a large share of the work and its CTAs, at different k, share little "
                      "in L2 (it still lost with the partials' writes and reads taken out). "
                      "So this stage splits only from 8 rounds up and is the persistent stage "
-                     "at 4096^3."),
+                     "at 4096^3.",
+               min_rounds=STREAMK_MIN_ROUNDS),
     KernelSpec(name="hgemm_tma_wgmma_cluster", entry="hgemm_tma_wgmma_cluster",
                parent="hgemm_tma_wgmma_persistent",
                params=(("BM", 128), ("BN", 256), ("BK", 64), ("STAGES", 3), ("GROUP", 8),
@@ -613,7 +617,7 @@ def stage_info(spec: KernelSpec) -> StageInfo:
                      fingerprint=spec.fingerprint, absent=spec.absent, defaults=spec.param_dict,
                      variant=spec.variant, archs=spec.archs, order=order.get(spec.name, len(order)),
                      addresses=_addresses(spec), notes=spec.notes,
-                     kept_default=spec.kept_default)
+                     kept_default=spec.kept_default, min_rounds=spec.min_rounds)
 
 
 def reference_name(spec: KernelSpec, dtype: str) -> str:

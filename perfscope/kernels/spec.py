@@ -266,6 +266,10 @@ class KernelSpec:
     # ladder step that shows the problem its child fixes): the review page says this
     # instead of asking to change the default.
     kept_default: str = field(default="", compare=False)
+    # The change acts only where the tiles make at least this many rounds of the persistent
+    # grid's CTAs (0: everywhere): below it the stage runs its parent's path, and the
+    # calibration shows its step there without counting it.
+    min_rounds: float = 0.0
     # The folder the source and its local headers are compiled from: perfscope's kernels, or
     # a patched copy of them (benchmarks/tail_split_probe.py adds timer probes to one).
     kernel_dir: Path = field(default=KERNEL_DIR, compare=False)

@@ -549,7 +549,7 @@ def _calibration_view(report: Review) -> dict[str, Any] | None:
              "estimates": ", ".join(f"{c} {g:.0%}" for c, g in s.estimates) or "none fired",
              "addresses": ", ".join(s.codes) or "-", "predicted": f"{s.predicted:.0%}",
              "measured": f"{s.measured:.0%}", "error": f"{s.error:.2f}", "variant": s.variant,
-             "missed": s.missed} for s in cal.steps]
+             "acts": s.acts, "missed": s.missed} for s in cal.steps]
     median = cal.median_abs_error
     return {"rows": rows, "source": cal.source, "counted": len(cal.counted),
             "median": "-" if median is None else f"{median:.3f}",
