@@ -21,11 +21,15 @@ from perfscope.manifest import BenchFile  # noqa: E402
 
 
 def write_calibration(out: Path) -> Path:
-    """calibration.json of the reference run in out: its ladder (reports and bench.json)
-    and, where the folder has them, its fused stages (fused/ and fused/bench-fused.json)."""
+    """calibration.json of the reference run in out: its ladder (reports and bench.json),
+    where the folder has them its ladder at 8192^3 (large/'s reports and bench-8192.json),
+    and its fused stages (fused/ and fused/bench-fused.json)."""
     cat = default_catalogue()
-    tables = [calibrate(diagnose([out], catalogue=cat), BenchFile.read(out / "bench.json"), cat,
-                        source="bench.json")]
+    records = diagnose([out], catalogue=cat)   # every report under out, large/ among them
+    tables = [calibrate(records, BenchFile.read(out / "bench.json"), cat, source="bench.json")]
+    if (out / "large").is_dir() and (out / "bench-8192.json").is_file():
+        tables.append(calibrate(records, BenchFile.read(out / "bench-8192.json"), cat,
+                                source="bench-8192.json"))
     fused = out / "fused"
     if (fused / "bench-fused.json").is_file():
         tables.append(calibrate(diagnose([fused], catalogue=cat),

@@ -51,6 +51,7 @@ class Step:
     # Whether the child's change acts at this shape (StageInfo.min_rounds): a step where it
     # does not runs the parent's path, so its measurement says nothing of the prediction.
     acts: bool = True
+    shape: str = ""                            # MxNxK of the two reports and the bench run
 
     @property
     def error(self) -> float:
@@ -127,16 +128,18 @@ def calibrate(records: Sequence[Diagnosed], bench: BenchFile, catalogue: Catalog
               source: str = "") -> Calibration:
     """The calibration table of a reference run: its records and its bench file."""
     timed = _timed(bench, catalogue)
-    by_stage = {(r.stage.name, r.dtype): r for r in records
+    # One record per stage, dtype and shape: a folder may hold a stage at several shapes
+    # (the reference run's large/ at 8192^3), each held against the bench file's own shape.
+    by_stage = {(r.stage.name, r.dtype, r.manifest.shape): r for r in records
                 if r.stage is not None and r.manifest is not None
                 and r.stage.at_defaults(r.manifest.params)}
     steps = []
-    for (name, dtype), child in sorted(by_stage.items(), key=lambda kv: (kv[0][1], kv[1].stage.order)):
+    for (name, dtype, shape), child in sorted(by_stage.items(),
+                                              key=lambda kv: (kv[0][1], kv[1].stage.order)):
         info = child.stage
-        parent = by_stage.get((info.parent, dtype)) if info.parent else None
+        parent = by_stage.get((info.parent, dtype, shape)) if info.parent else None
         if parent is None:
             continue
-        shape = child.manifest.shape
         t_child, t_parent = timed.get((name, dtype, shape)), timed.get((info.parent, dtype, shape))
         if t_child is None or t_parent is None:
             continue
@@ -154,7 +157,7 @@ def calibrate(records: Sequence[Diagnosed], bench: BenchFile, catalogue: Catalog
         if room is not None:
             predicted = min(predicted, room.fraction)
         steps.append(Step(info.parent, name, dtype, info.addresses, tuple(fired), round(predicted, 4),
-                          round(measured, 4), info.variant, info.acts(_tile_rounds(child))))
+                          round(measured, 4), info.variant, info.acts(_tile_rounds(child)), shape))
     return Calibration(tuple(steps), source)
 
 

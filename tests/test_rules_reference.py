@@ -149,7 +149,8 @@ def external():
 
 def _records(stage: str, dtype: str):
     hit = [r for r in ladder() if r.stage is not None and r.stage.name == stage and r.dtype == dtype
-           and r.manifest is not None and r.stage.at_defaults(r.manifest.params)]
+           and r.manifest is not None and r.stage.at_defaults(r.manifest.params)
+           and r.manifest.shape == SHAPE]   # large/ holds two stages at 8192^3 too
     assert hit, f"{stage}-{dtype}-{SHAPE} is missing from the reference run"
     return hit
 
@@ -317,6 +318,23 @@ def test_a_step_whose_change_does_not_act_at_the_shape_is_shown_not_counted():
                for row in c.to_dict()["rows"])
 
 
+def test_the_stream_k_step_is_calibrated_where_it_acts():
+    """At 8192^3 (15.5 rounds of tiles) the stream-K stage splits the last round, and the
+    reference run's large/ holds both stages' reports there: PS153 on the persistent stage
+    (its SMs idle at the end) against the saving bench-8192.json measured head to head.
+    Each shape's records meet only their own bench file: the 4096^3 table keeps its steps."""
+    cat = default_catalogue()
+    big = calibrate(ladder(), BenchFile.read(REFERENCE / "bench-8192.json"), cat)
+    assert {(s.parent, s.child, s.shape) for s in big.steps} == {
+        ("hgemm_tma_wgmma_persistent", "hgemm_tma_wgmma_streamk", "8192x8192x8192")}
+    for s in big.steps:
+        assert s.acts and s in big.counted and s.codes == ("PS153",)
+        assert 0.02 < s.predicted < 0.05 and 0.0 < s.measured < s.predicted
+        assert s.error < 0.02
+    small = calibrate(ladder(), BenchFile.read(REFERENCE / "bench.json"), cat)
+    assert {s.shape for s in small.steps} == {"4096x4096x4096"} and len(small.steps) >= 15
+
+
 def test_calibration_measures_a_step_timed_head_to_head_from_its_rounds():
     """Where bench timed the parent in the child's rounds, the measured saving is 1 - 1 / the
     median of those rounds' ratios, not the two medians of separate rounds."""
@@ -362,6 +380,8 @@ def test_committed_calibration_is_current():
 
     cat = default_catalogue()
     c = merge(calibrate(ladder(), BenchFile.read(REFERENCE / "bench.json"), cat, source="bench.json"),
+              calibrate(ladder(), BenchFile.read(REFERENCE / "bench-8192.json"), cat,
+                        source="bench-8192.json"),
               calibrate(fused(), BenchFile.read(FUSED / "bench-fused.json"), cat,
                         source="fused/bench-fused.json"))
     committed = json.loads((REFERENCE / "calibration.json").read_text())

@@ -545,7 +545,7 @@ def _calibration_view(report: Review) -> dict[str, Any] | None:
     cal = report.calibration
     if cal is None:
         return None
-    rows = [{"step": f"{s.parent} → {s.child}", "dtype": s.dtype,
+    rows = [{"step": f"{s.parent} → {s.child}", "dtype": s.dtype, "shape": s.shape or "-",
              "estimates": ", ".join(f"{c} {g:.0%}" for c, g in s.estimates) or "none fired",
              "addresses": ", ".join(s.codes) or "-", "predicted": f"{s.predicted:.0%}",
              "measured": f"{s.measured:.0%}", "error": f"{s.error:.2f}", "variant": s.variant,
