@@ -9,7 +9,9 @@ Each phase also runs alone (a device call is limited to 10 minutes): ``--profile
 
 1. ``perfscope profile all`` at 4096^3 in every dtype each stage takes: one ncu process
    over the whole ladder and the cuBLAS references, clocks as found, perfscope's
-   collection set; one report and one run manifest per stage.
+   collection set; one report and one run manifest per stage. Then ``large/``: the stages
+   whose change acts only from some number of rounds of tiles (``KernelSpec.min_rounds``)
+   and their parents, profiled at 8192^3, where it acts (``--profile-only`` remakes it too).
 2. ``benchmarks/bench_h200.py``: every stage verified on every issue-3 shape
    (``check.json``), then event-timed against cuBLAS at 4096^3 (``bench.json``), and the
    Hopper stages with their parent at 8192^3 (``bench-8192.json``), the FP32 stages at
@@ -47,6 +49,10 @@ from perfscope import profiling  # noqa: E402
 
 log = logging.getLogger("reference_run")
 SHAPE = "4096x4096x4096"
+# large/: the stages whose change acts only from some number of tile rounds, and their
+# parents, profiled where it acts (bench_h200.py times them there into bench-8192.json).
+LARGE_DIR = "large"
+LARGE_SHAPE = "8192x8192x8192"
 
 
 class PassCounter:
@@ -78,18 +84,48 @@ def profile(out: Path, full: bool) -> dict:
             "failed": [r.stem for r in results if r.failed]}
 
 
+def large_stages() -> tuple[str, ...]:
+    """The ladder stages whose change acts only from some number of rounds of tiles
+    (KernelSpec.min_rounds: at 4096^3 they run their parent's path), each after its parent."""
+    from perfscope.kernels.registry import REGISTRY
+
+    names: list[str] = []
+    for spec in REGISTRY:
+        if spec.min_rounds and not spec.variant:
+            names += [n for n in (spec.parent, spec.name) if n and n not in names]
+    return tuple(names)
+
+
+def large_request(out: Path) -> profiling.ProfileRequest:
+    """large/'s profiles: large_stages() at LARGE_SHAPE, in every dtype they take, so that
+    benchmarks/calibrate.py holds their step against bench-8192.json where it acts."""
+    return profiling.ProfileRequest(stages=large_stages(), shape=LARGE_SHAPE,
+                                    out=out / LARGE_DIR, ncu=ncu_mod.NcuOptions())
+
+
+def profile_large(out: Path) -> list[str]:
+    """large/ profiled and compressed; the stems that failed."""
+    req = large_request(out)
+    results = profiling.profile_stages(req, PassCounter()).results
+    for r in results:
+        print(f"  {LARGE_DIR}/{r.stem:42s} {r.verdict:8s} {r.detail}")
+    compress(req.out)
+    return [r.stem for r in results if r.failed]
+
+
 def profile_only(out: Path, cost_file: Path) -> int:
     """New reports and manifests; bench.json, check.json and other cost runs are kept."""
     for old in [*out.glob("*.ncu-rep.xz"), *out.glob("*-*x*x*.json")]:
         old.unlink()
     cost = json.loads(cost_file.read_text()) if cost_file.exists() else {"shape": SHAPE, "runs": []}
     run = profile(out, full=False)
+    failed_large = profile_large(out)
     cost["runs"] = [run, *(r for r in cost["runs"] if r["set"] != "perfscope")]
     cost_file.write_text(json.dumps(cost, indent=1) + "\n")
     compress(out)
     write_index(out)
     print_cost(cost)
-    return 1 if run["failed"] else 0
+    return 1 if run["failed"] or failed_large else 0
 
 
 def print_cost(cost: dict) -> None:
@@ -151,7 +187,8 @@ KEPT: dict[str, str] = {
                  "(`python3 -m pytest -q -m gpu tests/FILE.py`, one file per process).",
     "calibration.json": "`calibration.json`: `python3 benchmarks/calibrate.py` (no GPU): every "
                         "ladder step's predicted saving against the one bench.json measured, "
-                        "and the fused stages' against fused/bench-fused.json.",
+                        "large/'s against bench-8192.json, and the fused stages' against "
+                        "fused/bench-fused.json.",
     "sustained_clock.json": "`sustained_clock.json`: `PYTHONPATH=. python3 "
                             "benchmarks/sustained_clock.py`: GEMMs run back to back for 2 s while "
                             "NVML is sampled (the card at its power cap).",
@@ -310,6 +347,7 @@ def main() -> int:
     clear_generated(out)
     cost = {"shape": SHAPE, "runs": [profile(out, full=False)]}
     cost_file.write_text(json.dumps(cost, indent=1) + "\n")
+    failed_large = profile_large(out)
     if not args.skip_bench:
         run_bench(out)
         run_ceiling(out)
@@ -330,7 +368,10 @@ def main() -> int:
               "stages at 2048^3 and 8192^3), `hmma_ceiling.json` (the mma.sync roof, "
               "benchmarks/hmma_ceiling.py), `check.json` (every "
               "stage on every issue-3 shape), `profile_cost.json` (ncu passes and wall time "
-              "per stage).", *large_clock_lines(out), *kept_lines(out)]
+              f"per stage), `{LARGE_DIR}/` (the stages whose change acts only from "
+              f"KernelSpec.min_rounds rounds of tiles, with their parents, at {LARGE_SHAPE}: "
+              "benchmarks/calibrate.py holds their step against bench-8192.json).",
+              *large_clock_lines(out), *kept_lines(out)]
     (out / "README.md").write_text("\n".join(readme) + "\n")
     write_index(out)
     if args.compare_full:
@@ -339,7 +380,7 @@ def main() -> int:
             cost["runs"].append(profile(Path(tmp), full=True))
         cost_file.write_text(json.dumps(cost, indent=1) + "\n")
     print_cost(cost)
-    return 1 if cost["runs"][0]["failed"] else 0
+    return 1 if cost["runs"][0]["failed"] or failed_large else 0
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ HPCToolkit's GPA advisor reports 1-16% error per optimisation: that is the bar.
 from __future__ import annotations
 
 import json
-import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -28,6 +27,7 @@ from pathlib import Path
 from perfscope.manifest import BenchFile, RunManifest
 from perfscope.record import Catalogue, Diagnosed
 from perfscope.rules.engine import combine
+from perfscope.rules.launch import tile_rounds
 
 # A step that saved at least this share of its parent's time must have been predicted.
 SIGNIFICANT_SAVING = 0.10
@@ -157,18 +157,10 @@ def calibrate(records: Sequence[Diagnosed], bench: BenchFile, catalogue: Catalog
         if room is not None:
             predicted = min(predicted, room.fraction)
         steps.append(Step(info.parent, name, dtype, info.addresses, tuple(fired), round(predicted, 4),
-                          round(measured, 4), info.variant, info.acts(_tile_rounds(child)), shape))
+                          round(measured, 4), info.variant,
+                          info.acts(tile_rounds(child.manifest, child.profile.launch.grid_size)),
+                          shape))
     return Calibration(tuple(steps), source)
-
-
-def _tile_rounds(record: Diagnosed) -> float | None:
-    """Tiles per CTA of the launch: the manifest's tile (BM x BN) over its shape, divided by
-    the report's grid; None when either is not known."""
-    m, grid = record.manifest, record.profile.launch.grid_size
-    params = (m.params or {}) if m is not None else {}
-    if m is None or not grid or "BM" not in params or "BN" not in params:
-        return None
-    return math.ceil(m.m / params["BM"]) * math.ceil(m.n / params["BN"]) / grid
 
 
 def merge(*tables: Calibration) -> Calibration:

@@ -32,3 +32,18 @@ def test_a_full_run_starts_an_empty_folder(tmp_path):
     out = tmp_path / "new"
     rr.clear_generated(out)
     assert out.is_dir() and not any(out.iterdir()) and rr.kept_lines(out) == []
+
+
+def test_large_holds_the_steps_that_act_only_at_large_shapes(tmp_path):
+    """The stream-K stage splits only from 8 rounds of tiles (KernelSpec.min_rounds), so the
+    run profiles it and its parent at 8192^3 into large/, where its step acts, with clocks as
+    found; bench_h200.py times the two there into bench-8192.json."""
+    rr = _module()
+    assert rr.large_stages() == ("hgemm_tma_wgmma_persistent", "hgemm_tma_wgmma_streamk")
+    req = rr.large_request(tmp_path)
+    assert req.stages == rr.large_stages() and req.shape == "8192x8192x8192"
+    assert req.out == tmp_path / "large" and req.ncu.clock_control == "none"
+    assert req.dtypes == ()          # every dtype the stages take
+    bench_h200 = benchmark_script("bench_h200")
+    assert bench_h200.LARGE_SHAPE == rr.LARGE_SHAPE
+    assert set(rr.large_stages()) <= set(bench_h200.HOPPER)

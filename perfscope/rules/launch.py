@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+from perfscope.manifest import RunManifest
 from perfscope.metrics import (
     M_GRID_SIZE,
     M_SM_ACTIVE_AVG,
@@ -203,7 +204,13 @@ STRAGGLERS = (
 
 def _tile_rounds(inputs: Inputs) -> float | None:
     """Tiles per CTA of the grid, when the manifest gives the tile and the report the grid."""
-    m, grid = inputs.manifest, inputs.profile.launch.grid_size
+    return tile_rounds(inputs.manifest, inputs.profile.launch.grid_size)
+
+
+def tile_rounds(m: RunManifest | None, grid: int | None) -> float | None:
+    """Tiles per CTA of a grid of `grid` CTAs: the manifest's tile over its shape (None when
+    either is not known). The calibration reads it too (a stage's change may act only from
+    some number of rounds, StageInfo.min_rounds)."""
     if m is None or not grid:
         return None
     try:
