@@ -245,7 +245,11 @@ def _report_files(root: Path, stage: str, recursive: bool = True) -> list[Path]:
     pattern = f"{stage}[-@]*"
     found = [p for p in (root.rglob(pattern) if recursive else root.glob(pattern))
              if p.name.endswith(REPORT_SUFFIXES)]
-    return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
+    # The folder's own reports before a subfolder's, then the newest: the reference run's
+    # top level is its ladder at 4096^3, and its subfolders hold other shapes or
+    # configurations (large/ the stream-K step at 8192^3, probes/ single questions), which a
+    # checkout's file times would otherwise put first at random.
+    return sorted(found, key=lambda p: (len(p.relative_to(root).parts), -p.stat().st_mtime))
 
 
 def resolve(arg: str, options: ResolveOptions | None = None, like: Diagnosed | None = None

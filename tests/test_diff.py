@@ -596,3 +596,27 @@ def test_diff_names_descriptors_built_per_thread():
     assert result.improved and r.sentence.startswith("B moves 2.29") and "a cost A cut" in r.sentence
     now = resolve(ref("hgemm_tma_wgmma_persistent", "bf16"))
     assert not [r for r in d.compare(now, cublas).verdict if r.kind == "descriptors"]
+
+
+def test_a_stage_name_means_the_folders_own_report_before_a_subfolders(tmp_path):
+    """The reference run holds the persistent stage at 4096^3 at its top level and at 8192^3
+    in large/ (and its configurations in probes/). Named by stage, it is the top level's,
+    whichever file a checkout wrote last; a report beside A at A's shape still wins for B."""
+    import os
+    import shutil
+
+    stem = "hgemm_tma_wgmma_persistent-bf16-"
+    top, large = tmp_path, tmp_path / "large"
+    large.mkdir()
+    for folder, shape in ((top, "4096x4096x4096"), (large, "8192x8192x8192")):
+        src = (REFERENCE if folder is top else REFERENCE / "large") / f"{stem}{shape}.ncu-rep.xz"
+        shutil.copy(src, folder / src.name)
+        shutil.copy(src.with_name(f"{stem}{shape}.json"), folder / f"{stem}{shape}.json")
+    newer = large / f"{stem}8192x8192x8192.ncu-rep.xz"
+    os.utime(newer, (newer.stat().st_atime, newer.stat().st_mtime + 3600))
+    options = ResolveOptions(reference=tmp_path)
+    got = resolve("hgemm_tma_wgmma_persistent", options)
+    assert got.path.parent == top and got.manifest.shape == "4096x4096x4096"
+    a = resolve(str(newer), options)
+    b = resolve("hgemm_tma_wgmma_persistent", options, like=a)
+    assert b.path == newer   # B at A's shape: large/'s, not the top level's
