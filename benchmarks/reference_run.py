@@ -97,9 +97,14 @@ def large_stages() -> tuple[str, ...]:
 
 
 def large_request(out: Path) -> profiling.ProfileRequest:
-    """large/'s profiles: large_stages() at LARGE_SHAPE, in every dtype they take, so that
-    benchmarks/calibrate.py holds their step against bench-8192.json where it acts."""
-    return profiling.ProfileRequest(stages=large_stages(), shape=LARGE_SHAPE,
+    """large/'s profiles: large_stages() at LARGE_SHAPE, in every dtype they all take (named
+    stages with no dtype would run in their first one only), so that benchmarks/calibrate.py
+    holds their step against bench-8192.json where it acts."""
+    from perfscope.kernels import get_spec
+
+    specs = [get_spec(name) for name in large_stages()]
+    dtypes = tuple(d for d in specs[0].dtypes if all(d in s.dtypes for s in specs)) if specs else ()
+    return profiling.ProfileRequest(stages=large_stages(), dtypes=dtypes, shape=LARGE_SHAPE,
                                     out=out / LARGE_DIR, ncu=ncu_mod.NcuOptions())
 
 

@@ -38,12 +38,18 @@ def test_large_holds_the_steps_that_act_only_at_large_shapes(tmp_path):
     """The stream-K stage splits only from 8 rounds of tiles (KernelSpec.min_rounds), so the
     run profiles it and its parent at 8192^3 into large/, where its step acts, with clocks as
     found; bench_h200.py times the two there into bench-8192.json."""
+    from perfscope import profiling
+
     rr = _module()
     assert rr.large_stages() == ("hgemm_tma_wgmma_persistent", "hgemm_tma_wgmma_streamk")
     req = rr.large_request(tmp_path)
     assert req.stages == rr.large_stages() and req.shape == "8192x8192x8192"
     assert req.out == tmp_path / "large" and req.ncu.clock_control == "none"
-    assert req.dtypes == ()          # every dtype the stages take
+    # Both dtypes of both stages: named stages given no dtype would run in their first only.
+    plan = profiling.plan_jobs(req)
+    assert sorted(j.stem for j in plan.jobs) == sorted(
+        f"{s}-{d}-8192x8192x8192" for s in rr.large_stages() for d in ("fp16", "bf16"))
+    assert not plan.refused
     bench_h200 = benchmark_script("bench_h200")
     assert bench_h200.LARGE_SHAPE == rr.LARGE_SHAPE
     assert set(rr.large_stages()) <= set(bench_h200.HOPPER)
