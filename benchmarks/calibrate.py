@@ -19,6 +19,10 @@ from perfscope.calibration import calibrate, merge  # noqa: E402
 from perfscope.diagnosis import default_catalogue, diagnose  # noqa: E402
 from perfscope.manifest import BenchFile  # noqa: E402
 
+# The reference run's folder of the ladder steps that act only at its large shape, held
+# against bench-8192.json (benchmarks/reference_run.py profiles it).
+LARGE_DIR = "large"
+
 
 def write_calibration(out: Path) -> Path:
     """calibration.json of the reference run in out: its ladder (reports and bench.json),
@@ -27,7 +31,7 @@ def write_calibration(out: Path) -> Path:
     cat = default_catalogue()
     records = diagnose([out], catalogue=cat)   # every report under out, large/ among them
     tables = [calibrate(records, BenchFile.read(out / "bench.json"), cat, source="bench.json")]
-    if (out / "large").is_dir() and (out / "bench-8192.json").is_file():
+    if (out / LARGE_DIR).is_dir() and (out / "bench-8192.json").is_file():
         tables.append(calibrate(records, BenchFile.read(out / "bench-8192.json"), cat,
                                 source="bench-8192.json"))
     fused = out / "fused"

@@ -43,16 +43,19 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from bench_h200 import LARGE_SHAPE  # noqa: E402
+from calibrate import LARGE_DIR  # noqa: E402
 
 from perfscope import ncu as ncu_mod  # noqa: E402
 from perfscope import profiling  # noqa: E402
 
 log = logging.getLogger("reference_run")
 SHAPE = "4096x4096x4096"
-# large/: the stages whose change acts only from some number of tile rounds, and their
-# parents, profiled where it acts (bench_h200.py times them there into bench-8192.json).
-LARGE_DIR = "large"
-LARGE_SHAPE = "8192x8192x8192"
+# LARGE_DIR: the stages whose change acts only from some number of tile rounds, and their
+# parents, profiled at bench_h200.py's LARGE_SHAPE, where it acts and where it times them
+# into bench-8192.json; calibrate.py holds the two together.
 
 
 class PassCounter:

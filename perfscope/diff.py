@@ -690,9 +690,9 @@ def _descriptor_reason(mine_side: Diagnosed, other: Diagnosed, cut: bool) -> lis
     if mine is None or theirs is None or mine < R2UR_PER_MMA_MIN \
             or mine < R2UR_RATIO_MIN * max(theirs, 1e-9):
         return []
-    who, other = ("B", "A") if cut else ("A", "B")
+    who, against = ("B", "A") if cut else ("A", "B")
     text = (f"{who} moves {mine:.2f} per-thread values into uniform registers (R2UR) per "
-            f"warpgroup MMA against {theirs:.2f} in {other}: its MMA descriptors are built in "
+            f"warpgroup MMA against {theirs:.2f} in {against}: its MMA descriptors are built in "
             "per-thread registers")
     if cut:
         return [Reason(f"{text}; A builds them uniform, a cost A cut.", None, None, "",

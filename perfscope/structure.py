@@ -191,7 +191,7 @@ def warpgroup_mmas(kp: KernelProfile) -> float:
 
 def _mma(kp: KernelProfile) -> str | None:
     for op in kp.opcodes.with_modifiers:       # most executed first
-        if op.startswith(("HGMMA", "QGMMA", "IGMMA", "BGMMA", "HMMA", "UTCHMMA", "UTCQMMA")):
+        if op.startswith((*WARPGROUP_MMA, "HMMA", "UTCHMMA", "UTCQMMA")):
             return op
     return None
 
