@@ -3,7 +3,9 @@
     PYTHONPATH=. python3 benchmarks/bench_fused.py [--out reports/reference/h200/fused/bench-fused.json]
 
 Shapes M in {16, 64, 256, 4096} x (N, K) in {(4096, 4096), (8192, 8192), (14336, 4096),
-(4096, 14336)}, fp16 and bf16, bias + GELU: hgemm_small_m (M <= 256), its stream-K
+(4096, 14336)}, fp16 and bf16, bias + GELU: hgemm_small_m (M <= 256), its child
+hgemm_small_m_packed (the same kernel reading B from 64-column strips, packed once outside
+the timing; timed head to head with hgemm_small_m too), its stream-K
 variant hgemm_small_m_streamk (M <= 64) and
 hgemm_fused_bias_act (every M), each verified against float64 and then timed in
 alternating rounds against ``cublas+gelu`` (cuBLAS, then the elementwise bias+GELU pass:
@@ -77,8 +79,8 @@ def plan_jobs(m_values: Sequence[int], tuned: Path | None) -> list:
     jobs = []
     for m in m_values:
         for n, k in NK:
-            stages = ["hgemm_fused_bias_act"] + (["hgemm_small_m"] if m <= 256
-                                                 else ["hgemm_fused_pingpong"])
+            stages = ["hgemm_fused_bias_act"] + (["hgemm_small_m", "hgemm_small_m_packed"]
+                                                 if m <= 256 else ["hgemm_fused_pingpong"])
             if m <= STREAMK_MAX_M:
                 stages.append("hgemm_small_m_streamk")
             jobs += bench.plan(stages, list(DTYPES), Shape(m, n, k))

@@ -3,7 +3,9 @@
     python3 benchmarks/calibrate.py [--out reports/reference/h200]
 
 Every ladder step: the parent's estimates for the findings the child's change addresses,
-against the saving bench.json measured (no GPU needed; reference_run.py calls this too).
+against the saving bench.json measured (no GPU needed). Run it after the reference run:
+reference_run.py keeps calibration.json as this command's (its KEPT list) and does not
+rewrite it.
 """
 
 from __future__ import annotations

@@ -68,7 +68,8 @@ PROBE_DECL = "\n__device__ unsigned long long ps_probe[6][2048];" + _GTIME
 # pattern cover fused.cu before and after the early ring (c04db22 and later).
 _PATCHES = (
     (r"(template <typename T, int BM, int BN, int BK, int STAGES, int ACT, int RESIDUAL, "
-     r"int AROWS,\n\s+int MCAST(?:, int MPAIR)?(?:, int GSPLIT)?>\n__global__)", PROBE_DECL + r"\1"),
+     r"int AROWS,\n\s+int MCAST(?:, int MPAIR)?(?:, int GSPLIT)?(?:, int PACKED = 0)?>\n"
+     r"__global__)", PROBE_DECL + r"\1"),
     (r"(    const int nk = KT \* static_cast<int>\(rank \+ 1\) / static_cast<int>\(splits\) "
      r"- kt0;\n|    const int nk = KT \* \(part \+ 1\) / parts - kt0;\n)",
      r"\1    const int ps_cta = blockIdx.y * gridDim.x + blockIdx.x;\n"

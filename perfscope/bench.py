@@ -20,7 +20,7 @@ from perfscope.environment import collect_environment
 from perfscope.errors import PerfscopeError, one_line
 from perfscope.kernels import REFERENCE_FOR_DTYPE, all_specs, get_spec, launch
 from perfscope.kernels.epilogue import epilogue_of
-from perfscope.kernels.fused_specs import H200_MULTIPROCESSORS, SMALL_M, small_m_for
+from perfscope.kernels.fused_specs import H200_MULTIPROCESSORS, SMALL_M_TILED, small_m_for
 from perfscope.kernels.launch import (
     Prepared,
     capability_refusal,
@@ -86,7 +86,7 @@ def plan(stages: Sequence[str], dtypes: Sequence[str], shape: Shape,
         epilogue_of(spec)  # an ACT or RESIDUAL the kernel has no code for: one sentence
     # hgemm_small_m takes its tile (rows, columns, ring depth) from the shape, and whether
     # it splits over the grid from this GPU's multiprocessors (the H200's without one).
-    sms = launch.driver_multiprocessors() if any(s.name == SMALL_M for s in specs) else None
+    sms = launch.driver_multiprocessors() if any(s.name in SMALL_M_TILED for s in specs) else None
     specs = [small_m_for(spec, shape, params, sms or H200_MULTIPROCESSORS) for spec in specs]
     jobs: list[Job] = []
     cc = launch.driver_compute_capability() if everything else None

@@ -112,7 +112,7 @@ def run_job(job: RunnerJob, manifest_dir: Path, env: Any) -> str:
         return verdict.verdict
     cp = require_gpu()
     ops = launch_operands(cp, prep, SEED)
-    a, b, c, extra = ops.a, ops.b, ops.c, ops.extra
+    a, b, c, extra = ops.a, prep.weight(ops.b), ops.c, ops.extra
     for _ in range(WARMUP_LAUNCHES):
         prep.launch(a, b, c, extra)
     cp.cuda.get_current_stream().synchronize()

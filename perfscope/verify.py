@@ -311,7 +311,7 @@ def verify(prep: Prepared, seed: int | None = None, expected: Reference | None =
         a, b = make_inputs(cp, prep.shape, prep.dtype, seed, scaled=True)
         extra = make_epilogue_operands(cp, prep.shape, prep.dtype, seed, epi, quant_scale)
         c = poisoned_output(cp, prep)
-        prep.launch(a, b, c, extra)
+        prep.launch(a, prep.weight(b), c, extra)
         cp.cuda.get_current_stream().synchronize()
         if epi.quant is not None:
             return check_quantised(cp, a, b, c, prep.dtype, epi, extra)
@@ -321,6 +321,6 @@ def verify(prep: Prepared, seed: int | None = None, expected: Reference | None =
     else:
         a, b = make_inputs(cp, prep.shape, prep.dtype, seed)
     c = _poisoned(cp, prep.shape, output_dtype(prep.spec, prep.dtype))
-    prep.launch(a, b, c)
+    prep.launch(a, prep.weight(b), c)
     cp.cuda.get_current_stream().synchronize()
     return check_result(cp, a, b, c, prep.dtype, expected)

@@ -45,6 +45,7 @@ from perfscope.kernels.fused_specs import (
 from perfscope.kernels.launch import compile_stage, elementwise_request
 from perfscope.kernels.spec import KERNEL_DIR, Shape
 from perfscope.kernels.tensormap import MapPlan, TensorMap
+from perfscope.kernels.weights import strips_shape, unpack_strips
 from perfscope.sass.disasm import disassemble
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,15 +69,21 @@ fc = benchmark_script("fused_check")
 # ------------------------------------------------------------------ the specs
 def test_the_fused_family_continues_from_the_persistent_stage():
     assert [s.name for s in FUSED] == ["hgemm_fused_bias_act", "hgemm_small_m",
-                                       "hgemm_small_m_streamk", "hgemm_fused_pingpong",
-                                       "hgemm_fused_quant"]
+                                       "hgemm_small_m_packed", "hgemm_small_m_streamk",
+                                       "hgemm_fused_pingpong", "hgemm_fused_quant"]
     parents = {"hgemm_fused_quant": "hgemm_fused_bias_act",
                "hgemm_fused_pingpong": "hgemm_fused_bias_act",
-               "hgemm_small_m_streamk": "hgemm_small_m"}
+               "hgemm_small_m_streamk": "hgemm_small_m",
+               "hgemm_small_m_packed": "hgemm_small_m"}
+    # The packed stage is hgemm_small_m's kernel with B's coordinates in strips.
+    entries = {"hgemm_small_m_packed": "hgemm_small_m"}
     for spec in FUSED:
         assert spec.family == "fused"
         assert spec.parent == parents.get(spec.name, "hgemm_tma_wgmma_persistent")
-        assert spec.seed == "000 §7.1" and spec.source == "fused.cu" and spec.entry == spec.name
+        assert spec.seed == "000 §7.1" and spec.source == "fused.cu"
+        assert spec.entry == entries.get(spec.name, spec.name)
+        assert spec.weight_layout == ("strips64" if spec.name == "hgemm_small_m_packed"
+                                      else "row-major")
         assert spec.dtypes == DTYPES and spec.archs == (ARCH,) and spec.only_cc == (90,)
         assert spec.abi == "tensormap" and spec.min_cc == 90
         # One sentence, as every registry stage's change.
@@ -91,8 +98,8 @@ def test_the_fused_family_continues_from_the_persistent_stage():
         assert f"\n// {spec.name}\n//   template <typename T, " in text, spec.name
     assert text.count("//   parent   hgemm_tma_wgmma_persistent") == 2
     assert text.count("//   parent   hgemm_fused_bias_act") == 2
-    assert text.count("//   parent   hgemm_small_m\n") == 1
-    assert text.count("//   seed     000 §7.1") == 5
+    assert text.count("//   parent   hgemm_small_m\n") == 2
+    assert text.count("//   seed     000 §7.1") == 6
 
 
 def test_name_expressions_follow_the_template_parameters():
@@ -478,7 +485,7 @@ def test_the_check_needs_every_variant_once():
     streamk = {(s.param_dict["BN"], s.param_dict["STAGES"], s.param_dict["AROWS"])
                for s, _ in variants if s.name == "hgemm_small_m_streamk"}
     assert streamk == {(64, 8, 16), (64, 8, 32), (64, 8, 64), (128, 6, 16), (128, 6, 64)}
-    assert len(variants) <= 72   # a few seconds of parallel compiles on the GPU machine
+    assert len(variants) <= 100   # a few seconds of parallel compiles on the GPU machine
 
 
 # ------------------------------------------------------------------ the reference and the check
@@ -599,6 +606,7 @@ def _fake_cupy() -> object:
     cp.ones = lambda shape, dtype=np.float32: wrap(np.ones(shape, dtype))
     cp.full = lambda shape, value, dtype=np.float32: wrap(np.full(shape, value, dtype))
     cp.zeros = lambda shape, dtype=np.float32: wrap(np.zeros(shape, dtype))
+    cp.ascontiguousarray = lambda a: wrap(np.ascontiguousarray(a))
     # perfscope.timing.L2Flush's read: compiled and launched, here a call that does nothing.
     cp.RawKernel = lambda source, name: lambda grid, block, args: None
     for name in ("abs", "tanh", "exp", "isfinite", "count_nonzero", "argmax"):
@@ -664,7 +672,13 @@ class _EmulatingDriver:
         assert smem == spec.dynamic_smem_bytes()
         m, n, k = (x.value for x in args[4:7])
         assert args[3].value == args[2].address
-        a, b = _host(args[0].address, (m, k)), _host(args[1].address, (k, n))
+        a = _host(args[0].address, (m, k))
+        if spec.weight_layout == "strips64":   # B packed: read the strips, unpack them
+            shape = strips_shape(k, n)
+            b = unpack_strips(np, _host(args[1].address, shape), k, n)
+            assert args[1].plan.dims == (shape[2], shape[0] * shape[1])
+        else:
+            b = _host(args[1].address, (k, n))
         c = _host(args[2].address, (m, n))
         bias = _host(args[7].value, (n,)) if args[7].value else np.zeros(n, np.float16)
         res = _host(args[8].value, (m, n)).astype(np.float32) if args[8].value else None   # before C
@@ -727,12 +741,12 @@ def test_the_gpu_check_runs_end_to_end_on_a_stand_in(monkeypatch, tmp_path):
     timing = record["timing"]
     assert [(e["m"], e["n"], e["k"]) for e in timing] == [(16, 256, 512), (300, 256, 512)]
     small, large = (e["candidates"] for e in timing)
-    assert set(small) == {fc.BIAS_ACT, fc.SMALL_M, fc.STREAMK, f"{fc.SMALL_M} BN=128",
+    assert set(small) == {fc.BIAS_ACT, fc.SMALL_M, fc.PACKED, fc.STREAMK, f"{fc.SMALL_M} BN=128",
                           "cublas+elementwise"}
     assert set(large) == {fc.BIAS_ACT, fc.PINGPONG, "cublas+elementwise"}
     # 16 x 256 x 512: 4 tiles x 8 k tiles = 32 units, 4 per CTA, so 8 CTAs.
     assert small[fc.STREAMK]["grid"] == [8, 1, 1] and small[fc.STREAMK]["cluster"] == 1
-    for name in (fc.BIAS_ACT, fc.SMALL_M, fc.STREAMK, f"{fc.SMALL_M} BN=128"):
+    for name in (fc.BIAS_ACT, fc.SMALL_M, fc.PACKED, fc.STREAMK, f"{fc.SMALL_M} BN=128"):
         row = small[name]
         assert row["verdict"] == "OK" and len(row["times_ms"]) == 3
         assert all(len(t) == 20 for t in row["times_ms"])
@@ -866,10 +880,11 @@ def test_bench_fused_plans_every_shape_it_times():
     by_m: dict[int, set[str]] = {}
     for job in jobs:
         by_m.setdefault(job.shape.m, set()).add(job.spec.name)
-    assert by_m[16] == by_m[64] == {"hgemm_fused_bias_act", "hgemm_small_m", "hgemm_small_m_streamk"}
-    assert by_m[256] == {"hgemm_fused_bias_act", "hgemm_small_m"}
+    small = {"hgemm_fused_bias_act", "hgemm_small_m", "hgemm_small_m_packed"}
+    assert by_m[16] == by_m[64] == {*small, "hgemm_small_m_streamk"}
+    assert by_m[256] == small
     assert by_m[4096] == {"hgemm_fused_bias_act", "hgemm_fused_pingpong", "hgemm_fused_quant"}
-    assert len(jobs) == 2 * len(bf.NK) * (3 + 3 + 2 + 4)   # fp8 and int8 quant jobs at 4096
+    assert len(jobs) == 2 * len(bf.NK) * (4 + 4 + 3 + 4)   # fp8 and int8 quant jobs at 4096
 
 
 def test_small_m_tiles_decode_mode_plans_each_width_with_the_split_that_fills_the_sms():
@@ -977,8 +992,11 @@ def test_fused_check_summary_gives_the_bound_of_a_kernel_at_the_reads_rate():
         key = (e["dtype"], e["m"], e["n"], e["k"])
         if key in panels:
             assert fc.read_bound(e) == pytest.approx(panels[key].stream_bound())
-    lines = fc.summary(record).splitlines()
+    every = fc.summary(record).splitlines()
+    # Two tables: the row-major stages, then with hgemm_small_m_packed; the first here.
+    lines = every[:every.index("")]
     assert lines[1].split()[-2:] == ["bound", "%copy"]
+    assert every[every.index("") + 1].startswith("summary (bias + GELU) with hgemm_small_m_packed")
     (decode,) = [line for line in lines if line.split()[:4] == ["bf16", "16", "8192", "8192"]]
     assert "1.16" in decode.split()
     # No read timed (M = 4096 rows, or an older check): no bound, said as "-".

@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 
 from perfscope import bench, verify
+from perfscope.errors import PerfscopeError
 from perfscope.kernels import Shape, get_spec
 from perfscope.kernels.epilogue import Epilogue, EpilogueOperands, apply
 from perfscope.kernels.launch import prepare, require_gpu
@@ -48,6 +49,7 @@ def _cases():
             yield "hgemm_fused_bias_act", epi, shape
         for shape in SMALL_M_SHAPES:
             yield "hgemm_small_m", epi, shape
+            yield "hgemm_small_m_packed", epi, shape
         for shape in STREAMK_SHAPES:
             yield "hgemm_small_m_streamk", epi, shape
         for shape in PINGPONG_SHAPES:
@@ -233,6 +235,39 @@ def test_small_m_pushed_partials_are_right_launch_after_launch(shape):
     for seed in (1, 2, 3, 1):
         v = verify.verify(prep, seed)
         assert v.verdict == OK, f"{shape} seed {seed}: {v.detail}"
+
+
+@pytest.mark.parametrize("shape", [Shape(1, 136, 264), Shape(20, 4096, 4104),
+                                   Shape(100, 14336, 1032), Shape(256, 8192, 1024),
+                                   Shape(64, 4096, 14336), Shape(256, 4096, 14336)], ids=str)
+def test_small_m_packed_is_bit_identical_to_the_row_major_stage(shape):
+    """hgemm_small_m_packed loads the same shared-memory image from B's strips (K and N
+    ragged: zero-padded strips), so its C equals hgemm_small_m's bit for bit; at every tier
+    (thin, 128-column, paired, split over the cluster and over the grid)."""
+    cp = require_gpu()
+    epi = Epilogue("gelu")
+    outs = []
+    a, b = verify.make_inputs(cp, shape, "bf16", 7, scaled=True)
+    extra = verify.make_epilogue_operands(cp, shape, "bf16", 7, epi)
+    for stage in ("hgemm_small_m", "hgemm_small_m_packed"):
+        (job,) = bench.plan([stage], ["bf16"], shape)
+        prep = prepare(job.spec, "bf16", shape)
+        c = verify.poisoned_output(cp, prep)
+        prep.launch(a, prep.weight(b), c, extra)
+        cp.cuda.get_current_stream().synchronize()
+        outs.append(c)
+    assert bool(cp.all(outs[0].view(cp.uint16) == outs[1].view(cp.uint16)))
+
+
+def test_small_m_packed_refuses_a_row_major_b():
+    cp = require_gpu()
+    shape = Shape(16, 4096, 4096)
+    (job,) = bench.plan(["hgemm_small_m_packed"], ["bf16"], shape)
+    prep = prepare(job.spec, "bf16", shape)
+    a, b = verify.make_inputs(cp, shape, "bf16", 7, scaled=True)
+    extra = verify.make_epilogue_operands(cp, shape, "bf16", 7, Epilogue("gelu"))
+    with pytest.raises(PerfscopeError, match="64-column strips"):
+        prep.launch(a, b, verify.poisoned_output(cp, prep), extra)
 
 
 def test_a_fused_stage_is_timed_against_its_group():

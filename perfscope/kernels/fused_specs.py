@@ -33,10 +33,15 @@ from perfscope.kernels.spec import (
     TmaBoxes,
     ring_and_boxes_smem,
 )
+from perfscope.kernels.weights import STRIPS64
 
 HALF = ("fp16", "bf16")
 SMALL_M = "hgemm_small_m"
 SMALL_M_STREAMK = "hgemm_small_m_streamk"
+# hgemm_small_m with B in 64-column strips (kernels/weights.py): the same kernel, host
+# choice and geometry.
+SMALL_M_PACKED = "hgemm_small_m_packed"
+SMALL_M_TILED = (SMALL_M, SMALL_M_PACKED)
 SOURCE = "fused.cu"
 SEED = "000 §7.1"
 
@@ -270,7 +275,8 @@ STREAMK_MAX_M = 64
 
 def check_small_m(spec: KernelSpec, shape: Shape) -> None:
     """Refuse, in one sentence, an M hgemm_small_m (or its stream-K child) does not cover."""
-    most = {SMALL_M: SMALL_M_MAX_M, SMALL_M_STREAMK: STREAMK_MAX_M}.get(spec.name)
+    most = {SMALL_M: SMALL_M_MAX_M, SMALL_M_PACKED: SMALL_M_MAX_M,
+            SMALL_M_STREAMK: STREAMK_MAX_M}.get(spec.name)
     if most is not None and not 1 <= shape.m <= most:
         raise PerfscopeError(f"{spec.name} covers M of 1 to {most}, not M={shape.m}; take "
                              + ("hgemm_small_m" if shape.m <= SMALL_M_MAX_M
@@ -292,22 +298,22 @@ def check_small_m_gsplit(spec: KernelSpec, shape: Shape,
     if g == 1:
         return
     if not 1 <= g <= SMALL_M_MAX_GSPLIT:
-        raise PerfscopeError(f"{SMALL_M} splits K over the grid into 1 to {SMALL_M_MAX_GSPLIT} "
+        raise PerfscopeError(f"{spec.name} splits K over the grid into 1 to {SMALL_M_MAX_GSPLIT} "
                              f"parts, not GSPLIT={g}")
     if p["BM"] // 64 // small_m_consumers(p["BM"]) != 1:
-        raise PerfscopeError(f"{SMALL_M} with GSPLIT={g} needs one m64 fragment per consumer "
+        raise PerfscopeError(f"{spec.name} with GSPLIT={g} needs one m64 fragment per consumer "
                              f"(BM 64 or 128), not BM={p['BM']}")
     _, _, k_tiles = small_m_tiles(p, shape)
     gx, gy, _ = small_m_grid_for(p, shape, 1)
     if k_tiles < g:
-        raise PerfscopeError(f"{SMALL_M} cannot split K={shape.k} ({k_tiles} k tiles) into "
+        raise PerfscopeError(f"{spec.name} cannot split K={shape.k} ({k_tiles} k tiles) into "
                              f"GSPLIT={g} parts")
     if gx * gy * g > multiprocessors:
-        raise PerfscopeError(f"{SMALL_M} with GSPLIT={g} at {shape} needs {gx * gy * g} CTAs "
+        raise PerfscopeError(f"{spec.name} with GSPLIT={g} at {shape} needs {gx * gy * g} CTAs "
                              f"resident at once, more than the {multiprocessors} SMs; take a "
                              "smaller GSPLIT or wider tiles")
     if gx * gy * (g - 1) > STREAMK_MAX_CTAS:
-        raise PerfscopeError(f"{SMALL_M} with GSPLIT={g} at {shape} pushes {gx * gy * (g - 1)} "
+        raise PerfscopeError(f"{spec.name} with GSPLIT={g} at {shape} pushes {gx * gy * (g - 1)} "
                              f"partial tiles, more than the workspace's {STREAMK_MAX_CTAS} slots")
 
 
@@ -323,13 +329,13 @@ def check_small_m_pairs(spec: KernelSpec, shape: Shape) -> None:
     p = spec.param_dict
     tiles_n, tiles_m, _ = small_m_tiles(p, shape)
     if p.get("MCAST", 1) == 2 and p.get("MPAIR", 1) == 2:
-        raise PerfscopeError(f"{SMALL_M} pairs CTAs to share A (MCAST=2) or B (MPAIR=2), not both; "
+        raise PerfscopeError(f"{spec.name} pairs CTAs to share A (MCAST=2) or B (MPAIR=2), not both; "
                              "take one of them")
     if p.get("MCAST", 1) == 2 and tiles_n % 2:
-        raise PerfscopeError(f"{SMALL_M} with MCAST=2 pairs adjacent N tiles, but N={shape.n} makes "
+        raise PerfscopeError(f"{spec.name} with MCAST=2 pairs adjacent N tiles, but N={shape.n} makes "
                              f"{tiles_n} tiles of {p['BN']} columns, an odd count; take MCAST=1")
     if p.get("MPAIR", 1) == 2 and tiles_m % 2:
-        raise PerfscopeError(f"{SMALL_M} with MPAIR=2 pairs adjacent M tiles, but M={shape.m} makes "
+        raise PerfscopeError(f"{spec.name} with MPAIR=2 pairs adjacent M tiles, but M={shape.m} makes "
                              f"{tiles_m} tile row(s) of {p['BM']}, an odd count; take MPAIR=1 "
                              "(or a BM that gives two tile rows)")
 
@@ -342,7 +348,7 @@ def small_m_for(spec: KernelSpec, shape: Shape, pinned: Mapping[str, int] | None
     pinned, paired 128 x 128 tiles split over the grid (GSPLIT=2); any other stage unchanged."""
     if spec.name == SMALL_M_STREAMK:
         return _streamk_for(spec, shape, pinned or {})
-    if spec.name != SMALL_M:
+    if spec.name not in SMALL_M_TILED:
         return spec
     check_small_m(spec, shape)
     pinned = pinned or {}
@@ -400,7 +406,7 @@ def fused_geometry(spec: KernelSpec, shape: Shape, multiprocessors: int,
     if spec.name == SMALL_M_STREAMK:
         check_small_m(spec, shape)
         return (streamk_ctas(spec.param_dict, shape, multiprocessors), 1, 1), 1
-    if spec.name == SMALL_M:
+    if spec.name in SMALL_M_TILED:
         check_small_m(spec, shape)
         p = spec.param_dict
         tiles_n, tiles_m, k_tiles = small_m_tiles(p, shape)
@@ -414,7 +420,7 @@ def fused_geometry(spec: KernelSpec, shape: Shape, multiprocessors: int,
             # frees its SMs (check_small_m_gsplit already keeps every CTA within the SMs).
             clusters = grid[0] * grid[1] // pair + 1
             if fits is not None and pair > 1 and not fits(pair, clusters):
-                raise PerfscopeError(f"{SMALL_M} with GSPLIT={p['GSPLIT']} at {shape} needs "
+                raise PerfscopeError(f"{spec.name} with GSPLIT={p['GSPLIT']} at {shape} needs "
                                      f"{clusters} clusters of {pair} resident at once, more than "
                                      "this GPU holds; take GSPLIT=1")
             return grid, pair
@@ -540,6 +546,11 @@ _SPACE_BIAS_ACT = SearchSpace(values=(
     ("BOXES", (1, 2, 4)), ("STREAMK", (0, 1, 3)), ("DEFER", (0, 1))),
     held=("ACT", "RESIDUAL"))
 
+# hgemm_small_m's template parameters before PACKED (hgemm_small_m_packed appends it).
+_SMALL_M_PARAMS = (("BM", 64), ("BN", 128), ("BK", 64), ("STAGES", 8),
+                   ("ACT", ACTIVATIONS["gelu"]), ("RESIDUAL", 0), ("AROWS", 64),
+                   ("MCAST", 1), ("MPAIR", 1), ("GSPLIT", 1))
+
 FUSED: tuple[KernelSpec, ...] = (
     KernelSpec(name="hgemm_fused_bias_act", entry="hgemm_fused_bias_act",
                params=(("BM", 128), ("BN", 256), ("BK", 64), ("STAGES", 3), ("GROUP", 8),
@@ -561,10 +572,7 @@ FUSED: tuple[KernelSpec, ...] = (
                      "prefetched into L2. BOXES, STREAMK and DEFER are the parent's tuning "
                      "options (staging boxes, stream-K or the tail split, the deferred store), "
                      "searched by `perfscope tune` with the epilogue held.", **_COMMON),
-    KernelSpec(name="hgemm_small_m", entry="hgemm_small_m",
-               params=(("BM", 64), ("BN", 128), ("BK", 64), ("STAGES", 8),
-                       ("ACT", ACTIVATIONS["gelu"]), ("RESIDUAL", 0), ("AROWS", 64),
-                       ("MCAST", 1), ("MPAIR", 1), ("GSPLIT", 1)),
+    KernelSpec(name="hgemm_small_m", entry="hgemm_small_m", params=_SMALL_M_PARAMS,
                block=_small_m_block, grid=_small_m_grid, dynamic_smem=_small_m_smem,
                fingerprint=("tma", "gmma"),
                change="For M <= 256: one thin tile row (M zero-padded to BM), a deep ring "
@@ -598,6 +606,23 @@ FUSED: tuple[KernelSpec, ...] = (
                      "0 finishing), so pairs can split without clusters of 4; every CTA must "
                      "be co-resident (check_small_m_gsplit).",
                **{**_COMMON, "static_smem": _small_m_mbarriers}),
+    KernelSpec(name=SMALL_M_PACKED, entry=SMALL_M, params=(*_SMALL_M_PARAMS, ("PACKED", 1)),
+               block=_small_m_block, grid=_small_m_grid, dynamic_smem=_small_m_smem,
+               fingerprint=("tma", "gmma"), weight_layout=STRIPS64,
+               change="Takes the weight B packed once into 64-column strips (each strip's K "
+                      "rows of 128 bytes one after another) instead of row-major K x N, so "
+                      "every TMA box a CTA loads is 8 KB of contiguous memory rather than 64 "
+                      "rows of 128 bytes 2N bytes apart, and a decode GEMM's weight stream "
+                      "runs nearer the rate of a plain read.",
+               notes="The same kernel, tile choice, grid and epilogue as hgemm_small_m "
+                     "(PACKED=1 changes only B's TMA coordinates; the shared-memory image and "
+                     "the wgmmas are the same, so C is bit-identical). B is packed by "
+                     "Prepared.weight (kernels/weights.py: K zero-padded to whole k tiles, N "
+                     "to whole strips) once per weight, before any launch is timed, as an "
+                     "inference engine packs a model's weights when it loads them; every "
+                     "reference still reads the row-major matrix. Bench, verify and profile "
+                     "pack B themselves; Prepared.launch refuses a B of any other shape.",
+               **{**_COMMON, "parent": SMALL_M, "static_smem": _small_m_mbarriers}),
     KernelSpec(name=SMALL_M_STREAMK, entry=SMALL_M_STREAMK,
                params=(("BM", 64), ("BN", 64), ("BK", 64), ("STAGES", 8),
                        ("ACT", ACTIVATIONS["gelu"]), ("RESIDUAL", 0), ("AROWS", 64)),

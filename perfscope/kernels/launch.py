@@ -38,6 +38,7 @@ from perfscope.kernels.fused_specs import fused_geometry, output_dtype
 from perfscope.kernels.registry import LT_FP8_FAST_ACCUMULATION, LT_REFERENCES
 from perfscope.kernels.spec import KERNEL_DIR, KernelSpec, Shape
 from perfscope.kernels.tensormap import Driver, TensorMapLauncher, persistent_grid, plan_maps
+from perfscope.kernels.weights import ROW_MAJOR, check_weight, weight_for
 from perfscope.locations import install_hint
 
 log = logging.getLogger(__name__)
@@ -229,9 +230,21 @@ class Prepared:
             return ELEMENTWISE_SOURCE_NAME
         return self.spec.source or ""
 
+    def weight(self, b: Any) -> Any:
+        """B (the row-major K x N matrix) as this stage takes it: itself, or packed into
+        hgemm_small_m_packed's strips (kernels/weights.py). Called once per weight, before
+        any launch is timed, as an inference engine packs a model's weights when it loads
+        them."""
+        if self.spec.weight_layout == ROW_MAJOR:
+            return b
+        import cupy
+
+        return weight_for(cupy, self.spec.weight_layout, b)
+
     def launch(self, a: Any, b: Any, c: Any, extra: EpilogueOperands | None = None) -> None:
         """Enqueue C = A·B (then the epilogue, given its bias and residual in ``extra``) on the
-        current stream: through cuBLASLt, cuBLAS, a tensor-map launch or the kernel itself."""
+        current stream: through cuBLASLt, cuBLAS, a tensor-map launch or the kernel itself.
+        B is in the stage's own layout (``weight``)."""
         if self.epilogue is not None and extra is None:
             raise PerfscopeError(f"{self.spec.name} applies {self.epilogue.label} and needs its "
                                  "bias" + (" and residual" if self.epilogue.residual else "")
@@ -249,6 +262,9 @@ class Prepared:
         if self.tensormap is not None:
             import cupy
 
+            if self.spec.weight_layout != ROW_MAJOR:
+                check_weight(self.spec.name, self.spec.weight_layout, b, self.shape.k,
+                             self.shape.n)
             ptrs = () if extra is None else _operand_pointers(extra, self.epilogue)
             if self.scales is not None:
                 ptrs = (*ptrs, self.scales.data.ptr)

@@ -270,6 +270,10 @@ class KernelSpec:
     # grid's CTAs (0: everywhere): below it the stage runs its parent's path, and the
     # calibration shows its step there without counting it.
     min_rounds: float = 0.0
+    # The layout B is handed to the kernel in (kernels/weights.py): "row-major" (K x N, the
+    # matrix every reference reads) or "strips64" (hgemm_small_m_packed: 64-column strips,
+    # packed once per weight by Prepared.weight before any launch is timed).
+    weight_layout: str = "row-major"
     # The folder the source and its local headers are compiled from: perfscope's kernels, or
     # a patched copy of them (benchmarks/tail_split_probe.py adds timer probes to one).
     kernel_dir: Path = field(default=KERNEL_DIR, compare=False)

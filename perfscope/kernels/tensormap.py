@@ -33,6 +33,7 @@ from perfscope.errors import PerfscopeError
 from perfscope.hardware import ELEMENT_BYTES
 from perfscope.kernels.fused_specs import output_dtype
 from perfscope.kernels.spec import FP8, KernelSpec, Shape, TmaBox
+from perfscope.kernels.weights import STRIPS64, strips_shape
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +110,10 @@ def plan_maps(spec: KernelSpec, dtype: str, shape: Shape) -> tuple[MapPlan, MapP
     stage (C in its own element type: one byte for a quantising stage, bf16 for fp8)."""
     boxes = spec.boxes()
     b_rows, b_cols = (shape.n, shape.k) if dtype == FP8 else (shape.k, shape.n)
+    if spec.weight_layout == STRIPS64:
+        # The strips one above another: a matrix of 64 columns (kernels/weights.py).
+        strips, k_rows, b_cols = strips_shape(shape.k, shape.n)
+        b_rows = strips * k_rows
     return (plan_map("A", shape.m, shape.k, boxes.a, dtype),
             plan_map("B", b_rows, b_cols, boxes.b, dtype),
             plan_map("C", shape.m, shape.n, boxes.c, output_dtype(spec, dtype)))
