@@ -20,6 +20,9 @@ first k tile's loads are issued and after the whole first ring's, and in the fir
 thread once the first k tile has landed (the same SM's counter, so cycle-exact), with
 %globaltimer at the start and at the landing for the clock.
 
+``--param K=V`` pins a template parameter over the host's choice; ``--param PACKED=1``
+probes hgemm_small_m_packed instead (B packed into its strips once, before the launches).
+
 With ``--against-source`` (a fused.cu of another revision, e.g. ``git show
 c04db22:perfscope/kernels/fused.cu > old.cu``; the probes' anchors hold from c04db22 on)
 the two kernels run in alternating rounds in one process on the same operands, and the
@@ -46,7 +49,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from perfscope.build import CompileRequest, compile_cubin  # noqa: E402
 from perfscope.errors import PerfscopeError  # noqa: E402
 from perfscope.kernels import Shape, get_spec  # noqa: E402
-from perfscope.kernels.fused_specs import small_m_for  # noqa: E402
+from perfscope.kernels.fused_specs import SMALL_M_PACKED, small_m_for  # noqa: E402
 from perfscope.kernels.spec import KERNEL_DIR, parse_params, parse_shape  # noqa: E402
 
 log = logging.getLogger("small_m_probe")
@@ -215,14 +218,16 @@ def _spans(cp, probe, ctas: int) -> dict[str, dict[str, float]]:
 
 
 class Probed:
-    """hgemm_small_m built from a probed source, launched as perfscope launches it."""
+    """hgemm_small_m built from a probed source, launched as perfscope launches it
+    (hgemm_small_m_packed where ``PACKED=1`` is pinned: B from its strips, ``weight``)."""
 
     def __init__(self, cp, source: str, shape: Shape, dtype: str, tmp: Path,
                  pinned: dict[str, int] | None = None, ramp: bool = False) -> None:
         from perfscope.kernels.launch import prepare
 
         pinned = pinned or {}
-        self.spec = small_m_for(get_spec("hgemm_small_m").with_params(**pinned), shape, pinned)
+        stage = SMALL_M_PACKED if pinned.get("PACKED") else "hgemm_small_m"
+        self.spec = small_m_for(get_spec(stage).with_params(**pinned), shape, pinned)
         base = prepare(self.spec, dtype, shape)
         for header in ("hopper.cuh", "tma.cuh", "activation.cuh"):
             (tmp / header).write_text((KERNEL_DIR / header).read_text())
@@ -239,6 +244,10 @@ class Probed:
                       if ramp else
                       cp.ndarray((6, SLOTS), dtype=cp.uint64, memptr=self.raw.get_global("ps_probe")))
         self.ctas = self.prep.grid[0] * self.prep.grid[1] * self.prep.grid[2]
+
+    def weight(self, b):
+        """B as this kernel takes it (packed once for hgemm_small_m_packed)."""
+        return self.prep.weight(b)
 
 
 def _operands(cp, shape: Shape, dtype: str):
@@ -294,6 +303,7 @@ def run_shape(cp, sources: dict[str, str], shape: Shape, dtype: str, flush,
             (Path(d) / key).mkdir()
             kernels[key] = Probed(cp, src, shape, dtype, Path(d) / key, pinned)
         outs = {key: cp.zeros((shape.m, shape.n), dtype=nd) for key in kernels}
+        weights = {key: k.weight(b) for key, k in kernels.items()}
         times: dict[str, list[float]] = {key: [] for key in kernels}
         order = list(kernels)
         for rnd in range(6):
@@ -301,7 +311,8 @@ def run_shape(cp, sources: dict[str, str], shape: Shape, dtype: str, flush,
                 k = kernels[key]
                 for _ in range(10):
                     t = _timed_launch(cp, k.probe,
-                                      lambda k=k, key=key: k.prep.launch(a, b, outs[key], extra), flush)
+                                      lambda k=k, key=key: k.prep.launch(a, weights[key], outs[key],
+                                                                         extra), flush)
                     if rnd > 0:
                         times[key].append(t)
         row = {"shape": f"{shape.m}x{shape.n}x{shape.k}", "dtype": dtype,
@@ -364,6 +375,7 @@ def run_ramp(cp, shape: Shape, dtype: str, flush, pinned: dict[str, int] | None 
     with tempfile.TemporaryDirectory() as d:
         k = Probed(cp, (KERNEL_DIR / "fused.cu").read_text(), shape, dtype, Path(d), pinned,
                    ramp=True)
+        b = k.weight(b)
         steps: list[np.ndarray] = []
         mhz, stagger, events = [], [], []
         for i in range(launches):

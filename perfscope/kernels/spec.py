@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from perfscope.errors import PerfscopeError
+from perfscope.kernels.weights import ROW_MAJOR
 
 KERNEL_DIR = Path(__file__).resolve().parent
 
@@ -273,7 +274,7 @@ class KernelSpec:
     # The layout B is handed to the kernel in (kernels/weights.py): "row-major" (K x N, the
     # matrix every reference reads) or "strips64" (hgemm_small_m_packed: 64-column strips,
     # packed once per weight by Prepared.weight before any launch is timed).
-    weight_layout: str = "row-major"
+    weight_layout: str = ROW_MAJOR
     # The folder the source and its local headers are compiled from: perfscope's kernels, or
     # a patched copy of them (benchmarks/tail_split_probe.py adds timer probes to one).
     kernel_dir: Path = field(default=KERNEL_DIR, compare=False)
