@@ -329,6 +329,30 @@ def test_small_m_pairs_multicast_a_and_free_slots_in_both_ctas(m, n, k):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("shape", [Shape(16, 8192, 8192), Shape(16, 14336, 4096),
+                                   Shape(64, 4096, 14336), Shape(256, 8192, 8192),
+                                   Shape(256, 4096, 14336)], ids=str)
+def test_the_packed_stage_is_hgemm_small_m_but_for_b_coordinates(shape):
+    """hgemm_small_m_packed at every tier (thin, 128 columns, pushed split, pair, grid
+    split): the same tile and the same wgmma, TMA, barrier and shared-memory instructions
+    as hgemm_small_m, no spills; what differs is integer arithmetic (B's coordinates)."""
+    tool = disassembler_or_skip()
+    kept = ("HGMMA", "UTMA", "UBLKCP", "SYNCS", "BAR", "STS", "LDS", "WARPGROUP", "STAS")
+    sides = []
+    for name in ("hgemm_small_m", "hgemm_small_m_packed"):
+        spec = small_m_for(BY_NAME[name], shape)
+        mod = compile_stage(spec, "bf16", ARCH)
+        assert not mod.usage(spec.name_expression("bf16")).spills, mod.log
+        ops = disassemble(mod.cubin_path, tool).kernel(mod.mangled(spec.name_expression("bf16"))).opcodes
+        sides.append(({op: v for op, v in ops.items() if op.startswith(kept)}, sum(ops.values()),
+                      {k: v for k, v in spec.param_dict.items() if k != "PACKED"}))
+    (row_ops, row_count, row_tile), (packed_ops, packed_count, packed_tile) = sides
+    assert packed_tile == row_tile
+    assert packed_ops == row_ops and any(op.startswith("HGMMA") for op in row_ops)
+    assert abs(packed_count - row_count) <= 0.05 * row_count
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("bn", [64, 128])
 def test_small_m_row_pairs_multicast_b_and_free_slots_in_both_ctas(bn):
     """MPAIR=2: each CTA of a pair of tile rows loads every other B atom for both (UTMALDG
