@@ -386,6 +386,52 @@ def test_time_stage_times_the_parent_in_the_same_rounds(monkeypatch):
                           parent=_FakePrep("parent", 3.0, epilogue="gelu"))
 
 
+def test_the_timer_packs_each_sides_weight_once_outside_the_timed_launches():
+    """bench's timer hands each side B as that side takes it (Prepared.weight): made once,
+    in the warm-up, per side, so a packed stage gets its strips and its parent or reference
+    the row-major B in the same rounds, and no timed batch packs anything."""
+    from types import SimpleNamespace
+
+    from perfscope import timing
+
+    class Event:
+        done = True
+
+        def record(self):
+            pass
+
+        def synchronize(self):
+            pass
+
+    stream = SimpleNamespace(synchronize=lambda: None)
+    cp = SimpleNamespace(cuda=SimpleNamespace(Event=Event, get_elapsed_time=lambda s, e: 1.0,
+                                              get_current_stream=lambda: stream))
+
+    class Prep:
+        def __init__(self, packs: bool):
+            self.packs, self.packed, self.got = packs, 0, []
+
+        def weight(self, b):
+            self.packed += 1
+            return ("strips", b) if self.packs else b
+
+        def launch(self, a, b, c, extra):
+            self.got.append(b)
+
+    timer = object.__new__(timing._Timer)
+    timer.cp, timer.opts = cp, timing.BenchOptions(runs=2, warmup=1)
+    timer.a, timer.b, timer.c, timer.extra = "A", "B", "C", None
+    timer.flush, timer.clock, timer.weights = (lambda: None), SimpleNamespace(sm_mhz=lambda: None), {}
+    packed, plain = Prep(True), Prep(False)
+    for p in (packed, plain):
+        timer.warm(p)
+    for _ in range(2):
+        for p in (packed, plain):
+            assert timer.batch(p).times_ms == (1.0, 1.0)
+    assert packed.packed == plain.packed == 1
+    assert packed.got == [("strips", "B")] * 5 and plain.got == ["B"] * 5
+
+
 def test_old_json_file_form_is_pointed_to_out():
     code, out = _cli("sgemm_naive", "--json", "bench.json")
     assert code == 2 and out.count("\n") == 1
