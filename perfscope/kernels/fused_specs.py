@@ -616,7 +616,8 @@ FUSED: tuple[KernelSpec, ...] = (
                       "runs nearer the rate of a plain read.",
                notes="The same kernel, tile choice, grid and epilogue as hgemm_small_m "
                      "(PACKED=1 changes only B's TMA coordinates; the shared-memory image and "
-                     "the wgmmas are the same, so C is bit-identical). B is packed by "
+                     "the wgmmas are the same, so C is bit-identical to hgemm_small_m's: "
+                     "tests/test_gpu_fused.py checks it). B is packed by "
                      "Prepared.weight (kernels/weights.py: K zero-padded to whole k tiles, N "
                      "to whole strips) once per weight, before any launch is timed, as an "
                      "inference engine packs a model's weights when it loads them; every "
