@@ -11,6 +11,7 @@ import sys
 
 import numpy as np
 import pytest
+from fakes.fake_cuda import DoneEvent
 from typer.testing import CliRunner
 
 from perfscope import bench, verify
@@ -394,14 +395,7 @@ def test_the_timer_packs_each_sides_weight_once_outside_the_timed_launches():
 
     from perfscope import timing
 
-    class Event:
-        done = True
-
-        def record(self):
-            pass
-
-        def synchronize(self):
-            pass
+    Event = DoneEvent
 
     stream = SimpleNamespace(synchronize=lambda: None)
     cp = SimpleNamespace(cuda=SimpleNamespace(Event=Event, get_elapsed_time=lambda s, e: 1.0,

@@ -24,6 +24,7 @@ from typing import ClassVar
 import numpy as np
 import pytest
 from conftest import benchmark_script, disassembler_or_skip
+from fakes.fake_cuda import DoneEvent
 
 from perfscope import bench
 from perfscope.build import CompileRequest, compile_cubin
@@ -651,14 +652,7 @@ def _fake_cupy() -> object:
 
     cp.random = _Namespace(default_rng=Rng)
 
-    class Event:
-        done = True
-
-        def record(self):
-            pass
-
-        def synchronize(self):
-            pass
+    Event = DoneEvent
 
     def memcpy(dst, src, nbytes, kind, stream):
         ctypes.memmove(dst, src, nbytes)
