@@ -64,6 +64,8 @@ from perfscope.kernels.epilogue import (
 from perfscope.kernels.fused_specs import (
     ACTIVATIONS,
     BY_NAME,
+    SMALL_M_PACKED,
+    SMALL_M_TILED,
     fused_geometry,
     small_m_for,
     small_m_grid_for,
@@ -97,7 +99,7 @@ BIAS_ACT = "hgemm_fused_bias_act"
 SMALL_M = "hgemm_small_m"
 # hgemm_small_m reading B from its 64-column strips (kernels/weights.py), packed once per
 # weight before any launch (outside every timing).
-PACKED = "hgemm_small_m_packed"
+PACKED = SMALL_M_PACKED
 # hgemm_small_m's stream-K child: the same tiles spread over one CTA per SM.
 STREAMK = "hgemm_small_m_streamk"
 # The cooperative stage's ping-pong variant (PS124), timed where tiles are many.
@@ -146,7 +148,7 @@ def variant(name: str, act: str, residual: bool, shape: Shape | None = None,
     the shape (tile width, BM tier, ring depth, A's box rows: small_m_for), the width
     pinned to ``bn`` if given."""
     spec = BY_NAME[name].with_params(ACT=ACTIVATIONS[act], RESIDUAL=int(residual))
-    if name in (SMALL_M, STREAMK, PACKED):
+    if name in (*SMALL_M_TILED, STREAMK):
         spec = small_m_for(spec.with_params(BN=bn) if bn else spec, shape or Shape(1, 64, 64),
                            {"BN": bn} if bn else None)
     return spec
@@ -171,7 +173,7 @@ def needed_variants(timing: bool) -> list[tuple[KernelSpec, str]]:
                 for dtype in DTYPES:
                     for name, bn in ((BIAS_ACT, None), (PINGPONG, None), (STREAMK, None),
                                      (PACKED, None), *((SMALL_M, w) for w in SMALL_M_WIDTHS)):
-                        if ((name in (SMALL_M, PACKED) and m > 256) or (name == STREAMK and m > 64)
+                        if ((name in SMALL_M_TILED and m > 256) or (name == STREAMK and m > 64)
                                 or (name == PINGPONG and m <= 256)):
                             continue
                         spec = variant(name, "gelu", False, Shape(m, n, k), bn)
@@ -234,11 +236,11 @@ class FusedLaunch:
              multiprocessors: int, splits: int | None = None) -> FusedLaunch:
         spec.check_shape(shape)
         block, smem = spec.block_dims(), spec.dynamic_smem_bytes()
-        if spec.name in (SMALL_M, PACKED) and splits is not None:
+        if spec.name in SMALL_M_TILED and splits is not None:
             p = spec.param_dict
             return cls(spec, dtype, shape, function, driver, small_m_grid_for(p, shape, splits),
                        block, smem, splits * small_m_pair(p))
-        if spec.name in (SMALL_M, STREAMK, PACKED):
+        if spec.name in (*SMALL_M_TILED, STREAMK):
             grid, cluster = fused_geometry(spec, shape, multiprocessors,
                                            cluster_fit(driver, function, block, smem))
             return cls(spec, dtype, shape, function, driver, grid, block, smem, cluster)
