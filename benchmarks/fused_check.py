@@ -72,8 +72,9 @@ from perfscope.kernels.fused_specs import (
     small_m_pair,
 )
 from perfscope.kernels.launch import cluster_fit, compile_stage, elementwise_request
+from perfscope.kernels.maps import plan_maps
 from perfscope.kernels.spec import KERNEL_DIR, KernelSpec, Shape
-from perfscope.kernels.tensormap import TensorMap, persistent_grid, plan_maps
+from perfscope.kernels.tensormap import TensorMap, persistent_grid
 from perfscope.kernels.weights import weight_for
 from perfscope.timing import L2_FLUSHES, BenchOptions, L2Flush
 

@@ -409,7 +409,8 @@ def run_launch_paths(cp, flush, repeats: int = 2) -> list[dict]:
     import fused_check as fc
     import numpy as np
 
-    from perfscope.kernels.tensormap import Driver, plan_maps
+    from perfscope.kernels.maps import plan_maps
+    from perfscope.kernels.tensormap import Driver
 
     tm32 = f"bulk_tm<{fc.BULK_STAGES}, {fc.BULK_CHUNK}, 32>"
     tm256 = f"bulk_tm<{fc.BULK_STAGES}, {fc.BULK_CHUNK}, 256>"

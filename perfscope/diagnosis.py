@@ -23,14 +23,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from perfscope.errors import PerfscopeError
-from perfscope.kernels import DTYPES, REFERENCE_FOR_DTYPE, stage_catalogue
+from perfscope.kernels import DTYPES, REFERENCE_FOR_DTYPE, Shape, run_reads, stage_catalogue
 from perfscope.locations import LOCAL_ROOT
 from perfscope.manifest import RunManifest, manifest_beside, manifest_path
 from perfscope.profile import KernelProfile, compile_kernel_regex, load
 from perfscope.reader import REPORT_SUFFIXES, find_reports, report_stem
 from perfscope.record import Catalogue, Diagnosed, as_group, machine_settings
 from perfscope.rules import Context, evaluate
-from perfscope.stage import StageInfo
+from perfscope.stage import OperandRead, StageInfo
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +74,15 @@ def _label(path: Path, kp: KernelProfile, stage: StageInfo | None, dtype: str | 
     return label
 
 
+def manifest_reads(manifest: RunManifest | None) -> tuple[OperandRead, ...] | None:
+    """How the manifest's run read A and B by TMA, planned from the stage it names (a
+    program's own kernel, or a run without a manifest: unknown)."""
+    if manifest is None or not (manifest.m and manifest.n and manifest.k):
+        return None
+    return run_reads(manifest.stage, manifest.params, manifest.dtype,
+                     Shape(manifest.m, manifest.n, manifest.k))
+
+
 def diagnose_profiles(path: Path, profiles: list[KernelProfile], catalogue: Catalogue,
                       several: bool | None = None,
                       machine: dict[str, float] | None = None) -> list[Diagnosed]:
@@ -85,7 +94,8 @@ def diagnose_profiles(path: Path, profiles: list[KernelProfile], catalogue: Cata
     # The rules are told the stage only when a run manifest names it: a file name is a
     # guess, the manifest is what was run.
     context = Context(stage=stage if manifest is not None else None,
-                      machine=machine_settings(profiles) if machine is None else machine)
+                      machine=machine_settings(profiles) if machine is None else machine,
+                      reads=manifest_reads(manifest))
     several = len(profiles) > 1 if several is None else several
     return [Diagnosed(_label(path, kp, stage, dtype, manifest, several), path, kp, manifest,
                       evaluate(kp, manifest, context), stage, dtype) for kp in profiles]

@@ -1,9 +1,10 @@
 """What analysis knows of a stage and of its compile, as plain values (ground floor).
 
 A report alone cannot say what a kernel was meant to be. For a ladder stage the loader
-(:mod:`perfscope.diagnosis`) attaches a ``StageInfo`` built from the kernel registry, and
-the static audit attaches the compiler's ``ResourceUsage``; rules, diffs and pages read
-these values and never import the registry or the compiler themselves.
+(:mod:`perfscope.diagnosis`) attaches a ``StageInfo`` built from the kernel registry and
+the ``OperandRead`` of each operand its run loaded by TMA (from the tensor maps that run was
+launched with), and the static audit attaches the compiler's ``ResourceUsage``; rules,
+diffs and pages read these values and never import the registry or the compiler themselves.
 """
 
 from __future__ import annotations
@@ -100,3 +101,38 @@ class ResourceUsage:
     def to_dict(self) -> dict[str, int | str]:
         """The usage as plain values, for the run manifest."""
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class OperandRead:
+    """How one run read an operand from global memory: TMA boxes over the matrix as it lay
+    in memory (a packed weight's packed matrix), as its tensor map described them.
+
+    Nsight Compute does not record a tensor map, so a report cannot say this; the loader
+    plans it from the stage, its parameters and the shape (perfscope's own stages only).
+    """
+
+    operand: str            # "A", or "B" (the weight)
+    rows: int               # rows of the matrix in memory
+    row_bytes: int          # bytes from the start of one row to the next
+    box_rows: int
+    box_row_bytes: int      # bytes of one box row
+    layout: str = "row-major"
+
+    @property
+    def bytes(self) -> int:
+        """The matrix's bytes in memory (what one pass over it reads from DRAM)."""
+        return self.rows * self.row_bytes
+
+    @property
+    def run_bytes(self) -> int:
+        """Contiguous bytes one box reads in one piece: the whole box when a box row spans
+        a matrix row, else one box row (the next lies row_bytes further on)."""
+        if self.box_row_bytes >= self.row_bytes:
+            return self.box_rows * self.row_bytes
+        return self.box_row_bytes
+
+    def describe(self) -> str:
+        """'B: 64 x 128-byte boxes, rows 16384 bytes apart (row-major)'."""
+        return (f"{self.operand}: {self.box_rows} x {self.box_row_bytes}-byte boxes, rows "
+                f"{self.row_bytes} bytes apart ({self.layout})")

@@ -29,9 +29,9 @@ from perfscope.kernels.fp8 import (
 )
 from perfscope.kernels.fused_specs import output_dtype
 from perfscope.kernels.launch import compile_stage
+from perfscope.kernels.maps import plan_maps
 from perfscope.kernels.registry import REFERENCE_FOR_DTYPE, audit_specs, names
 from perfscope.kernels.spec import KERNEL_DIR, normalize_dtype
-from perfscope.kernels.tensormap import plan_maps
 from perfscope.manifest import OK, WRONG
 from perfscope.sass.disasm import disassemble
 from perfscope.verify import Bound, _compare, _products

@@ -44,8 +44,9 @@ from perfscope.kernels.fused_specs import (
     streamk_ctas,
 )
 from perfscope.kernels.launch import compile_stage, elementwise_request
+from perfscope.kernels.maps import MapPlan
 from perfscope.kernels.spec import KERNEL_DIR, Shape
-from perfscope.kernels.tensormap import MapPlan, TensorMap
+from perfscope.kernels.tensormap import TensorMap
 from perfscope.kernels.weights import strips_shape, unpack_strips
 from perfscope.sass.disasm import disassemble
 

@@ -18,20 +18,18 @@ from perfscope.audit import audit_stage
 from perfscope.errors import PerfscopeError
 from perfscope.kernels import REGISTRY, Shape, get_spec
 from perfscope.kernels.launch import capability_refusal, compile_stage
-from perfscope.kernels.spec import TmaBox
-from perfscope.kernels.tensormap import (
+from perfscope.kernels.maps import (
     DATA_TYPE,
     INTERLEAVE_NONE,
     L2_PROMOTION_256B,
     OOB_FILL_ZEROS,
     SWIZZLE_128B,
     MapPlan,
-    TensorMap,
-    TensorMapLauncher,
-    persistent_grid,
     plan_map,
     plan_maps,
 )
+from perfscope.kernels.spec import TmaBox
+from perfscope.kernels.tensormap import TensorMap, TensorMapLauncher, persistent_grid
 
 HOPPER = [s for s in REGISTRY if s.source == "hopper.cu"]
 NAMES = ("hgemm_tma_wgmma", "hgemm_tma_wgmma_ws", "hgemm_tma_wgmma_persistent",

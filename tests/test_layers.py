@@ -33,7 +33,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("rules", "rules.*"),
     ("record", "diff", "documents"),
     ("kernels", "kernels.registry", "kernels.fused_specs", "kernels.epilogue", "kernels.fp8",
-     "kernels.listing"),
+     "kernels.listing", "kernels.maps"),
     ("diagnosis", "review", "calibration"),
     ("render", "render.*"),
     ("export",),

@@ -38,7 +38,8 @@ from perfscope.kernels.epilogue import (
 )
 from perfscope.kernels.fused_specs import BY_NAME, QUANT_STAGE, output_dtype
 from perfscope.kernels.launch import _operand_pointers, compile_stage, elementwise_request
-from perfscope.kernels.tensormap import DATA_TYPE, TensorMap, TensorMapLauncher, plan_maps
+from perfscope.kernels.maps import DATA_TYPE, plan_maps
+from perfscope.kernels.tensormap import TensorMap, TensorMapLauncher
 from perfscope.manifest import OK, WRONG
 from perfscope.sass.disasm import disassemble
 from perfscope.verify import check_quantised, make_epilogue_operands

@@ -22,6 +22,7 @@ from perfscope.manifest import RunManifest, Verification
 from perfscope.metrics import M_SM_ACTIVE_AVG, M_SM_ACTIVE_MAX, VIEW_METRICS
 from perfscope.profile import KernelProfile, Stall, Traffic, load
 from perfscope.rules import BY_CODE, REGISTRY, SEVERITIES, TAGS, Context, evaluate
+from perfscope.rules.engine import combine
 from perfscope.rules.model import DOC_SECTIONS
 
 ISSUE_TAGS = {
@@ -36,8 +37,9 @@ ISSUE_TAGS = {
     # that issues the TMA loads (PS146, the static audit's).
     "clock-held", "mma-serialized", "k-loop-math", "producer-loop",
     # and warps waiting at memory fences (PS126: a split-K partial pulled between two
-    # release-semantics cluster barriers).
-    "memory-fence",
+    # release-semantics cluster barriers), and a stream read in short runs (PS172: the
+    # boxes of a stage's tensor maps).
+    "memory-fence", "short-runs",
 }
 
 
@@ -126,6 +128,13 @@ def _records(path: str) -> tuple:
     return tuple(diagnose([path]))
 
 
+def _context(r) -> Context:
+    """What the loader tells the rules of a record: its stage and how its run read A and B."""
+    from perfscope.diagnosis import manifest_reads
+
+    return Context(stage=r.stage, reads=manifest_reads(r.manifest))
+
+
 def external(name: str, index: int = 0):
     """A launch of the external set with its run manifest (the H200 timing)."""
     r = _records(str(EXTERNAL / f"{name}.ncu-rep.xz"))[index]
@@ -135,31 +144,44 @@ def external(name: str, index: int = 0):
 def reference(stage: str, dtype: str):
     """A ladder stage of the committed reference run, with its manifest and stage."""
     r = _records(str(REFERENCE / f"{stage}-{dtype}-4096x4096x4096.ncu-rep.xz"))[0]
-    return r.profile, {"manifest": r.manifest, "context": Context(stage=r.stage)}
+    return r.profile, {"manifest": r.manifest, "context": _context(r)}
 
 
 def fused(name: str, index: int = 0):
     """A launch of the committed reference run's fused folder (issue 19), with its manifest."""
     r = _records(str(REFERENCE / "fused" / f"{name}.ncu-rep.xz"))[index]
-    return r.profile, {"manifest": r.manifest, "context": Context(stage=r.stage)}
+    return r.profile, {"manifest": r.manifest, "context": _context(r)}
 
 
 def probe(name: str):
     """A report of the committed reference run's probes folder, with its manifest."""
     r = _records(str(REFERENCE / "probes" / f"{name}.ncu-rep.xz"))[0]
-    return r.profile, {"manifest": r.manifest, "context": Context(stage=r.stage)}
+    return r.profile, {"manifest": r.manifest, "context": _context(r)}
 
 
 def fused_fixture(name: str):
     """A launch of tests/fixtures/h200/fused (an older hgemm_small_m), with its manifest."""
     r = _records(str(FIXTURES / "fused" / f"{name}.ncu-rep.xz"))[0]
-    return r.profile, {"manifest": r.manifest, "context": Context(stage=r.stage)}
+    return r.profile, {"manifest": r.manifest, "context": _context(r)}
 
 
 def fp8(stage: str):
     """An fp8 report of the committed reference run's fp8 folder (issue 19), with its manifest."""
     r = _records(str(REFERENCE / "fp8" / f"{stage}-fp8-4096x4096x4096.ncu-rep.xz"))[0]
-    return r.profile, {"manifest": r.manifest, "context": Context(stage=r.stage)}
+    return r.profile, {"manifest": r.manifest, "context": _context(r)}
+
+
+def _packed_stand_in():
+    """hgemm_small_m's 16 x 8192^2 report told the reads of hgemm_small_m_packed at the same
+    parameters: the same kernel, boxes and shared-memory image, B in 64-column strips. A
+    stand-in until the packed stage's own report is captured: it has not run on a GPU yet."""
+    from perfscope.kernels import Shape, run_reads
+
+    kp, kw = fused(SMALL_M_M16)
+    m = kw["manifest"]
+    reads = run_reads("hgemm_small_m_packed", m.params, m.dtype, Shape(m.m, m.n, m.k))
+    assert reads is not None and reads[1].run_bytes == 64 * 128
+    return kp, {"manifest": m, "context": Context(stage=kw["context"].stage, reads=reads)}
 
 
 def wgmma_pipeline(build: str):
@@ -167,15 +189,16 @@ def wgmma_pipeline(build: str):
     loop, which ptxas serialized (tests/fixtures/h200/wgmma-serialized/)."""
     path = FIXTURES / "wgmma-serialized" / build / "hgemm_fused_quant-bf16-4096x4096x4096.ncu-rep.xz"
     r = _records(str(path))[0]
-    return r.profile, {"manifest": r.manifest, "context": Context(stage=r.stage)}
+    return r.profile, {"manifest": r.manifest, "context": _context(r)}
 
 
 def tail_split(name: str):
     """A report of the tail-split pairs (fixtures/h200/tail-split/), with its manifest."""
     r = _records(str(FIXTURES / "tail-split" / f"{name}.ncu-rep.xz"))[0]
-    return r.profile, {"manifest": r.manifest, "context": Context(stage=r.stage)}
+    return r.profile, {"manifest": r.manifest, "context": _context(r)}
 
 
+SMALL_M_M16 = "hgemm_small_m@AROWS=16,BN=64-bf16-16x8192x8192"
 SMALL_M_DECODE = "hgemm_small_m@BN=64,STAGES=12-bf16-64x8192x8192"
 SMALL_M_256 = "hgemm_small_m@AROWS=256,BM=256,STAGES=4-bf16-256x8192x8192"
 # The split-K decode kernel at 64x4096x4096, one report name in two folders: fused/ holds it
@@ -435,7 +458,7 @@ CASES: tuple[Case, ...] = (
          lambda: (one("cublas_hgemm_4096"), {"manifest": manifest()})),
     Case("PS151", False, "real", "hgemm_small_m pads M = 16 to 64 rows (75% of the tiles' work), "
          "but 4x its math at the peak is shorter than its 128 MiB stream: the padding is hidden",
-         lambda: fused("hgemm_small_m@AROWS=16,BN=64-bf16-16x8192x8192")),
+         lambda: fused(SMALL_M_M16)),
     Case("PS152", True, "real", "a 64-CTA transpose in the 24-launch capture leaves 68 of 132 SMs "
          "without a CTA", lambda: (one("many_launches", 18), {})),
     Case("PS152", False, "real", "the 256-CTA transpose fills a quarter of the slots but every SM",
@@ -466,7 +489,7 @@ CASES: tuple[Case, ...] = (
          "at 84% of the DRAM rate, where cuBLAS's decode GEMM of the same shape reaches 89%",
          lambda: fused("hgemm_small_m@BN=64,MCAST=2,STAGES=12-bf16-64x8192x8192")),
     Case("PS170", False, "real", "hgemm_small_m at 16 x 8192^2 with its 8-stage ring streams 128 MiB "
-         "at 90% of the DRAM rate", lambda: fused("hgemm_small_m@AROWS=16,BN=64-bf16-16x8192x8192")),
+         "at 90% of the DRAM rate", lambda: fused(SMALL_M_M16)),
     Case("PS170", False, "real", "cuBLAS's decode GEMM streams its weight at 91% of the DRAM rate",
          lambda: external("torch_decode_m16")),
     Case("PS170", False, "real", "cublas+gelu's pass at M = 64 moves 1 MiB (0.25 us at the DRAM "
@@ -482,6 +505,14 @@ CASES: tuple[Case, ...] = (
          lambda: reference("sgemm_pipe", "fp32")),
     Case("PS171", False, "real", "cuBLAS's decode GEMM (tensor pipe 7% busy) runs at 0.91",
          lambda: external("torch_decode_m16")),
+    Case("PS172", True, "real", "hgemm_small_m at 16 x 8192^2 streams B in 64 x 128-byte boxes, rows "
+         "16 KB apart, at 0.89 of the DRAM rate", lambda: fused(SMALL_M_M16)),
+    Case("PS172", True, "real", "the same at 16 x 14336 x 4096: rows 28 KB apart",
+         lambda: fused("hgemm_small_m@AROWS=16,STAGES=6-bf16-16x14336x4096")),
+    Case("PS172", False, "synthetic", "the same report told the packed stage's reads (B in "
+         "64-column strips: each box 8 KB contiguous)", lambda: _packed_stand_in()),
+    Case("PS172", False, "real", "hgemm_small_m at M = 256 is bound by its math, not its stream",
+         lambda: fused(SMALL_M_256)),
     Case("PS190", True, "synthetic", "manifest: verdict WRONG",
          lambda: (one("cublas_hgemm_4096"), {"manifest": manifest("WRONG")})),
     Case("PS190", False, "synthetic", "manifest: verdict ok",
@@ -810,6 +841,41 @@ def test_dram_bound_advice_does_not_ask_for_depth_past_the_latency():
     kp, kw = external("torch_gelu_after_mm", 1)
     (f,) = [f for f in evaluate(kp, **kw).findings if f.code == "PS170"]
     assert not any(e.metric.startswith("shared memory per SM") for e in f.evidence)
+
+
+def test_short_runs_name_the_boxes_and_bound_their_estimate():
+    """PS172 on hgemm_small_m at 16 x 8192^2: the evidence names B's boxes (64 rows of 128
+    bytes, 16 KB apart) and its share of the bytes; the estimate is the measured 5% of the
+    stream times that share times the stream's share of the time, under the gap to the DRAM
+    rate; it composes with PS170 (same gap) as the larger, never the sum. Without a manifest
+    (a program's kernel, cuBLAS) the boxes are unknown and the rule says so."""
+    from perfscope.rules.roofline import SHORT_RUN_LOSS
+
+    kp, kw = fused(SMALL_M_M16)
+    ev = evaluate(kp, **kw)
+    (f,) = [f for f in ev.findings if f.code == "PS172"]
+    rows = {e.metric: e.value for e in f.evidence}
+    (b,) = [k for k in rows if k.startswith("B's contiguous bytes")]
+    assert rows[b] == 128 and "rows 16384 bytes apart (row-major)" in b
+    assert not any(k.startswith("A's") for k in rows)     # A: 16 rows, read from L2
+    share = rows["short-run operands' share of the compulsory bytes"]
+    stream = next(v for k, v in rows.items() if k.startswith("bytes / time"))
+    assert 0.99 < share <= 1 and 0.85 < stream < 0.95
+    assert f.estimated_gain == pytest.approx(SHORT_RUN_LOSS * share * stream, abs=2e-3)
+    assert f.severity == "optimization" and "hgemm_small_m_packed" in f.fix
+    # The deeper ring's report: PS170 fires too. PS172 is a cause inside PS170's gap (the
+    # envelope): the kernel's combined estimate is the envelope or the causes, the larger.
+    kp, kw = fused("hgemm_small_m@AROWS=16,BN=64,STAGES=12-bf16-16x8192x8192")
+    ev = evaluate(kp, **kw)
+    by = {f.code: f for f in ev.findings}
+    assert by["PS172"].group == "global memory" and by["PS170"].group == "roofline"
+    causes = [(f.group, f.estimated_gain) for f in ev.findings
+              if f.estimated_gain and f.group != "roofline"]
+    assert ev.combined_gain == pytest.approx(
+        max(by["PS170"].estimated_gain, combine(causes)), abs=1e-4)
+    kp, kw = external("torch_decode_m16")
+    (skip,) = [n for n in evaluate(kp, **kw).not_evaluated if n.code == "PS172"]
+    assert "tensor map" in skip.reason
 
 
 def test_bytes_into_shared_memory_are_measured_at_the_crossbar():

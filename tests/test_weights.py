@@ -10,7 +10,7 @@ import pytest
 from perfscope.errors import PerfscopeError
 from perfscope.kernels import Shape, get_spec
 from perfscope.kernels.fused_specs import fused_geometry, small_m_for
-from perfscope.kernels.tensormap import SWIZZLE_128B, plan_maps
+from perfscope.kernels.maps import SWIZZLE_128B, plan_maps
 from perfscope.kernels.weights import (
     ROW_MAJOR,
     STRIPS64,
@@ -96,3 +96,36 @@ def test_the_packed_stage_refuses_what_hgemm_small_m_refuses_under_its_own_name(
     with pytest.raises(PerfscopeError, match=r"^hgemm_small_m_packed with MPAIR=2 pairs"):
         small_m_for(get_spec("hgemm_small_m_packed").with_params(MPAIR=2, BM=128),
                     Shape(100, 4096, 4096), {"MPAIR": 2, "BM": 128})
+
+
+def test_operand_reads_give_the_run_each_box_reads_in_one_piece():
+    """What the analysis is told of a run (kernels/maps.py, via run_reads): hgemm_small_m at
+    16 x 8192^2 reads B in 64 x 128-byte boxes whose rows lie 16 KB apart; the packed stage
+    at the same parameters reads the same bytes as 8 KB pieces."""
+    from perfscope.kernels import run_reads
+
+    shape = Shape(16, 8192, 8192)
+    params = small_m_for(get_spec("hgemm_small_m"), shape).param_dict
+    a, b = run_reads("hgemm_small_m", params, "bf16", shape)
+    assert (a.operand, a.rows, a.row_bytes, a.box_row_bytes, a.run_bytes) == ("A", 16, 16384, 128, 128)
+    assert (b.rows, b.row_bytes, b.box_rows, b.run_bytes, b.layout) == (8192, 16384, 64, 128, ROW_MAJOR)
+    _, p = run_reads("hgemm_small_m_packed", params, "bf16", shape)
+    assert (p.row_bytes, p.run_bytes, p.layout) == (128, 64 * 128, STRIPS64)
+    assert p.bytes == b.bytes == 8192 * 8192 * 2
+    assert "64 x 128-byte boxes, rows 16384 bytes apart" in b.describe()
+    # fp8 takes B transposed (N x K, K contiguous): its rows are K bytes.
+    _, t = run_reads("hgemm_fp8", {}, "fp8", Shape(4096, 4096, 8192))
+    assert t.rows == 4096 and t.row_bytes == 8192
+
+
+@pytest.mark.parametrize(("name", "params", "dtype"), [
+    ("sgemm_naive", {}, "fp32"),                  # pointers, no tensor map
+    ("no_such_stage", {}, "bf16"),
+    (None, {}, "bf16"),                           # a program's kernel
+    ("hgemm_small_m", {"NOT_A_PARAM": 1}, "bf16"),  # a parameter this tree's stage lacks
+    ("hgemm_small_m", {}, None),
+])
+def test_operand_reads_are_unknown_rather_than_guessed(name, params, dtype):
+    from perfscope.kernels import run_reads
+
+    assert run_reads(name, params, dtype, Shape(16, 8192, 8192)) is None

@@ -13,6 +13,7 @@ from perfscope.kernels.registry import (
     audit_specs,
     get_spec,
     names,
+    run_reads,
     stage_catalogue,
     stage_info,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "names",
     "normalize_dtype",
     "parse_shape",
+    "run_reads",
     "stage_catalogue",
     "stage_info",
 ]

@@ -623,6 +623,7 @@ FUSED: tuple[KernelSpec, ...] = (
                      "inference engine packs a model's weights when it loads them; every "
                      "reference still reads the row-major matrix. Bench, verify and profile "
                      "pack B themselves; Prepared.launch refuses a B of any other shape.",
+               addresses=("PS172",),
                **{**_COMMON, "parent": SMALL_M, "static_smem": _small_m_mbarriers}),
     KernelSpec(name=SMALL_M_STREAMK, entry=SMALL_M_STREAMK,
                params=(("BM", 64), ("BN", 64), ("BK", 64), ("STAGES", 8),

@@ -35,9 +35,10 @@ from perfscope.kernels.epilogue import (
 )
 from perfscope.kernels.fp8 import FP8, FP8_SCALES
 from perfscope.kernels.fused_specs import fused_geometry, output_dtype
+from perfscope.kernels.maps import plan_maps
 from perfscope.kernels.registry import LT_FP8_FAST_ACCUMULATION, LT_REFERENCES
 from perfscope.kernels.spec import KERNEL_DIR, KernelSpec, Shape
-from perfscope.kernels.tensormap import Driver, TensorMapLauncher, persistent_grid, plan_maps
+from perfscope.kernels.tensormap import Driver, TensorMapLauncher, persistent_grid
 from perfscope.kernels.weights import ROW_MAJOR, check_weight, weight_for
 from perfscope.locations import install_hint
 

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from perfscope.errors import PerfscopeError
 from perfscope.kernels.epilogue import epilogue_of
 from perfscope.kernels.fused_specs import FUSED, GROUPS
+from perfscope.kernels.maps import operand_reads_of
 from perfscope.kernels.spec import (
     FP8,
     KernelSpec,
@@ -32,7 +33,7 @@ from perfscope.kernels.spec import (
     ring_and_boxes_smem,
     tile_grid,
 )
-from perfscope.stage import StageInfo
+from perfscope.stage import OperandRead, StageInfo
 
 HALF = ("fp16", "bf16")
 
@@ -578,6 +579,13 @@ def get_spec(name: str) -> KernelSpec:
         raise PerfscopeError(f"unknown stage {name!r}; valid stages are {', '.join(names())}, "
                              f"and for `perfscope sass` only {never}")
     return spec
+
+
+def run_reads(name: str | None, params: Mapping[str, int], dtype: str | None,
+              shape: Shape) -> tuple[OperandRead, ...] | None:
+    """How a run of the stage called name read A and B (kernels/maps.py): None for a name
+    the registry lacks, a stage that loads no operand by TMA, or a run it cannot plan."""
+    return operand_reads_of(_BY_NAME.get(name or ""), params, dtype, shape)
 
 
 # What each stage's change addresses among its parent's findings (KernelSpec.addresses),

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from perfscope.manifest import RunManifest
 from perfscope.profile import KernelProfile
-from perfscope.stage import ResourceUsage, StageInfo
+from perfscope.stage import OperandRead, ResourceUsage, StageInfo
 
 if TYPE_CHECKING:
     from perfscope.rules.bounds import Headroom
@@ -28,7 +28,7 @@ TAGS: tuple[str, ...] = (
     "register-spills", "occupancy-limited", "no-tensor-cores", "legacy-mma", "no-tma",
     "tail-effect", "small-grid", "l2-locality", "dram-bound", "store-inefficiency",
     "incorrect-result", "issue-overhead", "clock-held", "mma-serialized", "k-loop-math",
-    "producer-loop", "memory-fence",
+    "producer-loop", "memory-fence", "short-runs",
 )
 
 # Tags whose fixes remove the same time: within a group only the largest estimate counts
@@ -40,7 +40,7 @@ OVERLAP: Mapping[str, str] = {
     "k-loop-math": "latency", "producer-loop": "latency", "memory-fence": "latency",
     "uncoalesced-global": "global memory", "narrow-loads": "global memory",
     "no-data-reuse": "global memory", "small-tile": "global memory", "l2-locality": "global memory",
-    "store-inefficiency": "global memory", "dram-bound": "roofline",
+    "store-inefficiency": "global memory", "short-runs": "global memory", "dram-bound": "roofline",
     "bank-conflicts": "shared memory", "uncoalesced-shared": "shared memory",
     "smem-bandwidth": "shared memory",
     "register-spills": "registers", "tail-effect": "launch", "small-grid": "launch",
@@ -109,6 +109,9 @@ class Context:
     resources: ResourceUsage | None = None
     machine: Mapping[str, float] = field(default_factory=dict)
     sass: tuple[str, ...] | None = None
+    # How the run read A and B by TMA (its tensor maps' boxes), None where unknown: a
+    # report does not hold it, the loader plans it for perfscope's own stages.
+    reads: tuple[OperandRead, ...] | None = None
 
 
 @dataclass(frozen=True)

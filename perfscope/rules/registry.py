@@ -40,7 +40,7 @@ from perfscope.rules.memory import (
 )
 from perfscope.rules.model import Rule
 from perfscope.rules.registers import REGISTER_OCCUPANCY, SMEM_OCCUPANCY, SPILLS, SPILLS_STATIC
-from perfscope.rules.roofline import DRAM_BOUND
+from perfscope.rules.roofline import DRAM_BOUND, SHORT_RUNS
 
 REGISTRY: tuple[Rule, ...] = (
     UNCOALESCED_GLOBAL,      # PS101
@@ -76,6 +76,7 @@ REGISTRY: tuple[Rule, ...] = (
     PERSISTING_MISUSE,       # PS161
     DRAM_BOUND,              # PS170
     CLOCK_HELD,              # PS171
+    SHORT_RUNS,              # PS172
     INCORRECT,               # PS190
     UNVERIFIED,              # PS191
 )

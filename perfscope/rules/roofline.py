@@ -3,7 +3,8 @@
 A decode GEMM (M of 16-64 against an 8192 x 8192 weight) or an elementwise epilogue does
 few FLOPs per byte: its time is set by DRAM, and "low SM throughput" says nothing about
 it. What says something is the bandwidth its compulsory bytes achieve against what DRAM
-delivers in practice (a device-to-device copy reaches 0.89 of the peak on the H200).
+delivers in practice (a device-to-device copy reaches 0.89 of the peak on the H200), and,
+where the stage's tensor maps are known, the shape of the pieces the stream is read in.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from perfscope.hardware import DRAM_PRACTICAL_SHARE
 from perfscope.metrics import M_DRAM_READ, M_DRAM_WRITE, SECTOR_BYTES, SOL_METRICS
 from perfscope.rules.bounds import dram_peak, headroom, work_of
 from perfscope.rules.facts import MIN_EXCESS, gemm_or_other
-from perfscope.rules.model import Evidence, Hit, Inputs, Rule, need
+from perfscope.rules.model import Evidence, Hit, Inputs, NotCollected, Rule, need
 
 # -- thresholds --
 # Below this share of the practical DRAM rate there is bandwidth worth a finding. cuBLAS's
@@ -135,4 +136,104 @@ DRAM_BOUND = Rule(
     thresholds=(("DRAM_SHARE_MIN", DRAM_SHARE_MIN), ("DRAM_PRACTICAL_SHARE", DRAM_PRACTICAL_SHARE)),
 )
 
-RULES = (DRAM_BOUND,)
+
+# -- short runs (PS172) --
+# A box row of at most this many contiguous bytes is a short run. Measured at 128 bytes (a
+# 64-column box of a 16-bit row-major weight, the widest the 128-byte swizzle allows); two
+# such boxes side by side read 256, which no measurement separates from 128 yet.
+SHORT_RUN_BYTES = 256
+# An operand with less than this share of the work's compulsory bytes is not a stream: at
+# M = 16, A's 16 rows are 0.2% of them, read by every CTA and served by L2.
+STREAMED_SHARE = 0.1
+# The operands streamed in short runs must carry at least this share of the bytes.
+SHORT_RUN_SHARE = 0.5
+# What short runs cost a stream, measured on the H200 in one run (probes/small-m-bulk-b.json,
+# 2026-12-04): hgemm_small_m at 16 x 8192^2 bf16 streamed its weight in 64 x 128-byte boxes,
+# rows 16 KB apart, in 30.7 us per CTA, and in 29.2 us with each k tile's 8 KB read as one
+# contiguous piece: 5% of the stream. The kernel ran 1.031x, 1.058x and 1.063x faster at the
+# three M = 16 weights of 112-128 MiB, and 1.008x at M = 64, where A's 64 rows ride along.
+SHORT_RUN_LOSS = 0.05
+
+
+def _short_runs(inputs: Inputs):
+    """The operands the run streamed in short runs, and their share of the compulsory bytes."""
+    reads = inputs.context.reads
+    if reads is None:
+        raise NotCollected("the operands' TMA boxes (planned for perfscope's own stages from "
+                           "their run manifest; a report does not hold a tensor map)")
+    w = work_of(inputs)
+    need(w.bytes, "the work's bytes (run manifest, or the DRAM bytes measured)")
+    short = tuple(r for r in reads if r.run_bytes <= SHORT_RUN_BYTES < r.row_bytes
+                  and r.bytes >= STREAMED_SHARE * w.bytes)
+    return short, sum(r.bytes for r in short) / w.bytes
+
+
+def _check_short_runs(inputs: Inputs) -> Hit | None:
+    """Symptom: memory-bound work (its bytes at the DRAM peak take longer than its FLOPs at
+    the math peak) reads the operands that carry most of its bytes in TMA boxes whose rows
+    are short runs (at most 256 contiguous bytes, the next row far away), and its bytes move
+    below the practical DRAM rate.
+    Why: a box of 64 rows of 128 bytes, 16 KB apart, is 64 separate pieces of DRAM, and the
+    CTAs that read the neighbouring columns of the same rows reach them at other times; read
+    as one contiguous piece, the same bytes streamed faster (measured, not modelled: 5% of
+    hgemm_small_m's stream phase on the H200). The rate alone (PS170) cannot tell this apart
+    from a ring too shallow; the boxes the stage was launched with can.
+    Fix: store the operand so each box is contiguous: a weight does not change between calls,
+    so pack it once when the model is loaded into strips one box wide, all k rows of a strip
+    after one another (hgemm_small_m_packed: each 64 x 64 box is 8 KB of contiguous memory);
+    where the layout is fixed, a tile wider along the contiguous dimension makes longer runs.
+    Estimate: the measured loss (5% of the stream) times the short-run operands' share of
+    the compulsory bytes times the stream's share of the kernel's time (its bytes at the
+    practical DRAM rate over its duration), never more than the gap to that rate. It is one
+    measurement carried to other shapes: at M = 16 it gives 4.3-4.4% where the probe
+    measured 3.1-6.3%; at M = 64 it gives 4.3% where the probe measured 0.8%.
+    Example:
+        before: hgemm_small_m, 16 x 8192^2: B in 64 x 128-byte boxes, rows 16 KB apart
+        after:  hgemm_small_m_packed: B in 64-column strips, 8 KB boxes (probe: 1.031x)
+    Source: seed 000 §7.1 (inference shapes); CUDA Driver API: cuTensorMapEncodeTiled;
+    reports/reference/h200/probes/README.md ("the decode stream loses on its access
+    pattern")."""
+    room = need(headroom(inputs), "the kernel's roofline (its FLOPs and bytes)")
+    need(room.t_math_ns, "the work's FLOPs (run manifest, or MMA/FFMA counts in the SASS)")
+    need(room.t_bytes_ns, "the work's bytes (run manifest, or the DRAM bytes measured)")
+    if room.t_bytes_ns <= room.t_math_ns:
+        return None
+    short, share = _short_runs(inputs)
+    if share < SHORT_RUN_SHARE:
+        return None
+    p = inputs.profile
+    bw = need(dram_peak(p), f"{M_DRAM_READ} and its % of peak")
+    t = need(p.sol.duration_ns, "gpu__time_duration.sum")
+    w = work_of(inputs)
+    # The bytes' time at the practical rate over the kernel's: the stream's share of its time.
+    achieved = w.bytes / (DRAM_PRACTICAL_SHARE * bw) / (t * 1e-9)
+    if achieved >= 1.0:
+        return None
+    evidence = [Evidence(f"{r.operand}'s contiguous bytes per box row ({r.describe()})",
+                         r.run_bytes, f"<= {SHORT_RUN_BYTES}") for r in short]
+    evidence += [
+        Evidence("short-run operands' share of the compulsory bytes", round(share, 3),
+                 f">= {SHORT_RUN_SHARE}"),
+        Evidence(f"bytes / time ({w.bytes_source}) / practical DRAM rate", round(achieved, 3),
+                 f"< 1 of {DRAM_PRACTICAL_SHARE} x {bw / 1e12:.2f} TB/s"),
+    ]
+    gain = min(1 - achieved, SHORT_RUN_LOSS * share * achieved)
+    return Hit(tuple(evidence), gain, fix_args=(("what", "; ".join(r.describe() for r in short)),))
+
+
+SHORT_RUNS = Rule(
+    code="PS172", tag="short-runs", title="The stream reads its operand in short runs far apart",
+    severity="optimization",
+    metrics=(M_DRAM_READ, SOL_METRICS["dram_pct"]),
+    check=_check_short_runs,
+    fix="Read each box as one contiguous piece ({what}): store the operand in strips one box "
+        "wide, a strip's rows one after another (a weight once, when the model is loaded: "
+        "hgemm_small_m_packed), or widen the tile along the contiguous dimension where the "
+        "layout is fixed.",
+    reference="CUDA Driver API: cuTensorMapEncodeTiled; CUDA C++ Programming Guide: Tensor "
+              "Memory Access",
+    thresholds=(("SHORT_RUN_BYTES", SHORT_RUN_BYTES), ("STREAMED_SHARE", STREAMED_SHARE),
+                ("SHORT_RUN_SHARE", SHORT_RUN_SHARE), ("SHORT_RUN_LOSS", SHORT_RUN_LOSS)),
+)
+
+RULES = (DRAM_BOUND, SHORT_RUNS)
