@@ -47,15 +47,21 @@ def main() -> int:
                     default=Path("reports/reference/h200/fused/bench-fused.json"))
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--until", type=float, default=None,
+                    help="bench --until: add rounds until each ratio's interval is within "
+                         "+-UNTIL of its median (up to --max-rounds)")
+    ap.add_argument("--max-rounds", type=int, default=15)
     ap.add_argument("--tuned", type=Path, default=None,
                     help="a tune store: also time hgemm_fused_bias_act's best configuration")
     ap.add_argument("--m", type=int, action="append", default=None,
                     help="only these M values (repeat; default all)")
     args = ap.parse_args()
+    opts = bench.BenchOptions(runs=args.runs, rounds=args.rounds, until=args.until,
+                              max_rounds=args.max_rounds)
     jobs = plan_jobs(args.m or M_VALUES, args.tuned)
     done = []
     try:
-        for man in bench.run_jobs(jobs, bench.BenchOptions(runs=args.runs, rounds=args.rounds)):
+        for man in bench.run_jobs(jobs, opts):
             done.append(man)
     finally:
         if done:

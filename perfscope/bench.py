@@ -61,6 +61,10 @@ class Job:
     dtype: str
     shape: Shape
     refusal: str | None = None
+    # Whether the spec is its stage as a plain `perfscope bench STAGE --shape` runs it: the
+    # declared defaults, with hgemm_small_m's tile chosen by the host for the shape (no
+    # --param moved it). Such a job may be a ladder step timed head to head with its parent.
+    declared: bool = False
 
 
 def plan(stages: Sequence[str], dtypes: Sequence[str], shape: Shape,
@@ -87,7 +91,8 @@ def plan(stages: Sequence[str], dtypes: Sequence[str], shape: Shape,
     # hgemm_small_m takes its tile (rows, columns, ring depth) from the shape, and whether
     # it splits over the grid from this GPU's multiprocessors (the H200's without one).
     sms = launch.driver_multiprocessors() if any(s.name in SMALL_M_TILED for s in specs) else None
-    specs = [small_m_for(spec, shape, params, sms or H200_MULTIPROCESSORS) for spec in specs]
+    sms = sms or H200_MULTIPROCESSORS
+    specs = [small_m_for(spec, shape, params, sms) for spec in specs]
     jobs: list[Job] = []
     cc = launch.driver_compute_capability() if everything else None
     for spec in specs:
@@ -113,7 +118,7 @@ def plan(stages: Sequence[str], dtypes: Sequence[str], shape: Shape,
                 # Under "all", a stage this GPU cannot run (wgmma off Hopper) is a row.
                 jobs.append(Job(spec, dtype, shape, refusal=unfit))
                 continue
-            jobs.append(Job(spec, dtype, shape))
+            jobs.append(Job(spec, dtype, shape, declared=_as_declared(spec, shape, sms)))
     if not jobs:
         raise PerfscopeError(f"no stage takes dtype {', '.join(dts)}")
     return jobs
@@ -196,12 +201,13 @@ def is_cuda_error(exc: BaseException) -> bool:
     return type(exc).__module__.startswith(("cupy", "cupy_backends"))
 
 
-def _at_defaults(spec: KernelSpec) -> bool:
-    """Whether the spec is its registry stage as declared: its defaults, built from the
-    package's kernels with its flags (kernel_ab's other side, built from another tree's
-    kernels under the same name, is not)."""
+def _as_declared(spec: KernelSpec, shape: Shape, multiprocessors: int) -> bool:
+    """Whether the spec is its registry stage as declared for this shape: its defaults (with
+    hgemm_small_m's host-chosen tile, small_m_for), built from the package's kernels with its
+    flags (kernel_ab's other side, built from another tree's kernels under the same name,
+    is not)."""
     try:
-        declared = get_spec(spec.name)
+        declared = small_m_for(get_spec(spec.name), shape, None, multiprocessors)
     except PerfscopeError:
         return False
     return (spec.kernel_dir == declared.kernel_dir and spec.flags == declared.flags
@@ -212,10 +218,11 @@ Steps = dict[tuple[str, str, Shape], Prepared]
 
 
 def _parent_for(job: Job, prep: Prepared, steps: Steps) -> Prepared | None:
-    """The job's parent stage as this run prepared and verified it, when both are at their
-    defaults and compute the same epilogue (a ladder step bench times head to head)."""
+    """The job's parent stage as this run prepared and verified it, when both run as
+    declared for the shape (Job.declared) and compute the same epilogue (a ladder step bench
+    times head to head)."""
     parent = steps.get((job.spec.parent, job.dtype, job.shape)) if job.spec.parent else None
-    if parent is None or not _at_defaults(job.spec) or parent.epilogue != prep.epilogue:
+    if parent is None or not job.declared or parent.epilogue != prep.epilogue:
         return None
     return parent
 
@@ -242,7 +249,7 @@ def _run_one(job: Job, opts: BenchOptions, refs: dict,
     timing = time_stage(prep, ref, opts, _parent_for(job, prep, steps))
     # A parent for the steps above it once it has verified and timed (a stage whose timing
     # failed is no one's parent).
-    if not job.spec.is_reference and _at_defaults(job.spec):
+    if not job.spec.is_reference and job.declared:
         steps[(job.spec.name, job.dtype, job.shape)] = prep
     return prep, verdict, timing
 
@@ -363,12 +370,15 @@ class ParentStep:
 
 
 def parent_steps(manifests: Sequence[RunManifest]) -> list[ParentStep]:
-    """Speedup of every timed stage over its timed parent (default parameters only)."""
+    """Speedup of every timed stage over its timed parent (each run as declared for its
+    shape: the defaults, hgemm_small_m's tile the host's choice on the run's GPU)."""
     def is_default(m: RunManifest) -> bool:
+        sms = m.environment.sm_count if m.environment is not None else H200_MULTIPROCESSORS
         try:
-            return at_defaults(m.params, get_spec(m.stage).param_dict)
+            declared = small_m_for(get_spec(m.stage), Shape(m.m, m.n, m.k), None, sms)
         except PerfscopeError:
             return False
+        return at_defaults(m.params, declared.param_dict)
 
     timed = {(m.stage, m.dtype, m.shape): m for m in manifests
              if m.timing is not None and is_default(m)}

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -28,6 +28,7 @@ from perfscope.manifest import BenchFile, RunManifest
 from perfscope.record import Catalogue, Diagnosed
 from perfscope.rules.engine import combine
 from perfscope.rules.launch import tile_rounds
+from perfscope.stage import StageInfo
 
 # A step that saved at least this share of its parent's time must have been predicted.
 SIGNIFICANT_SAVING = 0.10
@@ -46,7 +47,9 @@ class Step:
     codes: tuple[str, ...]                     # parent findings the child's change addresses
     estimates: tuple[tuple[str, float], ...]   # (code, estimate) of those that fired
     predicted: float                           # composed, capped at the parent's headroom
-    measured: float                            # 1 - parent TFLOP/s / child TFLOP/s
+    # 1 - child time / parent time; None while the child has not been timed (a pending row:
+    # the prediction recorded before the measurement).
+    measured: float | None
     variant: bool
     # Whether the child's change acts at this shape (StageInfo.min_rounds): a step where it
     # does not runs the parent's path, so its measurement says nothing of the prediction.
@@ -54,14 +57,20 @@ class Step:
     shape: str = ""                            # MxNxK of the two reports and the bench run
 
     @property
-    def error(self) -> float:
-        """How far the prediction missed the measured saving."""
-        return abs(self.predicted - self.measured)
+    def pending(self) -> bool:
+        """Predicted, not yet timed."""
+        return self.measured is None
+
+    @property
+    def error(self) -> float | None:
+        """How far the prediction missed the measured saving (None while pending)."""
+        return None if self.measured is None else abs(self.predicted - self.measured)
 
     @property
     def missed(self) -> bool:
         """Saved 10% or more, and no addressed finding predicted it."""
-        return (not self.variant and self.acts and self.measured >= SIGNIFICANT_SAVING
+        return (not self.variant and self.acts and self.measured is not None
+                and self.measured >= SIGNIFICANT_SAVING
                 and not any(g >= PREDICTED_MIN for _, g in self.estimates))
 
 
@@ -74,9 +83,9 @@ class Calibration:
 
     @property
     def counted(self) -> tuple[Step, ...]:
-        """The steps that count towards the error: variants, and steps whose change does not
-        act at the shape, are shown, not counted."""
-        return tuple(s for s in self.steps if not s.variant and s.acts)
+        """The steps that count towards the error: variants, steps whose change does not
+        act at the shape, and pending ones are shown, not counted."""
+        return tuple(s for s in self.steps if not s.variant and s.acts and not s.pending)
 
     @property
     def median_abs_error(self) -> float | None:
@@ -105,7 +114,8 @@ class Calibration:
                 "significant_saving": SIGNIFICANT_SAVING,
                 "missed": [f"{s.parent} -> {s.child} ({s.dtype})" for s in self.missed],
                 "per_rule_mean_abs_error": self.per_rule(),
-                "rows": [{**asdict(s), "estimates": dict(s.estimates), "error": round(s.error, 4)}
+                "rows": [{**asdict(s), "estimates": dict(s.estimates),
+                          "error": None if s.error is None else round(s.error, 4)}
                          for s in self.steps]}
 
     def write(self, path: Path) -> None:
@@ -113,54 +123,115 @@ class Calibration:
         path.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
 
 
-def _timed(bench: BenchFile, catalogue: Catalogue) -> dict[tuple[str, str, str], RunManifest]:
-    """Timed runs at the stage's default parameters, by (stage, dtype, shape)."""
+Config = frozenset[tuple[str, int]]
+
+
+def _config(info: StageInfo, params: Mapping[str, int]) -> Config:
+    """A run's parameters, those it leaves out at the stage's defaults (a parameter added
+    after the run was recorded defaults to the kernel as it was)."""
+    return frozenset({**info.defaults, **params}.items())
+
+
+def _child_config(child: StageInfo, parent: StageInfo, parent_config: Config) -> Config:
+    """The child's configuration in a step that changes only what the child adds: the
+    parent run's values for every parameter the two share, the child's own at their defaults
+    (hgemm_small_m_packed at the tile the host chose for hgemm_small_m)."""
+    shared = {k: v for k, v in parent_config if k in child.defaults}
+    return frozenset({**child.defaults, **shared}.items())
+
+
+def _timed(bench: BenchFile, catalogue: Catalogue) -> dict[tuple[str, str, str, Config], RunManifest]:
+    """Timed runs by (stage, dtype, shape, configuration)."""
     out = {}
     for m in bench.manifests:
         info = catalogue.get(m.stage)
-        if m.timing is None or info is None or not info.at_defaults(m.params):
+        if m.timing is None or info is None:
             continue
-        out[(m.stage, m.dtype, m.shape)] = m
+        out[(m.stage, m.dtype, m.shape, _config(info, m.params))] = m
     return out
+
+
+def _measured(child: RunManifest, parent: RunManifest, parent_name: str) -> float:
+    """1 - child time / parent time: head to head when bench timed the parent in the child's
+    rounds, else from the medians of their separate rounds."""
+    h2h = child.timing.step_ratio(parent_name)
+    speedup = (h2h.median if h2h is not None
+               else child.timing.tflops.median / parent.timing.tflops.median)
+    return 1 - 1 / speedup
+
+
+def _predicted(parent: Diagnosed, codes: tuple[str, ...]) -> tuple[tuple[tuple[str, float], ...], float]:
+    """The parent's estimates for the addressed codes that fired, and their composition
+    (the largest per overlap group, groups as independent savings, capped at its headroom)."""
+    fired = [(f.code, f.estimated_gain) for f in parent.evaluation.findings
+             if f.code in codes and f.estimated_gain is not None]
+    groups = {f.code: f.group for f in parent.evaluation.findings}
+    predicted = combine([(groups[c], g) for c, g in fired]) or 0.0
+    room = parent.evaluation.headroom
+    if room is not None:
+        predicted = min(predicted, room.fraction)
+    return tuple(fired), round(predicted, 4)
 
 
 def calibrate(records: Sequence[Diagnosed], bench: BenchFile, catalogue: Catalogue,
               source: str = "") -> Calibration:
-    """The calibration table of a reference run: its records and its bench file."""
+    """The calibration table of a reference run: its records and its bench file.
+
+    A step pairs a parent run with a child run of the same dtype and shape where both are
+    at their defaults (the ladder), or where the child runs the parent's configuration
+    with only its own parameters added (a step that changes one thing at a tile the host
+    chose). The parent must be profiled and both timed in the bench file; the child's
+    report says whether the change acts at the shape (in a same-configuration step, the
+    parent's stands in when the child has none). A child the bench
+    file never timed, whose change an estimate of the parent's addresses, stands as a
+    pending row: the prediction recorded before the timing (``measured`` None), counted
+    once it is timed.
+    """
     timed = _timed(bench, catalogue)
-    # One record per stage, dtype and shape: a folder may hold a stage at several shapes
-    # (the reference run's large/ at 8192^3), each held against the bench file's own shape.
-    by_stage = {(r.stage.name, r.dtype, r.manifest.shape): r for r in records
-                if r.stage is not None and r.manifest is not None
-                and r.stage.at_defaults(r.manifest.params)}
-    steps = []
-    for (name, dtype, shape), child in sorted(by_stage.items(),
-                                              key=lambda kv: (kv[0][1], kv[1].stage.order)):
-        info = child.stage
-        parent = by_stage.get((info.parent, dtype, shape)) if info.parent else None
-        if parent is None:
+    ever_timed = {stage for stage, *_ in timed}
+    children = [c for c in catalogue.stages.values() if c.parent]
+    reports = {(r.stage.name, r.dtype, r.manifest.shape, _config(r.stage, r.manifest.params)): r
+               for r in records if r.stage is not None and r.manifest is not None}
+    steps, seen = [], set()
+    for (name, dtype, shape, config), parent in sorted(
+            reports.items(), key=lambda kv: (kv[0][1], kv[1].stage.order, kv[0][2], sorted(kv[0][3]))):
+        t_parent = timed.get((name, dtype, shape, config))
+        if t_parent is None:
             continue
-        t_child, t_parent = timed.get((name, dtype, shape)), timed.get((info.parent, dtype, shape))
-        if t_child is None or t_parent is None:
-            continue
-        # Head to head when bench timed the parent in the child's rounds; else the medians
-        # of separate rounds.
-        h2h = t_child.timing.step_ratio(info.parent)
-        speedup = (h2h.median if h2h is not None
-                   else t_child.timing.tflops.median / t_parent.timing.tflops.median)
-        measured = 1 - 1 / speedup
-        fired = [(f.code, f.estimated_gain) for f in parent.evaluation.findings
-                 if f.code in info.addresses and f.estimated_gain is not None]
-        groups = {f.code: f.group for f in parent.evaluation.findings}
-        predicted = combine([(groups[c], g) for c, g in fired]) or 0.0
-        room = parent.evaluation.headroom
-        if room is not None:
-            predicted = min(predicted, room.fraction)
-        steps.append(Step(info.parent, name, dtype, info.addresses, tuple(fired), round(predicted, 4),
-                          round(measured, 4), info.variant,
-                          info.acts(tile_rounds(child.manifest, child.profile.launch.grid_size)),
-                          shape))
+        for child in (c for c in children if c.parent == name):
+            for c_config in _child_configs(child, parent.stage, config):
+                key = (child.name, dtype, shape, c_config)
+                if key in seen:
+                    continue
+                fired, predicted = _predicted(parent, child.addresses)
+                t_child, report = timed.get(key), reports.get(key)
+                # Where the change acts: the child's report says. A ladder step's child
+                # launches a grid of its own and needs one; a same-configuration step's
+                # launches its parent's, whose report stands in.
+                if report is None and c_config != _config(child, {}):
+                    report = parent
+                if t_child is not None and report is not None:
+                    acts = child.acts(tile_rounds(report.manifest, report.profile.launch.grid_size))
+                    measured = round(_measured(t_child, t_parent, name), 4)
+                elif child.name not in ever_timed and fired:
+                    acts, measured = True, None
+                else:
+                    continue
+                seen.add(key)
+                steps.append(Step(name, child.name, dtype, child.addresses, fired, predicted,
+                                  measured, child.variant, acts, shape))
+    steps.sort(key=lambda s: (s.dtype, catalogue.stages[s.child].order, s.shape))
     return Calibration(tuple(steps), source)
+
+
+def _child_configs(child: StageInfo, parent: StageInfo, parent_config: Config) -> tuple[Config, ...]:
+    """The child configurations a parent run is a step for: both at their defaults, or the
+    child at the parent run's configuration."""
+    out = [_child_config(child, parent, parent_config)]
+    defaults = _config(child, {})
+    if parent_config == _config(parent, {}) and defaults not in out:
+        out.append(defaults)
+    return tuple(out)
 
 
 def merge(*tables: Calibration) -> Calibration:

@@ -412,6 +412,10 @@ def bench(
     check_only: bool = typer.Option(False, "--check-only", help="Verify only; no timing."),
     runs: int = typer.Option(20, "--runs", help="Timed launches per round."),
     rounds: int = typer.Option(3, "--rounds", help="Alternating stage/cuBLAS rounds."),
+    until: float | None = typer.Option(None, "--until", help="Add rounds past --rounds until "
+                                       "each ratio's 90% interval of its median is within "
+                                       "+-UNTIL of it (0.005: +-0.5%), up to --max-rounds."),
+    max_rounds: int = typer.Option(15, "--max-rounds", help="The most rounds --until runs."),
     config: str | None = typer.Option(None, "--config", help=_CONFIG_HELP),
     store: Path | None = typer.Option(None, "--store", help=_STORE_HELP),
     quant_scale: float = typer.Option(DEFAULT_QUANT_SCALE, "--quant-scale",
@@ -427,9 +431,10 @@ def bench(
         # `bench --json FILE` wrote the file before; --json now prints, --out writes.
         raise PerfscopeError(f"{named} is not a stage: write the bench file with --out {named} "
                              "(--json prints the results as JSON).")
+    opts = b.BenchOptions(runs=runs, rounds=rounds, time=not check_only, quant_scale=quant_scale,
+                          until=until, max_rounds=max_rounds)
     jobs = b.plan(stages or ["all"], dtype or [], parse_shape(shape),
                   _params(param, config, store, stages, dtype, shape))
-    opts = b.BenchOptions(runs=runs, rounds=rounds, time=not check_only, quant_scale=quant_scale)
     done: list = []
     try:
         done.extend(b.run_jobs(jobs, opts))

@@ -98,7 +98,8 @@ def diagnose_profiles(path: Path, profiles: list[KernelProfile], catalogue: Cata
                       reads=manifest_reads(manifest))
     several = len(profiles) > 1 if several is None else several
     return [Diagnosed(_label(path, kp, stage, dtype, manifest, several), path, kp, manifest,
-                      evaluate(kp, manifest, context), stage, dtype) for kp in profiles]
+                      evaluate(kp, manifest, context), stage, dtype, reads=context.reads)
+            for kp in profiles]
 
 
 def load_checked(path: Path, kernel: str | None = None) -> list[KernelProfile]:

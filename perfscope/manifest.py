@@ -107,12 +107,16 @@ class Timing:
     # where no flush ran (ncu's own durations, dry runs). Files written before the field
     # existed all flushed by writing.
     l2_flush: str = "write"
-    # The parent stage timed in the same rounds (bench, when the run holds it at its
-    # defaults and it computes the same epilogue): the parent's time over the stage's, one
-    # per round, so above 1 the stage is faster. Absent in files written before.
+    # The parent stage timed in the same rounds (bench, when the run holds both as declared
+    # for the shape and they compute the same epilogue): the parent's time over the stage's,
+    # one per round, so above 1 the stage is faster. Absent in files written before.
     parent: str | None = None
     ratio_to_parent: Spread | None = None
     parent_round_ratios: tuple[float, ...] = ()
+    # bench --until: the half-width (a fraction of the median) the ratios' interval had to
+    # reach before the rounds stopped, at most max_rounds of them (None: a fixed count).
+    until: float | None = None
+    max_rounds: int | None = None
 
     def step_ratio(self, parent: str) -> Spread | None:
         """The parent's time over the stage's, one per round, when ``parent`` was timed in

@@ -20,7 +20,7 @@ from perfscope.metrics import M_PERSISTING
 from perfscope.profile import KernelProfile
 from perfscope.rules import BY_CODE, SEVERITIES, Evaluation, Finding
 from perfscope.rules.bounds import sass_flops
-from perfscope.stage import StageInfo
+from perfscope.stage import OperandRead, StageInfo
 
 # The opcode families each symptom sits on: a finding points at the hottest of these
 # instructions that has a source line (the evidence's own opcodes come first).
@@ -48,6 +48,9 @@ class Diagnosed:
     # For a group of launches (a GEMM, then its epilogue as separate kernels): the launches
     # after this one, the group's principal (its GEMM). Empty for a single kernel.
     group: tuple[Diagnosed, ...] = ()
+    # How the run read A and B by TMA, planned from its run manifest's stage (None: unknown,
+    # as for a program's kernel or cuBLAS; an ncu report holds no tensor map).
+    reads: tuple[OperandRead, ...] | None = None
 
     @property
     def launches(self) -> tuple[Diagnosed, ...]:

@@ -98,12 +98,64 @@ class BenchOptions:
     # The scale a quantising stage multiplies its outputs by (fp8: per tensor; int8: the
     # base of the per-row scales), also for its verification.
     quant_scale: float = DEFAULT_QUANT_SCALE
+    # Rounds past `rounds`, up to `max_rounds`, until every ratio's interval (settled())
+    # lies within +-until of its median (as nvbench stops on its noise); None: `rounds`.
+    until: float | None = None
+    max_rounds: int = 15
 
     def __post_init__(self) -> None:
         if self.runs < 1 or self.rounds < 1 or self.warmup < 0:
             raise PerfscopeError("runs and rounds must be at least 1 and warmup at least 0")
+        if self.until is not None:
+            if not 0 < self.until < UNTIL_MAX:
+                raise PerfscopeError(f"--until is a fraction of the ratio between 0 and "
+                                     f"{UNTIL_MAX} (0.005 for +-0.5%), not {self.until}")
+            if self.max_rounds < self.rounds:
+                raise PerfscopeError(f"--max-rounds ({self.max_rounds}) is below --rounds "
+                                     f"({self.rounds})")
         check_quant_scale(self.quant_scale)
         check_l2_flush(self.l2_flush)
+
+
+# --until: a half-width wider than this is no stopping rule.
+UNTIL_MAX = 0.5
+# The interval of a median from n round ratios: the narrowest pair of order statistics
+# (the k-th smallest and the k-th largest) that holds the true median with at least this
+# probability, whatever the ratios' distribution (a binomial count). Five rounds give
+# [min, max] at 0.94; four rounds are too few to say (0.875).
+MEDIAN_COVERAGE = 0.9
+
+
+def median_interval(values: Sequence[float]) -> tuple[float, float] | None:
+    """The distribution-free interval of the median of values at MEDIAN_COVERAGE: the k-th
+    smallest to the k-th largest, k as large as holds the coverage; None when even
+    [min, max] does not (too few values)."""
+    n = len(values)
+    xs = sorted(values)
+    best = None
+    # P(Binomial(n, 1/2) < k) on each side: the median lies outside [x_(k), x_(n-k+1)].
+    below, term = 0.0, 0.5 ** n
+    for k in range(1, n // 2 + 1):
+        below += term                       # P(B = k - 1)
+        term = term * (n - k + 1) / k       # P(B = k)
+        if 1 - 2 * below < MEDIAN_COVERAGE:
+            break
+        best = (xs[k - 1], xs[n - k])
+    return best
+
+
+def settled(ratios: Sequence[Sequence[float]], until: float) -> bool:
+    """Whether every series of round ratios has a median interval within +-until of its
+    median (no series: nothing to settle)."""
+    for series in ratios:
+        got = median_interval(series)
+        if got is None:
+            return False
+        lo, hi = got
+        mid = _median(series)
+        if max(mid - lo, hi - mid) > until * mid:
+            return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -178,7 +230,9 @@ def time_stage(prep: Prepared, ref: Prepared | None, opts: BenchOptions,
     times: dict[str, list[float]] = {who: [] for who, _ in sides}
     clocks: dict[str, list[float]] = {who: [] for who, _ in sides}
     ratios: dict[str, list[float]] = {who: [] for who, _ in sides[1:]}
-    for r in range(opts.rounds):
+    r = 0
+    while r < opts.rounds or (opts.until is not None and r < opts.max_rounds
+                              and not settled(list(ratios.values()), opts.until)):
         # Each round in another order: two sides alternate; three take a rotation, reversed
         # every other round, so six rounds run every order once and no side always runs
         # right after the same other one.
@@ -196,6 +250,7 @@ def time_stage(prep: Prepared, ref: Prepared | None, opts: BenchOptions,
             medians[who] = _median(got.times_ms)
         for who in ratios:
             ratios[who].append(medians[who] / medians["stage"])
+        r += 1
     flops = prep.shape.flops
 
     def tflops(values: list[float]) -> Spread:
@@ -206,7 +261,7 @@ def time_stage(prep: Prepared, ref: Prepared | None, opts: BenchOptions,
 
     ref_t, ref_ratios = times.get("ref", []), ratios.get("ref", [])
     return Timing(
-        runs_per_round=opts.runs, rounds=opts.rounds, warmup=opts.warmup,
+        runs_per_round=opts.runs, rounds=r, warmup=opts.warmup,
         l2_flush_bytes=opts.l2_flush_bytes, l2_flush=opts.l2_flush,
         time_ms=Spread.of(times["stage"]), tflops=tflops(times["stage"]),
         reference=ref.spec.name if ref is not None else None,
@@ -218,4 +273,5 @@ def time_stage(prep: Prepared, ref: Prepared | None, opts: BenchOptions,
         reference_sm_clock_mhz=spread(clocks.get("ref", [])),
         parent=parent.spec.name if parent is not None else None,
         ratio_to_parent=spread(ratios.get("parent", [])),
-        parent_round_ratios=tuple(ratios.get("parent", [])))
+        parent_round_ratios=tuple(ratios.get("parent", [])),
+        until=opts.until, max_rounds=opts.max_rounds if opts.until is not None else None)

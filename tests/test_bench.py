@@ -497,3 +497,130 @@ def test_plan_keeps_params_within_the_limits():
     (job,) = bench.plan(["hgemm_tma_wgmma_persistent"], ["fp16"], Shape(4096, 4096, 4096),
                         {"STAGES": 3})
     assert job.refusal is None and job.spec.param_dict["STAGES"] == 3
+
+
+# ------------------------- hgemm_small_m's host-chosen tile is the stage as declared
+
+
+def test_the_host_chosen_tile_is_the_stage_as_declared():
+    """bench_fused.py times hgemm_small_m_packed head to head with hgemm_small_m: both take
+    the tile the host chooses for the shape (BN 64, AROWS 16 at 16 x 8192^2, not the
+    declared BN 128, AROWS 64), and that is each stage as `perfscope bench STAGE` runs it.
+    A --param that moves the tile is not; one that pins the host's own value still is."""
+    shape = Shape(16, 8192, 8192)
+    jobs = bench.plan(["hgemm_small_m", "hgemm_small_m_packed"], ["bf16"], shape)
+    assert [j.declared for j in jobs] == [True, True]
+    assert jobs[0].spec.param_dict["BN"] != get_spec("hgemm_small_m").param_dict["BN"]
+    (moved,) = bench.plan(["hgemm_small_m_packed"], ["bf16"], shape, {"STAGES": 12})
+    (same,) = bench.plan(["hgemm_small_m_packed"], ["bf16"], shape, {"STAGES": 8})
+    assert not moved.declared and same.declared
+    # Any other stage: its declared defaults, as before.
+    (pipe,) = bench.plan(["sgemm_pipe"], ["fp32"], Shape(4096, 4096, 4096))
+    (tuned,) = bench.plan(["sgemm_pipe"], ["fp32"], Shape(4096, 4096, 4096), {"STAGES": 2})
+    assert pipe.declared and not tuned.declared
+
+
+def test_a_small_m_step_at_the_host_tile_is_a_ladder_step():
+    """parent_steps reads hgemm_small_m -> hgemm_small_m_packed at the host's tile from the
+    child's own rounds, as it reads the 4096^3 ladder (both manifests at the host's choice)."""
+    import dataclasses
+    from pathlib import Path
+
+    from perfscope.kernels.fused_specs import small_m_for
+
+    shape = Shape(16, 8192, 8192)
+    path = Path(__file__).resolve().parents[1] / "reports" / "reference" / "h200" / "bench.json"
+    base = BenchFile.read(path).manifests[0]
+
+    def timed(stage: str, parent: str | None) -> RunManifest:
+        params = small_m_for(get_spec(stage), shape).param_dict
+        timing = dataclasses.replace(base.timing, parent=parent,
+                                     ratio_to_parent=Spread.of([1.03, 1.04, 1.05]) if parent else None,
+                                     parent_round_ratios=(1.03, 1.04, 1.05) if parent else ())
+        return dataclasses.replace(base, stage=stage, family="fused", dtype="bf16", m=16, n=8192,
+                                   k=8192, params=params, parent=parent, timing=timing)
+
+    (step,) = bench.parent_steps([timed("hgemm_small_m", None),
+                                  timed("hgemm_small_m_packed", "hgemm_small_m")])
+    assert step.head_to_head and step.speedup == pytest.approx(1.04) and not step.regression
+
+
+# ------------------------------------------ bench --until: rounds until the ratios settle
+
+
+def test_the_median_interval_is_distribution_free():
+    from perfscope.timing import median_interval
+
+    assert median_interval([1.0, 2.0, 3.0, 4.0]) is None            # 4 rounds: 0.875 at best
+    assert median_interval([3.0, 1.0, 2.0, 5.0, 4.0]) == (1.0, 5.0)  # 5: [min, max], 0.94
+    assert median_interval([8, 1, 7, 2, 6, 3, 5, 4]) == (2, 7)       # 8: 2nd to 7th, 0.93
+
+
+class _ScriptedPrep(_FakePrep):
+    """A side whose batches take the scripted times in turn (the last one repeated)."""
+
+    def __init__(self, name: str, script: list[float]):
+        super().__init__(name, script[0])
+        self.script = list(script)
+
+    def next_ms(self) -> float:
+        return self.script.pop(0) if len(self.script) > 1 else self.script[0]
+
+
+def _scripted_timer(calls: list):
+    from perfscope import timing
+
+    class Timer:
+        def __init__(self, cp, prep, opts):
+            self.opts = opts
+
+        def warm(self, prep):
+            pass
+
+        def batch(self, prep):
+            calls.append(prep.spec.name)
+            ms = prep.next_ms() if hasattr(prep, "next_ms") else prep.ms
+            return timing._Batch(tuple([ms] * self.opts.runs), (1980.0,))
+    return Timer
+
+
+def test_until_adds_rounds_until_the_ratio_settles(monkeypatch):
+    """Reference rounds of 1.0, 1.1, 0.9 ms against a steady 2 ms stage, then steady: the
+    ratio's interval is +-10% through seven rounds (five to seven give only [min, max]), and
+    at eight the 2nd-to-7th interval is the median itself. --until 0.01 stops there; a
+    --max-rounds of 6 stops first; without --until bench runs --rounds."""
+    from perfscope import timing
+
+    monkeypatch.setattr(timing, "require_gpu", lambda: None)
+    monkeypatch.setattr(timing, "_Timer", _scripted_timer([]))
+
+    def run(**kw):
+        ref = _ScriptedPrep("cublas", [1.0, 1.1, 0.9, 1.0])
+        return timing.time_stage(_FakePrep("child", 2.0), ref,
+                                 timing.BenchOptions(runs=2, rounds=3, **kw))
+
+    t = run(until=0.01, max_rounds=9)
+    assert t.rounds == 8 and len(t.round_ratios) == 8
+    assert (t.until, t.max_rounds) == (0.01, 9)
+    assert run(until=0.01, max_rounds=6).rounds == 6
+    fixed = run()
+    assert fixed.rounds == 3 and fixed.until is None and fixed.max_rounds is None
+    # Steady from the start: settled as soon as five rounds can say so.
+    steady = timing.time_stage(_FakePrep("child", 2.0), _FakePrep("cublas", 1.0),
+                               timing.BenchOptions(runs=1, rounds=3, until=0.01))
+    assert steady.rounds == 5
+    # No reference and no parent: no ratio to settle, --rounds it is.
+    alone = timing.time_stage(_FakePrep("child", 2.0), None,
+                              timing.BenchOptions(runs=1, rounds=3, until=0.01))
+    assert alone.rounds == 3
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (["--until", "0"], "--until is a fraction of the ratio between 0 and 0.5"),
+    (["--until", "0.7"], "--until is a fraction of the ratio between 0 and 0.5"),
+    (["--until", "0.01", "--rounds", "5", "--max-rounds", "4"], "--max-rounds (4) is below --rounds (5)"),
+])
+def test_until_refuses_what_cannot_stop_in_one_sentence(argv, words):
+    result = CliRunner().invoke(app, ["bench", "sgemm_naive", *argv])
+    assert result.exit_code == 2, result.output
+    assert words in result.output and "Traceback" not in result.output

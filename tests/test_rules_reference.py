@@ -375,6 +375,38 @@ def test_the_ping_pong_step_is_a_miss_on_record():
     assert 0.03 < s.predicted < 0.08 and s.measured < 0
 
 
+def test_a_step_at_the_host_tile_is_predicted_before_it_is_timed():
+    """hgemm_small_m_packed changes one thing at the tile the host chose for hgemm_small_m
+    (not the declared defaults): each hgemm_small_m report whose run bench-fused.json timed
+    at the same configuration, and where PS172 fired, gives a pending row, the prediction
+    recorded before the stage's first bench; pending rows are shown, never counted. The
+    stream-K variant, timed and profiled at the parent's configuration, is a measured row
+    (shown, not counted)."""
+    cat = default_catalogue()
+    c = calibrate(fused(), BenchFile.read(FUSED / "bench-fused.json"), cat)
+    packed = {s.shape: s for s in c.steps if s.child == "hgemm_small_m_packed"}
+    assert set(packed) >= {"16x8192x8192", "16x14336x4096"}
+    for s in packed.values():
+        assert s.pending and s.error is None and not s.missed and s not in c.counted
+        assert s.codes == ("PS172",) and dict(s.estimates)["PS172"] == s.predicted
+        assert 0.02 < s.predicted < 0.05
+    streamk = [s for s in c.steps if s.child == "hgemm_small_m_streamk"]
+    assert streamk and all(s.variant and not s.pending and s not in c.counted for s in streamk)
+    # Once the child is timed (here: hgemm_small_m's own timings renamed, so a saving of 0),
+    # each row is measured, against the same prediction, with no report of the child's own
+    # (it runs its parent's grid); where PS172 did not fire (M = 256) the row predicts 0.
+    bench = BenchFile.read(FUSED / "bench-fused.json")
+    timed = [dataclasses.replace(m, stage="hgemm_small_m_packed", parent="hgemm_small_m",
+                                 params={**m.params, "PACKED": 1})
+             for m in bench.manifests if m.stage == "hgemm_small_m"]
+    again = calibrate(fused(), dataclasses.replace(bench, manifests=(*bench.manifests, *timed)), cat)
+    after = {s.shape: s for s in again.steps if s.child == "hgemm_small_m_packed"}
+    assert set(after) > set(packed)
+    for shape, s in after.items():
+        assert not s.pending and s.measured == pytest.approx(0.0, abs=1e-9) and s in again.counted
+        assert s.predicted == (packed[shape].predicted if shape in packed else 0.0)
+
+
 def test_committed_calibration_is_current():
     import json
 

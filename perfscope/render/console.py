@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import io
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group, RenderableType
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from perfscope.profile import KernelProfile
     from perfscope.record import DiagnoseDocument
     from perfscope.rules import Evaluation, RuleTable
+    from perfscope.stage import OperandRead
 
 _RULE_STYLE = {"warning": "yellow", "error": "red", "optimization": "cyan", "ok": "green",
                "info": "dim"}
@@ -129,13 +130,14 @@ def _findings(evaluation: Evaluation) -> list[RenderableType]:
 
 
 def kernel_panel(kp: KernelProfile, evaluation: Evaluation | None = None,
-                 untrusted: str | None = None) -> Panel:
+                 untrusted: str | None = None, reads: Sequence[OperandRead] | None = None) -> Panel:
     """One kernel's panel: its summary sections, findings and Nsight Compute's findings
-    (untrusted: why its counters must not be believed, shown first)."""
+    (untrusted: why its counters must not be believed, shown first; reads: the run's TMA
+    boxes, where its stage is known)."""
     table = Table(show_header=False, box=None, pad_edge=False, expand=True)
     table.add_column(style="bold", no_wrap=True, min_width=24)
     table.add_column(overflow="fold")
-    for sec in sections(kp):
+    for sec in sections(kp, reads=reads):
         table.add_row(Text(sec.title, style="bold magenta"), "")
         for label, value in sec.rows:
             table.add_row(f"  {label}", Text(value, style="dim" if value == "not collected" else ""))
@@ -162,7 +164,7 @@ def kernel_panel(kp: KernelProfile, evaluation: Evaluation | None = None,
 
 def _diagnose(doc: DiagnoseDocument, color: bool = False, width: int | None = None) -> str:
     if doc.full:
-        parts: list[RenderableType] = [kernel_panel(r.profile, r.evaluation, r.untrusted)
+        parts: list[RenderableType] = [kernel_panel(r.profile, r.evaluation, r.untrusted, r.reads)
                                        for r in doc.records]
     else:
         title = (f"{len(doc.records)} kernel launches (perfscope diagnose --full for the panels, "

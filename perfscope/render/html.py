@@ -285,9 +285,9 @@ def _panels(kp) -> list[dict[str, Any]]:
 _SHOWN_ELSEWHERE = ("Hotspots", "Speed of light", "Opcode families", "Top stalls")
 
 
-def _facts(kp) -> list[Section]:
+def _facts(kp, reads=None) -> list[Section]:
     out = []
-    for sec in sections(kp):
+    for sec in sections(kp, reads=reads):
         if sec.title in _SHOWN_ELSEWHERE:
             continue
         rows = tuple(r for r in sec.rows if r[0] != "name" and not r[0].startswith("  "))
@@ -456,7 +456,7 @@ def _bounds(evaluation) -> str:
 
 def _entry_view(report: Review, e: Entry, index: int) -> dict[str, Any]:
     kp = e.profile
-    secs = _facts(kp)
+    secs = _facts(kp, e.record.reads)
     mem = kp.memory
     spill = []
     if mem.spill_instructions is not None:
@@ -548,8 +548,9 @@ def _calibration_view(report: Review) -> dict[str, Any] | None:
     rows = [{"step": f"{s.parent} → {s.child}", "dtype": s.dtype, "shape": s.shape or "-",
              "estimates": ", ".join(f"{c} {g:.0%}" for c, g in s.estimates) or "none fired",
              "addresses": ", ".join(s.codes) or "-", "predicted": f"{s.predicted:.0%}",
-             "measured": f"{s.measured:.0%}", "error": f"{s.error:.2f}", "variant": s.variant,
-             "acts": s.acts, "missed": s.missed} for s in cal.steps]
+             "measured": "-" if s.pending else f"{s.measured:.0%}",
+             "error": "-" if s.error is None else f"{s.error:.2f}", "variant": s.variant,
+             "acts": s.acts, "missed": s.missed, "pending": s.pending} for s in cal.steps]
     median = cal.median_abs_error
     return {"rows": rows, "source": cal.source, "counted": len(cal.counted),
             "median": "-" if median is None else f"{median:.3f}",
@@ -587,10 +588,16 @@ def _conditions(report: Review) -> dict[str, Any]:
                     ("ml_dtypes", env.ml_dtypes), ("Python", env.python)]
         env_rows += sorted(env.extra.items())
     if bench is not None:
-        timed = next((m.timing for m in bench.manifests if m.timing is not None), None)
+        timings = [m.timing for m in bench.manifests if m.timing is not None]
+        timed = timings[0] if timings else None
         if timed is not None:
+            low, high = min(t.rounds for t in timings), max(t.rounds for t in timings)
+            rounds = f"{low}" if low == high else f"{low}-{high}"
+            if timed.until is not None:
+                rounds += (f" (until each ratio's interval was within +-{timed.until:.1%} of it, "
+                           f"at most {timed.max_rounds})")
             timing_rows.append(("timing method", f"CUDA events, {timed.runs_per_round} runs x "
-                                f"{timed.rounds} rounds after {timed.warmup} warm-up runs, L2 flushed "
+                                f"{rounds} rounds after {timed.warmup} warm-up runs, L2 flushed "
                                 f"by {'reading' if timed.l2_flush == 'read' else 'writing'} "
                                 f"{timed.l2_flush_bytes / 2**20:.0f} MiB between runs"))
         timing_rows += [("bench command", bench.command or NOT_COLLECTED),

@@ -42,7 +42,9 @@ Schemas, versioned by name (a field that changes bumps the version):
               "combined_gain": float|null, "reference_cap": float|null,
               "severity_notes": [str],
               "findings": [FINDING],
-              "rules_not_evaluated": [{code, title, reason}]   # likewise
+              "rules_not_evaluated": [{code, title, reason}],  # likewise
+              "operand_reads": [{operand, rows, row_bytes, box_rows, box_row_bytes, layout,
+                                 run_bytes}]|null   # the run's TMA boxes (own stages only)
             }
           ]
         }
@@ -188,6 +190,8 @@ def record_dict(r: Diagnosed) -> dict[str, Any]:
     d["severity_notes"] = list(e.notes)
     d["findings"] = [finding_dict(f) for f in e.findings]
     d["rules_not_evaluated"] = [dataclasses.asdict(n) for n in e.not_evaluated]
+    d["operand_reads"] = None if r.reads is None else [
+        {**dataclasses.asdict(o), "run_bytes": o.run_bytes} for o in r.reads]
     return d
 
 

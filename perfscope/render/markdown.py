@@ -6,7 +6,7 @@ a ``<details>`` block and, past ``LIMIT``, leaves the last kernels' blocks out a
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from perfscope.render import tune
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from perfscope.record import DiagnoseDocument
     from perfscope.review import Entry, Review
     from perfscope.rules import Evaluation
+    from perfscope.stage import OperandRead
 
 LIMIT = 60_000
 
@@ -66,12 +67,14 @@ def _findings(evaluation: Evaluation) -> list[str]:
     return [*lines, ""]
 
 
-def kernel_markdown(kp: KernelProfile, evaluation: Evaluation | None = None) -> str:
-    """One kernel: its findings, then its summary sections as tables."""
+def kernel_markdown(kp: KernelProfile, evaluation: Evaluation | None = None,
+                    reads: Sequence[OperandRead] | None = None) -> str:
+    """One kernel: its findings, then its summary sections as tables (reads: the run's TMA
+    boxes, where its stage is known)."""
     lines = [f"### `{kp.name}`", ""]
     if evaluation is not None:
         lines += _findings(evaluation)
-    for sec in sections(kp):
+    for sec in sections(kp, reads=reads):
         lines += [f"**{sec.title}**", "", "| | |", "|---|---|"]
         lines += [f"| {md_cell(label.strip())} | {md_cell(value)} |" for label, value in sec.rows]
         lines.append("")
@@ -104,7 +107,7 @@ def _diagnose(doc: DiagnoseDocument) -> str:
     if not doc.full:
         return "\n".join([*head, f"**perfscope diagnose**: {len(doc.records)} kernel launches", "",
                           *diagnose_table(doc), *tail]) + "\n"
-    return "\n".join([*head, *(kernel_markdown(r.profile, r.evaluation) for r in doc.records),
+    return "\n".join([*head, *(kernel_markdown(r.profile, r.evaluation, r.reads) for r in doc.records),
                       *tail]) + "\n"
 
 

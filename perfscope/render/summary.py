@@ -14,7 +14,10 @@ from perfscope.families import FAMILY_BY_KEY
 from perfscope.profile import KernelProfile, Traffic
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from perfscope.record import Diagnosed
+    from perfscope.stage import OperandRead
 
 NOT_COLLECTED = "not collected"
 # Theoretical occupancy at (or rounding to) 100% has no limiter worth naming: every
@@ -99,9 +102,20 @@ def _traffic_rows(label: str, unit: str, t: Traffic) -> list[tuple[str, str]]:
     return rows
 
 
-def sections(kp: KernelProfile, hotspots: int = 5) -> list[Section]:
-    """The diagnose summary of one kernel: identity, speed of light, top stalls, memory, launch,
-    opcode families and its most sampled instructions."""
+def read_rows(reads: Sequence[OperandRead] | None) -> tuple[tuple[str, str], ...]:
+    """How the run read each operand by TMA (planned from its run manifest): the boxes, how far
+    apart their rows lie, and the contiguous bytes one box reads in one piece."""
+    return tuple((f"TMA boxes of {r.operand}",
+                  f"{r.box_rows} rows x {r.box_row_bytes} B, {r.row_bytes:,} B apart ({r.layout}); "
+                  f"{r.run_bytes:,} B contiguous")
+                 for r in reads or ())
+
+
+def sections(kp: KernelProfile, hotspots: int = 5,
+             reads: Sequence[OperandRead] | None = None) -> list[Section]:
+    """The diagnose summary of one kernel: identity, speed of light, top stalls, memory, launch
+    (with the run's TMA boxes where its stage is known), opcode families and its most
+    sampled instructions."""
     i, s, m, la = kp.identity, kp.sol, kp.memory, kp.launch
     out = [Section("Kernel", (
         ("name", i.demangled or i.name),
@@ -143,6 +157,7 @@ def sections(kp: KernelProfile, hotspots: int = 5) -> list[Section]:
         ("occupancy", occupancy(la.achieved_occupancy_pct, la.theoretical_occupancy_pct,
                                 la.occupancy_limiter)),
         ("waves / SM", num(la.waves_per_sm, 2)),
+        *read_rows(reads),
     )))
     fams = kp.opcodes.families
     total = kp.opcodes.total
