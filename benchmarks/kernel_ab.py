@@ -11,7 +11,9 @@ then ``D/perfscope/kernels``) each case is built from this tree and from that fo
 sides are verified against float64, then timed in alternating rounds after an L2 flush
 (perfscope.timing.time_stage: the ratio is the other side's time over the case's, so
 above 1 the case is faster); the case is also timed against its cuBLAS reference. One JSON
-line per case goes to ``--out`` and a line of text to the terminal.
+line per case goes to ``--out`` and a line of text to the terminal. ``--until F`` adds
+rounds past ``--rounds`` (up to ``--max-rounds``) until the ratio's distribution-free 90%
+interval of its median is within +-F of it, as ``perfscope bench --until`` does.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from perfscope.errors import PerfscopeError  # noqa: E402
 from perfscope.kernels import get_spec  # noqa: E402
 from perfscope.kernels.fused_specs import small_m_for  # noqa: E402
 from perfscope.kernels.spec import KernelSpec, parse_params, parse_shape  # noqa: E402
+from perfscope.timing import BenchOptions  # noqa: E402
 
 log = logging.getLogger("kernel_ab")
 
@@ -72,11 +75,12 @@ def _spread(t) -> dict | None:
     return None if t is None else {k: round(v, 4) for k, v in dataclasses.asdict(t).items()}
 
 
-def run_case(case: Case, other: KernelSpec, rounds: int) -> dict:
-    """Verify both sides, time them in alternating rounds, and the case against cuBLAS."""
+def run_case(case: Case, other: KernelSpec, opts: BenchOptions) -> dict:
+    """Verify both sides, time them in alternating rounds (opts: how many), and the case
+    against cuBLAS."""
     from perfscope.bench import reference_spec
     from perfscope.kernels.launch import prepare
-    from perfscope.timing import BenchOptions, time_stage
+    from perfscope.timing import time_stage
     from perfscope.verify import verify
 
     shape = parse_shape(case.shape_text)
@@ -88,7 +92,6 @@ def run_case(case: Case, other: KernelSpec, rounds: int) -> dict:
            "verify": verdicts}
     if verdicts != ["ok", "ok"]:
         return row
-    opts = BenchOptions(runs=RUNS, rounds=rounds, warmup=3)
     t = time_stage(new, old, opts)
     row.update(speed_over_other=_spread(t.ratio_to_reference), round_ratios=list(t.round_ratios),
                time_ms=_spread(t.time_ms), other_time_ms=_spread(t.reference_time_ms),
@@ -107,6 +110,10 @@ def main(argv: list[str] | None = None) -> int:
     side.add_argument("--against", type=Path, help="another revision's perfscope/kernels folder")
     side.add_argument("--versus", help="STAGE[:K=V,...] of this tree to hold each case against")
     ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--until", type=float, default=None,
+                    help="add rounds until the ratio's 90%% interval of its median is within "
+                         "+-UNTIL of it (bench --until), up to --max-rounds")
+    ap.add_argument("--max-rounds", type=int, default=15)
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
@@ -123,8 +130,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kernel_ab: {args.against} holds no perfscope kernels (no hopper.cuh)",
               file=sys.stderr)
         return 2
-    if args.rounds < 1:
-        print("kernel_ab: --rounds must be at least 1", file=sys.stderr)
+    try:
+        opts = BenchOptions(runs=RUNS, rounds=args.rounds, warmup=3, until=args.until,
+                            max_rounds=args.max_rounds)
+    except PerfscopeError as exc:
+        print(f"kernel_ab: {exc}", file=sys.stderr)
         return 2
     try:
         import cupy  # noqa: F401
@@ -139,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 other = dataclasses.replace(case.spec, kernel_dir=args.against.resolve())
             try:
-                row = run_case(case, other, args.rounds)
+                row = run_case(case, other, opts)
             except PerfscopeError as exc:
                 # The lines already written stay: each was flushed as its case finished.
                 print(f"kernel_ab: {case.spec.name} at {case.shape_text} ({case.dtype}): {exc}",

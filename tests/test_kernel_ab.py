@@ -39,7 +39,12 @@ def test_small_m_takes_the_hosts_tile_unless_pinned(ab):
     (["--case", "hgemm_fp8@4096x4096x4096/fp8", "--versus", "hgemm_tma_wgmma_persistent"],
      "fp8"),
     (["--case", "hgemm_tma_wgmma_persistent@4096x4096x4096/bf16", "--versus",
-      "hgemm_tma_wgmma_persistent", "--rounds", "0"], "--rounds must be at least 1"),
+      "hgemm_tma_wgmma_persistent", "--rounds", "0"], "rounds must be at least 1"),
+    (["--case", "hgemm_tma_wgmma_persistent@4096x4096x4096/bf16", "--versus",
+      "hgemm_tma_wgmma_persistent", "--until", "0"], "--until is a fraction of the ratio"),
+    (["--case", "hgemm_tma_wgmma_persistent@4096x4096x4096/bf16", "--versus",
+      "hgemm_tma_wgmma_persistent", "--until", "0.01", "--max-rounds", "3"],
+     "--max-rounds (3) is below --rounds (9)"),
 ])
 def test_bad_input_is_one_sentence_and_exit_2(ab, tmp_path, capsys, argv, says):
     out = tmp_path / "ab.jsonl"
