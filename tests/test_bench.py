@@ -351,7 +351,8 @@ def _fake_timer(calls: list):
 
         def batch(self, prep):
             calls.append(prep.spec.name)
-            return timing._Batch(tuple([prep.ms] * self.opts.runs), (1980.0,))
+            ms = prep.next_ms() if hasattr(prep, "next_ms") else prep.ms   # _ScriptedPrep
+            return timing._Batch(tuple([ms] * self.opts.runs), (1980.0,))
     return Timer
 
 
@@ -567,23 +568,6 @@ class _ScriptedPrep(_FakePrep):
         return self.script.pop(0) if len(self.script) > 1 else self.script[0]
 
 
-def _scripted_timer(calls: list):
-    from perfscope import timing
-
-    class Timer:
-        def __init__(self, cp, prep, opts):
-            self.opts = opts
-
-        def warm(self, prep):
-            pass
-
-        def batch(self, prep):
-            calls.append(prep.spec.name)
-            ms = prep.next_ms() if hasattr(prep, "next_ms") else prep.ms
-            return timing._Batch(tuple([ms] * self.opts.runs), (1980.0,))
-    return Timer
-
-
 def test_until_adds_rounds_until_the_ratio_settles(monkeypatch):
     """Reference rounds of 1.0, 1.1, 0.9 ms against a steady 2 ms stage, then steady: the
     ratio's interval is +-10% through seven rounds (five to seven give only [min, max]), and
@@ -592,7 +576,7 @@ def test_until_adds_rounds_until_the_ratio_settles(monkeypatch):
     from perfscope import timing
 
     monkeypatch.setattr(timing, "require_gpu", lambda: None)
-    monkeypatch.setattr(timing, "_Timer", _scripted_timer([]))
+    monkeypatch.setattr(timing, "_Timer", _fake_timer([]))
 
     def run(**kw):
         ref = _ScriptedPrep("cublas", [1.0, 1.1, 0.9, 1.0])
