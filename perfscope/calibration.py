@@ -182,10 +182,9 @@ def calibrate(records: Sequence[Diagnosed], bench: BenchFile, catalogue: Catalog
     with only its own parameters added (a step that changes one thing at a tile the host
     chose). The parent must be profiled and both timed in the bench file; the child's
     report says whether the change acts at the shape (in a same-configuration step, the
-    parent's stands in when the child has none). A child the bench
-    file never timed, whose change an estimate of the parent's addresses, stands as a
-    pending row: the prediction recorded before the timing (``measured`` None), counted
-    once it is timed.
+    parent's stands in when the child has none). A child the bench file never timed, whose
+    change an estimate of the parent's addresses, stands as a pending row: the prediction
+    recorded before the timing (``measured`` None), counted once it is timed.
     """
     timed = _timed(bench, catalogue)
     ever_timed = {stage for stage, *_ in timed}
@@ -213,8 +212,11 @@ def calibrate(records: Sequence[Diagnosed], bench: BenchFile, catalogue: Catalog
                 if t_child is not None and report is not None:
                     acts = child.acts(tile_rounds(report.manifest, report.profile.launch.grid_size))
                     measured = round(_measured(t_child, t_parent, name), 4)
-                elif child.name not in ever_timed and fired:
+                elif child.name not in ever_timed and fired and key[:3] not in seen:
+                    # One pending row per child, dtype and shape: its configuration is not
+                    # known until it runs.
                     acts, measured = True, None
+                    seen.add(key[:3])
                 else:
                     continue
                 seen.add(key)

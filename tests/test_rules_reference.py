@@ -407,6 +407,24 @@ def test_a_step_at_the_host_tile_is_predicted_before_it_is_timed():
         assert s.predicted == (packed[shape].predicted if shape in packed else 0.0)
 
 
+def test_a_new_ladder_stage_has_one_pending_row_per_dtype():
+    """A child of the persistent stage that no bench has timed yet (a stand-in added to the
+    catalogue: its own STAGES default, PS153 addressed) gets one pending row per dtype at
+    4096^3, not one per configuration it could be paired at."""
+    from perfscope.record import Catalogue
+
+    cat = default_catalogue()
+    parent = cat.stages["hgemm_tma_wgmma_persistent"]
+    child = dataclasses.replace(parent, name="new_stage", parent=parent.name,
+                                addresses=("PS153",), order=parent.order + 1,
+                                defaults={**parent.defaults, "STAGES": 5})
+    c = calibrate(ladder(), BenchFile.read(REFERENCE / "bench.json"),
+                  Catalogue({**cat.stages, "new_stage": child}))
+    rows = [s for s in c.steps if s.child == "new_stage"]
+    assert sorted(s.dtype for s in rows) == ["bf16", "fp16"]
+    assert all(s.pending and s.codes == ("PS153",) and 0 < s.predicted < 0.05 for s in rows)
+
+
 def test_committed_calibration_is_current():
     import json
 
