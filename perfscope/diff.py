@@ -34,6 +34,7 @@ from perfscope.profile import KernelProfile
 from perfscope.record import Diagnosed
 from perfscope.rules import Finding
 from perfscope.structure import (
+    BOXES,
     CLUSTER,
     CONSUMERS,
     EPILOGUE,
@@ -467,6 +468,8 @@ STRUCTURE_FIX = {
                     "warpgroups (wgmma, setmaxnreg.inc) that meet on full/empty mbarriers.",
     EPILOGUE: "Stage C in shared memory and write it with TMA stores (cp.async.bulk.tensor), "
               "which the next tile's main loop can overlap.",
+    BOXES: "Store the streamed operand so each TMA box is one contiguous piece: a weight packed "
+           "once, when it is loaded, into strips one box wide (hgemm_small_m_packed).",
     PIPELINE: "Keep several wgmmas in flight: fence, issue a k tile's wgmmas, commit them as one "
               "group and wait for all but the newest group. A pipeline that waits on every "
               "wgmma is what ptxas falls back to when it cannot keep the accumulators to the "
@@ -502,6 +505,8 @@ WITHOUT_FIX = {
     EPILOGUE: "{fast} stores C from registers and is faster: {slow}'s shared-memory staging "
               "and TMA store cost more than they overlap here; check the staging's bank "
               "conflicts and the store wait before the next tile.",
+    BOXES: "{fast} reads its operand in short pieces and is faster: {slow}'s contiguous boxes "
+           "are not what it lacks; look at its stream's depth, grid, ramp and tail.",
     PIPELINE: "{fast} waits on each wgmma and is still faster: {slow}'s time is not in its "
               "wgmma issue; look at its operand waits (the full barrier) and its epilogue.",
 }
@@ -813,7 +818,7 @@ def compare(a: Diagnosed, b: Diagnosed, flops: int | None = None) -> ProfileDiff
     codes_a = {f.code for f in a.evaluation.findings}
     new = tuple(f for f in a.evaluation.findings if f.code not in codes_b)
     gone = tuple(f for f in b.evaluation.findings if f.code not in codes_a)
-    shapes = launch_shape(pa, a.manifest), launch_shape(pb, b.manifest)
+    shapes = launch_shape(pa, a.manifest, a.reads), launch_shape(pb, b.manifest, b.reads)
     draft = ProfileDiff(a, b, time_rows, sol, tuple(stalls), memory, launch, unit, families, only_a,
                         only_b, new, gone, (), tuple(warnings), structure=compare_structure(*shapes))
     verdict, improved, gap = _verdict(draft, shapes)

@@ -16,7 +16,9 @@ kernel's structure from its report (and run manifest, when there is one):
 - the epilogue: C written by TMA stores (UTMASTG) or by per-thread STG;
 - the wgmma pipeline: how many wgmmas issue per wait (WARPGROUP.DEPBAR per HGMMA/QGMMA
   executed): one wait per wgmma is the serialized pipeline ptxas falls back to (its C7515
-  info, PS144 of `perfscope sass`), several per wait keep the tensor pipe fed.
+  info, PS144 of `perfscope sass`), several per wait keep the tensor pipe fed;
+- the streamed operand's TMA boxes (where the loader planned the run's reads from its run
+  manifest): whether each box is one contiguous piece or rows of short runs far apart.
 
 ``compare_structure`` sets two kernels side by side as ``Aspect`` rows, each with its
 evidence, the finding tags it explains (a finding and the structure behind it are one
@@ -27,10 +29,12 @@ kernel's time. The diff spreads the cycle gap over them (perfscope.diff).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from perfscope.manifest import RunManifest
 from perfscope.profile import KernelProfile
+from perfscope.stage import OperandRead
 
 # 32-bit registers per SM (sm_80 to sm_100): a CTA's accumulator tile must fit in them,
 # so a CTA that owns more outputs than this walks several tiles (it is persistent).
@@ -42,9 +46,9 @@ ACCUMULATOR_REGISTERS_MAX = 255
 # A grid counts as one wave up to this many waves (ncu rounds waves per SM).
 ONE_WAVE = 1.0 + 1e-6
 
-GRID, TILE, CLUSTER, SPECIALISATION, CONSUMERS, EPILOGUE, PIPELINE = (
+GRID, TILE, CLUSTER, SPECIALISATION, CONSUMERS, EPILOGUE, PIPELINE, BOXES = (
     "grid", "tile", "cluster", "warp specialisation", "consumer tiles", "epilogue",
-    "wgmma pipeline")
+    "wgmma pipeline", "streamed operand's boxes")
 # A kernel waits on (nearly) every wgmma alone from this many waits per wgmma on: the
 # serialized build measured 1.00, every pipelined wgmma kernel on the H200 0.125-0.5
 # (ours, cuBLAS, cuBLASLt's nvjet, Triton's 64x64), whose waits cover a k tile's 2-8 wgmmas.
@@ -60,10 +64,11 @@ ABSORBS: dict[str, tuple[str, ...]] = {
     # A serialized pipeline idles the tensor pipe between wgmmas: the idle PS124 and PS120
     # read is its cost, not a second reason, and PS145 is this aspect read from one report.
     PIPELINE: ("epilogue-exposed", "latency-exposed", "mma-serialized"),
+    BOXES: ("short-runs",),
 }
 # Aspects that only exist on the TMA/wgmma path: when one kernel lacks that path, they
 # are part of the path's reason, not reasons of their own.
-ON_PATH = (CLUSTER, SPECIALISATION, CONSUMERS, EPILOGUE, PIPELINE)
+ON_PATH = (CLUSTER, SPECIALISATION, CONSUMERS, EPILOGUE, PIPELINE, BOXES)
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,15 @@ class LaunchShape:
     stg_stores: float
     stsm: float
     mma_waits: float | None = None        # WARPGROUP.DEPBAR per wgmma executed; None: no wgmma
+    # The TMA reads of the operand with the most bytes (the weight of a decode GEMM), where
+    # the loader planned the run's reads; None elsewhere.
+    streamed: OperandRead | None = None
+
+    @property
+    def contiguous_boxes(self) -> bool | None:
+        """Whether each box of the streamed operand is one contiguous piece of memory."""
+        s = self.streamed
+        return None if s is None else s.run_bytes == s.box_rows * s.box_row_bytes
 
     @property
     def serialized(self) -> bool | None:
@@ -196,8 +210,10 @@ def _mma(kp: KernelProfile) -> str | None:
     return None
 
 
-def launch_shape(kp: KernelProfile, manifest: RunManifest | None) -> LaunchShape:
-    """The structure of one launch (manifest: its run manifest, for the shape and tile)."""
+def launch_shape(kp: KernelProfile, manifest: RunManifest | None,
+                 reads: Sequence[OperandRead] | None = None) -> LaunchShape:
+    """The structure of one launch (manifest: its run manifest, for the shape and tile;
+    reads: how the run read its operands by TMA, where the loader knows)."""
     shape = (manifest.m, manifest.n, manifest.k) if manifest is not None and manifest.m > 0 \
         and manifest.n > 0 and manifest.k > 0 else None
     tile, source = _tile(kp, manifest, shape)
@@ -216,7 +232,8 @@ def launch_shape(kp: KernelProfile, manifest: RunManifest | None) -> LaunchShape
         warpgroups=threads // WARPGROUP if threads and fast and threads % WARPGROUP == 0 else None,
         setmaxreg=_count(kp, "USETMAXREG") > 0, tma_stores=_count(kp, "UTMASTG"),
         stg_stores=_count(kp, "STG"), stsm=_count(kp, "STSM"),
-        mma_waits=waits / mmas if mmas else None)
+        mma_waits=waits / mmas if mmas else None,
+        streamed=max(reads, key=lambda r: r.bytes) if reads else None)
 
 
 # ------------------------------------------------------------------------ comparing
@@ -298,6 +315,16 @@ def _pipeline_text(s: LaunchShape) -> str:
     return f"{1 / s.mma_waits:.1f} wgmmas per wait (WARPGROUP.DEPBAR): several in flight"
 
 
+def _boxes_text(s: LaunchShape) -> str:
+    r = s.streamed
+    if r is None:
+        return "not known"
+    piece = ("each box one contiguous piece" if s.contiguous_boxes
+             else f"{r.box_rows} pieces of {r.run_bytes:,} B per box")
+    return (f"reads {r.operand} in {r.box_rows} x {r.box_row_bytes} B boxes, rows "
+            f"{r.row_bytes:,} B apart ({r.layout}): {piece}")
+
+
 def compare_structure(a: LaunchShape, b: LaunchShape) -> tuple[Aspect, ...]:
     """The aspects of A and B's launch structure, in a fixed order."""
     out = [Aspect(GRID, _grid_text(a), _grid_text(b),
@@ -336,20 +363,27 @@ def compare_structure(a: LaunchShape, b: LaunchShape) -> tuple[Aspect, ...]:
     if a.serialized is not None and b.serialized is not None and a.serialized != b.serialized:
         out.append(Aspect(PIPELINE, _pipeline_text(a), _pipeline_text(b), True,
                           "WARPGROUP.DEPBAR and HGMMA/QGMMA executed", ABSORBS[PIPELINE]))
+    # Shown where both sides' boxes are known (perfscope's own stages) and they differ.
+    if (a.contiguous_boxes is not None and b.contiguous_boxes is not None
+            and a.contiguous_boxes != b.contiguous_boxes):
+        out.append(Aspect(BOXES, _boxes_text(a), _boxes_text(b), True,
+                          "the tensor maps of each run's stage, planned from its run manifest",
+                          ABSORBS[BOXES]))
     return tuple(out)
 
 
 def has_feature(name: str, s: LaunchShape) -> bool | None:
     """Whether a launch has the aspect's feature (the thing its usual fix adds): a
     persistent grid, the larger tile, multicast in clusters, producer/consumer warpgroups,
-    consumers that own their tiles (ping-pong), TMA stores; None where the report does not
-    say. TILE has no feature of its own (see larger_tile)."""
+    consumers that own their tiles (ping-pong), TMA stores, contiguous boxes; None where the
+    report does not say. TILE has no feature of its own (see larger_tile)."""
     # CLUSTER's feature is the multicast its fix adds: clusters that share nothing by TMA
     # (a split-K reduction in distributed shared memory) do not have it.
     return {GRID: s.persistent, CLUSTER: s.cluster_size > 1 and bool(s.multicast),
             SPECIALISATION: s.specialised,
             CONSUMERS: s.consumers_own_tiles, EPILOGUE: bool(s.tma_stores),
-            PIPELINE: None if s.serialized is None else not s.serialized}.get(name)
+            PIPELINE: None if s.serialized is None else not s.serialized,
+            BOXES: s.contiguous_boxes}.get(name)
 
 
 def larger_tile(slow: LaunchShape, fast: LaunchShape) -> bool | None:

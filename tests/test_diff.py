@@ -620,3 +620,34 @@ def test_a_stage_name_means_the_folders_own_report_before_a_subfolders(tmp_path)
     a = resolve(str(newer), options)
     b = resolve("hgemm_tma_wgmma_persistent", options, like=a)
     assert b.path == newer   # B at A's shape: large/'s, not the top level's
+
+
+def test_the_streamed_operands_boxes_are_a_structural_reason():
+    """hgemm_small_m at 16 x 8192^2 with its 12-stage ring (A, 37.6 us under ncu) against the
+    8-stage report told the packed stage's reads (B, a stand-in until hgemm_small_m_packed's
+    own report is captured: it has not run on a GPU): the diff sets the streamed operand's
+    boxes side by side (128-byte pieces against one 8 KB piece per box) and the reason takes
+    A's PS172 in, with the fix that packs the weight. Without planned reads on both sides
+    (cuBLAS, a program's kernel) there is no such row."""
+    from perfscope.kernels import Shape, run_reads
+    from perfscope.rules import Context, evaluate
+    from perfscope.structure import BOXES
+
+    fused = REFERENCE / "fused"
+    deep = resolve(str(fused / "hgemm_small_m@AROWS=16,BN=64,STAGES=12-bf16-16x8192x8192.ncu-rep.xz"))
+    plain = resolve(str(fused / "hgemm_small_m@AROWS=16,BN=64-bf16-16x8192x8192.ncu-rep.xz"))
+    m = plain.manifest
+    reads = run_reads("hgemm_small_m_packed", m.params, m.dtype, Shape(m.m, m.n, m.k))
+    packed = dataclasses.replace(plain, reads=reads, evaluation=evaluate(
+        plain.profile, m, Context(stage=plain.stage, reads=reads)))
+    result = d.compare(deep, packed)
+    (row,) = [a for a in result.structure if a.name == BOXES]
+    assert row.differs and "reads B in 64 x 128 B boxes" in row.a
+    assert "64 pieces of 128 B per box" in row.a
+    assert "each box one contiguous piece" in row.b and "strips64" in row.b
+    (reason,) = [r for r in result.verdict if r.kind == BOXES]
+    assert "PS172" in reason.sentence and "strips one box wide" in reason.fix
+    # Both sides row-major, or one side unknown: no row.
+    assert not [a for a in d.compare(deep, plain).structure if a.name == BOXES]
+    no_reads = dataclasses.replace(packed, reads=None)
+    assert not [a for a in d.compare(deep, no_reads).structure if a.name == BOXES]
