@@ -620,7 +620,8 @@ def candidates_for(gpu: Gpu, libs: dict[str, Any], ops: Operands, c: Any, m: int
         # B as the stage takes it, packed here once (hgemm_small_m_packed's strips).
         bw = weight_for(cp, spec.weight_layout, b)
         info = {"variant": variant_label(spec, dtype), "grid": list(launch.grid),
-                "cluster": launch.cluster, "params": spec.param_dict}
+                "cluster": launch.cluster, "params": spec.param_dict,
+                "weight": spec.weight_layout}
         return Candidate(name + (f" BN={bn}" if bn else ""),
                          lambda: launch(a.data.ptr, bw.data.ptr, cc.data.ptr, bias.data.ptr, 0,
                                         gpu.stream), lambda: cc, "fused", info)

@@ -43,6 +43,14 @@ class BandwidthPoint:
     share_of_copy: float | None
     verdict: str
     share_of_stream: float | None = None   # of the same-size read; None in older checks
+    # The layout the candidate took B in (kernels/weights.py): "row-major", as every
+    # reference, or "strips64", packed once outside the timing (a changed input contract).
+    weight: str = "row-major"
+
+    @property
+    def packed(self) -> bool:
+        """Whether the candidate took its weight in a layout of its own, not row-major."""
+        return self.weight != "row-major"
 
 
 @dataclass(frozen=True)
@@ -66,8 +74,19 @@ class BandwidthPanel:
 
     @property
     def best_fused(self) -> BandwidthPoint | None:
-        """perfscope's fastest candidate here, if one was right and timed."""
-        timed = [p for p in self.points if p.kind == "fused" and p.gbps is not None]
+        """perfscope's fastest candidate here that reads B as the references do (row-major),
+        if one was right and timed."""
+        return self._best(packed=False)
+
+    @property
+    def best_packed(self) -> BandwidthPoint | None:
+        """perfscope's fastest candidate that takes B packed in a layout of its own
+        (hgemm_small_m_packed), shown apart: its input contract is not the references'."""
+        return self._best(packed=True)
+
+    def _best(self, packed: bool) -> BandwidthPoint | None:
+        timed = [p for p in self.points
+                 if p.kind == "fused" and p.gbps is not None and p.packed == packed]
         return max(timed, key=lambda p: p.gbps) if timed else None
 
     def stream_bound(self, label: str = UNFUSED) -> float | None:
@@ -108,7 +127,8 @@ def row_panel(row: dict, copy_gbps: float | None) -> BandwidthPanel:
         points.append(BandwidthPoint(label, c.get("kind", "baseline"), gbps,
                                      gbps / copy_gbps if gbps is not None and copy_gbps else None,
                                      c.get("verdict", "not timed"),
-                                     gbps / stream if gbps is not None and stream else None))
+                                     gbps / stream if gbps is not None and stream else None,
+                                     c.get("weight", "row-major")))
     return BandwidthPanel(row["dtype"], row["m"], row["n"], row["k"], row.get("epilogue", ""),
                           float(copy_gbps) if copy_gbps else None,
                           float(row.get("compulsory_bytes") or 0.0), tuple(points),

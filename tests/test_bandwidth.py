@@ -77,6 +77,31 @@ def test_a_wrong_baseline_bounds_nothing():
     assert all(c.share_of_copy is None for c in panel.points)
 
 
+def test_a_stage_that_takes_b_packed_is_shown_apart_from_the_row_major_best():
+    """hgemm_small_m_packed takes B packed once (a changed input contract): the panel's best
+    stays the fastest stage that reads B as the references do, and the packed one is marked
+    in the table. The committed check predates the packed stage, so its row gets a stand-in:
+    hgemm_small_m's own candidate marked strips64, 5% faster."""
+    from perfscope.render.html import _bandwidth_views
+
+    with lzma.open(CHECK) as f:
+        doc = json.load(f)
+    row = next(r for r in doc["timing"] if (r["dtype"], r["m"], r["n"], r["k"]) == ("bf16", 16, 8192, 8192))
+    before = row_panel(row, doc["copy_bandwidth"]["gbps"])
+    name = before.best_fused.label
+    row["candidates"]["hgemm_small_m_packed"] = {
+        **row["candidates"][name], "weight": "strips64",
+        "compulsory_gbps": 1.05 * row["candidates"][name]["compulsory_gbps"]}
+    panel = row_panel(row, doc["copy_bandwidth"]["gbps"])
+    assert panel.best_fused == before.best_fused and not panel.best_fused.packed
+    assert panel.best_packed.label == "hgemm_small_m_packed" and panel.best_packed.packed
+    assert before.best_packed is None
+    panels = [panel if q.title == panel.title else q for q in read_panels(CHECK)]
+    (view,) = [v for v in _bandwidth_views(panels) if v["dtype"] == "bf16"]
+    (marked,) = [r for r in view["rows"] if r["label"] == "hgemm_small_m_packed (B packed once)"]
+    assert marked["kind"] == "fused" and not marked["best"] and marked["share"] != "-"
+
+
 def test_bad_input_is_one_sentence(tmp_path):
     with pytest.raises(PerfscopeError, match="cannot read the fused check"):
         read_panels(tmp_path / "missing.json")

@@ -141,7 +141,9 @@ def _ladder_view(ladder: Ladder, index: int) -> dict[str, Any]:
 
 def _bandwidth_views(panels: Sequence[BandwidthPanel]) -> list[dict[str, Any]]:
     """Per dtype: perfscope's best candidate per small-M shape in GB/s of compulsory bytes,
-    against the copy bandwidth and its TARGET_SHARE, and every candidate in a table."""
+    against the copy bandwidth and its TARGET_SHARE, and every candidate in a table. The
+    bars hold the stages that read B as the references do; a stage that takes B packed
+    (a changed input contract) is in the table, marked, with the share it reached."""
     views = []
     for dtype in dict.fromkeys(p.dtype for p in panels):
         mine = [p for p in panels if p.dtype == dtype]
@@ -161,7 +163,8 @@ def _bandwidth_views(panels: Sequence[BandwidthPanel]) -> list[dict[str, Any]]:
             bars.append(plots.Bar(f"{p.m}x{p.n}x{p.k}", best.gbps if best else None, note=note))
             for c in p.points:
                 rows.append({"shape": f"{p.m}x{p.n}x{p.k}", "epilogue": p.epilogue,
-                             "label": c.label, "kind": c.kind, "verdict": c.verdict,
+                             "label": c.label + (" (B packed once)" if c.packed else ""),
+                             "kind": c.kind, "verdict": c.verdict,
                              "gbps": "-" if c.gbps is None else f"{c.gbps:,.0f}",
                              "share": "-" if c.share_of_copy is None else f"{c.share_of_copy:.0%}",
                              "stream": "-" if c.share_of_stream is None else f"{c.share_of_stream:.0%}",
