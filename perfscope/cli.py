@@ -513,6 +513,10 @@ def tune(
     rounds: int = typer.Option(3, "--rounds", help="Alternating configuration/cuBLAS rounds."),
     confirm_runs: int = typer.Option(20, "--confirm-runs", help="Launches per round when confirming."),
     confirm_rounds: int = typer.Option(5, "--confirm-rounds", help="Rounds when confirming."),
+    confirm_until: float | None = typer.Option(None, "--confirm-until", help="Confirm with rounds "
+                                               "past --confirm-rounds until each ratio's 90% "
+                                               "interval is within +-UNTIL of it (bench --until), "
+                                               "at most 15."),
     jobs: int | None = typer.Option(None, "--jobs", help="Compiler processes (default: the host's "
                                     "cores)."),
     deadline: float | None = typer.Option(None, "--deadline", help="Stop starting trials after this "
@@ -543,7 +547,8 @@ def tune(
         stages=tuple(stages), shapes=tuple(dict.fromkeys(shapes)) or (parse_shape("4096x4096x4096"),),
         dtypes=tuple(dtype or ()), pins=parse_params(param or []), strategy=strategy,
         budget=budget, seed=seed, screen=workflow.TimingPlan(runs, rounds),
-        confirm=confirm, confirm_timing=workflow.TimingPlan(confirm_runs, confirm_rounds, 3),
+        confirm=confirm, confirm_timing=workflow.TimingPlan(confirm_runs, confirm_rounds, 3,
+                                                            until=confirm_until),
         profile_best=profile_best, resume=resume, store=store or DEFAULT_STORE,
         deadline_s=deadline, keep_spills=keep_spills, command=_command_line(ctx) or "")
     workflow.plan_tune(request)   # bad input is refused before any worker starts

@@ -75,6 +75,9 @@ def snapshot(path: Path) -> list:
     ([STAGE, "--strategy", "exhaustive", "--budget", "3"], ["exhaustive measures all 690"]),
     ([STAGE, "--strategy", "bayes"], ["needs --budget"]),
     ([STAGE, "--budget", "0", "--strategy", "random"], ["at least 1"]),
+    ([STAGE, "--confirm", "2", "--confirm-until", "0"], ["--until is a fraction of the ratio"]),
+    ([STAGE, "--confirm", "2", "--confirm-until", "0.01", "--confirm-rounds", "20"],
+     ["--max-rounds (15) is below --rounds (20)"]),
 ])
 def test_bad_input_is_one_sentence_and_the_store_keeps_everything(held_store, args, fragments):
     before = snapshot(held_store)
@@ -239,3 +242,30 @@ def test_a_dry_sweep_from_the_command_line_and_its_resume(tmp_path):
     assert resumed.exit_code == 0, resumed.output
     assert "| hgemm_tma_wgmma_persistent | bf16 | 4096x4096x4096 |" in resumed.stdout
     assert "10 already in the store" in resumed.stdout
+
+
+def test_confirm_until_travels_to_the_worker_in_the_task():
+    """--confirm-until is bench --until for the confirming trials: the task carries it to the
+    worker (JSON and back) and the worker's timing options stop on it; screening is as
+    before."""
+    plan = workflow.TimingPlan(20, 5, 3, until=0.005)
+    task = TrialTask(id=1, stage=STAGE, dtype="bf16", m=4096, n=4096, k=4096, params={},
+                     arch="sm_90a", phase="confirm", runs=plan.runs, rounds=plan.rounds,
+                     warmup=plan.warmup, until=plan.until, max_rounds=plan.max_rounds)
+    again = TrialTask.from_dict(task.to_dict())
+    opts = again.bench_options()
+    assert (opts.rounds, opts.until, opts.max_rounds) == (5, 0.005, 15)
+    assert TrialTask(id=2, stage=STAGE, dtype="bf16", m=1, n=8, k=8, params={},
+                     arch="sm_90a").bench_options().until is None
+
+
+def test_the_confirming_trials_carry_confirm_until(tmp_path):
+    """Only the confirm phase's tasks stop on --confirm-until; the screening ones run their
+    fixed rounds."""
+    fake = FakeExecutor()
+    workflow.run(workflow.TuneRequest(
+        stages=(STAGE,), shapes=(parse_shape("4096x4096x4096"),), dtypes=("bf16",),
+        budget=4, strategy="random", confirm=2, store=tmp_path / "t.sqlite",
+        confirm_timing=workflow.TimingPlan(20, 5, 3, until=0.005)), fake)
+    phases = {t.phase: t for t in fake.submitted}
+    assert phases["confirm"].until == 0.005 and phases["screen"].until is None

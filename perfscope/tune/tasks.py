@@ -37,6 +37,8 @@ class TrialTask:
     rounds: int = 2
     warmup: int = 2
     seed: int = 0
+    until: float | None = None      # bench --until's stopping rule (None: `rounds` rounds)
+    max_rounds: int = 15
 
     @property
     def shape(self) -> Shape:
@@ -45,7 +47,8 @@ class TrialTask:
 
     def bench_options(self) -> BenchOptions:
         """The timing options this task asks for."""
-        return BenchOptions(runs=self.runs, rounds=self.rounds, warmup=self.warmup, seed=self.seed)
+        return BenchOptions(runs=self.runs, rounds=self.rounds, warmup=self.warmup, seed=self.seed,
+                            until=self.until, max_rounds=self.max_rounds)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready form."""

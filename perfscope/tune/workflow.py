@@ -42,6 +42,7 @@ from perfscope.kernels.registry import reference_name
 from perfscope.kernels.spec import KernelSpec, Shape, normalize_dtype, parse_shape
 from perfscope.manifest import ERROR, OK, WRONG
 from perfscope.stage import ResourceUsage
+from perfscope.timing import BenchOptions
 from perfscope.tune import strategies
 from perfscope.tune.compiling import CompileJob
 from perfscope.tune.executors import Executor
@@ -75,15 +76,21 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TimingPlan:
-    """How long a trial times each configuration (launches per round, rounds, warm-up)."""
+    """How long a trial times each configuration (launches per round, rounds, warm-up, and
+    bench --until's stopping rule: rounds past `rounds` until the ratio settles)."""
 
     runs: int = 10
     rounds: int = 2
     warmup: int = 2
+    until: float | None = None
+    max_rounds: int = 15
 
     def __post_init__(self) -> None:
         if self.runs < 1 or self.rounds < 1 or self.warmup < 0:
             raise PerfscopeError("--runs and --rounds must be at least 1")
+        # The same refusals as bench's (one sentence), before any trial runs.
+        BenchOptions(runs=self.runs, rounds=self.rounds, warmup=self.warmup, until=self.until,
+                     max_rounds=self.max_rounds)
 
 
 @dataclass(frozen=True)
@@ -449,7 +456,7 @@ class _Sweep:
         return TrialTask(id=next(self._ids), stage=sp.spec.name, dtype=sp.dtype, m=s.m, n=s.n,
                          k=s.k, params=config.params, arch=self.plan.arch, phase=phase,
                          verify=phase == SCREEN, runs=t.runs, rounds=t.rounds, warmup=t.warmup,
-                         seed=self.plan.request.seed)
+                         seed=self.plan.request.seed, until=t.until, max_rounds=t.max_rounds)
 
     def record(self, study: Study, config: Config, outcome: TrialOutcome) -> float | None:
         """Write a screening outcome; the value its strategy is told."""
