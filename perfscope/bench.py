@@ -28,7 +28,7 @@ from perfscope.kernels.launch import (
     prepare,
     require_gpu,
 )
-from perfscope.kernels.registry import reference_name
+from perfscope.kernels.registry import declared_params, reference_name
 from perfscope.kernels.spec import DTYPES, KernelSpec, Shape, normalize_dtype
 from perfscope.manifest import (
     ERROR,
@@ -206,12 +206,12 @@ def _as_declared(spec: KernelSpec, shape: Shape, multiprocessors: int) -> bool:
     hgemm_small_m's host-chosen tile, small_m_for), built from the package's kernels with its
     flags (kernel_ab's other side, built from another tree's kernels under the same name,
     is not)."""
-    try:
-        declared = small_m_for(get_spec(spec.name), shape, None, multiprocessors)
-    except PerfscopeError:
+    params = declared_params(spec.name, shape, multiprocessors)
+    if params is None:
         return False
+    declared = get_spec(spec.name)
     return (spec.kernel_dir == declared.kernel_dir and spec.flags == declared.flags
-            and at_defaults(spec.param_dict, declared.param_dict))
+            and at_defaults(spec.param_dict, params))
 
 
 Steps = dict[tuple[str, str, Shape], Prepared]
@@ -374,11 +374,8 @@ def parent_steps(manifests: Sequence[RunManifest]) -> list[ParentStep]:
     shape: the defaults, hgemm_small_m's tile the host's choice on the run's GPU)."""
     def is_default(m: RunManifest) -> bool:
         sms = m.environment.sm_count if m.environment is not None else H200_MULTIPROCESSORS
-        try:
-            declared = small_m_for(get_spec(m.stage), Shape(m.m, m.n, m.k), None, sms)
-        except PerfscopeError:
-            return False
-        return at_defaults(m.params, declared.param_dict)
+        params = declared_params(m.stage, Shape(m.m, m.n, m.k), sms)
+        return params is not None and at_defaults(m.params, params)
 
     timed = {(m.stage, m.dtype, m.shape): m for m in manifests
              if m.timing is not None and is_default(m)}

@@ -130,9 +130,7 @@ def _records(path: str) -> tuple:
 
 def _context(r) -> Context:
     """What the loader tells the rules of a record: its stage and how its run read A and B."""
-    from perfscope.diagnosis import manifest_reads
-
-    return Context(stage=r.stage, reads=manifest_reads(r.manifest))
+    return Context(stage=r.stage, reads=r.reads)
 
 
 def external(name: str, index: int = 0):

@@ -11,18 +11,17 @@ row says so.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from perfscope.documents import KernelRow, KernelsTable
 from perfscope.errors import PerfscopeError
-from perfscope.kernels.fused_specs import small_m_for
 from perfscope.kernels.registry import (
     COMPILED_ONLY,
     EPILOGUE_STAGES,
     FP8_STAGES,
     REGISTRY,
-    get_spec,
+    declared_params,
 )
 from perfscope.kernels.spec import Shape
 from perfscope.manifest import BENCH_NAME, BenchFile, RunManifest
@@ -44,16 +43,6 @@ def bench_files(bench: Path) -> tuple[Path, ...]:
     return (bench,) if bench.is_file() else ()
 
 
-def _defaults(stage: str, shape: Shape) -> Mapping[str, int] | None:
-    """The parameters `perfscope bench STAGE --shape SHAPE` runs with no --param: the
-    stage's defaults, with hgemm_small_m's tile chosen for the shape; None for a shape the
-    stage refuses."""
-    try:
-        return small_m_for(get_spec(stage), shape).param_dict
-    except PerfscopeError:   # a stage this perfscope no longer has, or a shape it refuses
-        return None
-
-
 def _timed(manifests: Sequence[RunManifest], source: str,
            best: dict[str, dict[Shape, tuple[float, str, str, str]]]) -> None:
     """Each default-parameter row's ratio into best[stage][shape], the best over dtypes."""
@@ -62,7 +51,7 @@ def _timed(manifests: Sequence[RunManifest], source: str,
         if t is None or t.ratio_to_reference is None:
             continue
         shape = Shape(m.m, m.n, m.k)
-        defaults = _defaults(m.stage, shape)
+        defaults = declared_params(m.stage, shape)
         if defaults is None or not at_defaults(m.params, defaults):
             continue
         r = t.ratio_to_reference.median

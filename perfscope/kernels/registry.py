@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 from perfscope.errors import PerfscopeError
 from perfscope.kernels.epilogue import epilogue_of
-from perfscope.kernels.fused_specs import FUSED, GROUPS
+from perfscope.kernels.fused_specs import FUSED, GROUPS, H200_MULTIPROCESSORS, small_m_for
 from perfscope.kernels.maps import operand_reads_of
 from perfscope.kernels.spec import (
     FP8,
@@ -579,6 +579,17 @@ def get_spec(name: str) -> KernelSpec:
         raise PerfscopeError(f"unknown stage {name!r}; valid stages are {', '.join(names())}, "
                              f"and for `perfscope sass` only {never}")
     return spec
+
+
+def declared_params(name: str, shape: Shape,
+                    multiprocessors: int = H200_MULTIPROCESSORS) -> dict[str, int] | None:
+    """The parameters `perfscope bench NAME --shape SHAPE` runs with no --param: the stage's
+    defaults, with hgemm_small_m's tile chosen for the shape on this many multiprocessors;
+    None for a stage this perfscope no longer has, or a shape it refuses."""
+    try:
+        return small_m_for(get_spec(name), shape, None, multiprocessors).param_dict
+    except PerfscopeError:
+        return None
 
 
 def run_reads(name: str | None, params: Mapping[str, int], dtype: str | None,

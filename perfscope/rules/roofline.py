@@ -155,17 +155,15 @@ SHORT_RUN_SHARE = 0.5
 SHORT_RUN_LOSS = 0.05
 
 
-def _short_runs(inputs: Inputs):
+def _short_runs(inputs: Inputs, work_bytes: float):
     """The operands the run streamed in short runs, and their share of the compulsory bytes."""
     reads = inputs.context.reads
     if reads is None:
         raise NotCollected("the operands' TMA boxes (planned for perfscope's own stages from "
                            "their run manifest; a report does not hold a tensor map)")
-    w = work_of(inputs)
-    need(w.bytes, "the work's bytes (run manifest, or the DRAM bytes measured)")
     short = tuple(r for r in reads if r.run_bytes <= SHORT_RUN_BYTES < r.row_bytes
-                  and r.bytes >= STREAMED_SHARE * w.bytes)
-    return short, sum(r.bytes for r in short) / w.bytes
+                  and r.bytes >= STREAMED_SHARE * work_bytes)
+    return short, sum(r.bytes for r in short) / work_bytes
 
 
 def _check_short_runs(inputs: Inputs) -> Hit | None:
@@ -198,13 +196,14 @@ def _check_short_runs(inputs: Inputs) -> Hit | None:
     need(room.t_bytes_ns, "the work's bytes (run manifest, or the DRAM bytes measured)")
     if room.t_bytes_ns <= room.t_math_ns:
         return None
-    short, share = _short_runs(inputs)
+    w = work_of(inputs)
+    need(w.bytes, "the work's bytes (run manifest, or the DRAM bytes measured)")
+    short, share = _short_runs(inputs, w.bytes)
     if share < SHORT_RUN_SHARE:
         return None
     p = inputs.profile
     bw = need(dram_peak(p), f"{M_DRAM_READ} and its % of peak")
     t = need(p.sol.duration_ns, "gpu__time_duration.sum")
-    w = work_of(inputs)
     # The bytes' time at the practical rate over the kernel's: the stream's share of its time.
     achieved = w.bytes / (DRAM_PRACTICAL_SHARE * bw) / (t * 1e-9)
     if achieved >= 1.0:
