@@ -324,6 +324,9 @@ def profile(
                                              "(repeat; --ncu-arg=--flag=value)."),
     timed: bool = typer.Option(False, "--time", help="A program: record its kernel's duration "
                               "against its cuBLAS reference's (profiled now if missing)."),
+    tensor_maps: bool = typer.Option(False, "--tensor-maps", help="A program: record the tensor "
+                                     "maps its kernels are passed (a preloaded C library, built "
+                                     "with the system's compiler), so the TMA boxes are known."),
     timeout: float = typer.Option(1800, "--timeout", help="Stop ncu after this many seconds."),
     program: str | None = typer.Option(None, "--program", hidden=True,
                                        help="JSON argv; what '-- COMMAND...' becomes."),
@@ -349,7 +352,7 @@ def profile(
             raise PerfscopeError("a program's kernel has one dtype; give --dtype once.")
         req = profiling.ProgramRequest(command=tuple(json.loads(program)), ncu=opts, out=out,
                                        shape=shape, dtype=dtype[0] if dtype else None, time=timed,
-                                       timeout=timeout)
+                                       timeout=timeout, tensor_maps=tensor_maps)
         with NcuProgress() as bar:
             try:
                 written = profiling.profile_program(req, bar.update)
@@ -360,6 +363,8 @@ def profile(
             raise typer.Exit(130)
         typer.echo(f"wrote {written.report} ({written.launches} kernel launch(es)) and its run "
                    f"manifest {written.manifest.name}")
+        if written.tensor_maps:
+            typer.echo(f"tensor maps: {written.tensor_maps}")
         if written.timing:
             typer.echo(f"timing: {written.timing}")
         if written.timing_error:
@@ -376,6 +381,9 @@ def profile(
         raise PerfscopeError("--kernel, --launch-skip/-count, --nvtx, --replay and --time select a "
                              "program's launches: put the program after -- (stages are picked by "
                              "their NVTX ranges).")
+    if tensor_maps:
+        raise PerfscopeError("--tensor-maps is for a program after --: perfscope plans its own "
+                             "stages' tensor maps from their run manifests.")
     shape = shape or "4096x4096x4096"
     req = profiling.ProfileRequest(stages=tuple(stages or ["all"]), dtypes=tuple(dtype or []),
                                    shape=shape, params=_params(param, config, store, stages, dtype, shape),

@@ -31,6 +31,7 @@ from perfscope.reader import REPORT_SUFFIXES, find_reports, report_stem
 from perfscope.record import Catalogue, Diagnosed, as_group, machine_settings
 from perfscope.rules import Context, evaluate
 from perfscope.stage import OperandRead, StageInfo
+from perfscope.tensormaps import reads_for
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +98,22 @@ def diagnose_profiles(path: Path, profiles: list[KernelProfile], catalogue: Cata
                       machine=machine_settings(profiles) if machine is None else machine,
                       reads=manifest_reads(manifest))
     several = len(profiles) > 1 if several is None else several
-    return [Diagnosed(_label(path, kp, stage, dtype, manifest, several), path, kp, manifest,
-                      evaluate(kp, manifest, context), stage, dtype, reads=context.reads)
-            for kp in profiles]
+    out = []
+    for kp in profiles:
+        ctx = context if context.reads is not None else replace(context, reads=captured_reads(manifest, kp))
+        out.append(Diagnosed(_label(path, kp, stage, dtype, manifest, several), path, kp, manifest,
+                             evaluate(kp, manifest, ctx), stage, dtype, reads=ctx.reads))
+    return out
+
+
+def captured_reads(manifest: RunManifest | None, kp: KernelProfile) -> tuple[OperandRead, ...] | None:
+    """How a program's launch read by TMA, from the maps `profile --tensor-maps` recorded as
+    the program passed them (matched by mangled name, grid and block); None where none were."""
+    capture = manifest.capture if manifest is not None else None
+    if capture is None or not capture.tensor_maps:
+        return None
+    i = kp.identity
+    return reads_for(capture.tensor_maps, i.mangled, i.grid, i.block)
 
 
 def load_checked(path: Path, kernel: str | None = None) -> list[KernelProfile]:

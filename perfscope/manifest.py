@@ -25,6 +25,7 @@ from typing import Any
 
 from perfscope.errors import PerfscopeError
 from perfscope.reader import report_stem
+from perfscope.tensormaps import KernelMaps
 
 log = logging.getLogger(__name__)
 
@@ -193,6 +194,10 @@ class Capture:
     untrusted_launches: tuple[int, ...] = ()
     # How the timing beside this capture was made (--time), in one sentence.
     timing_method: str = ""
+    # The tensor maps the program passed its kernels by value (--tensor-maps), and in one
+    # sentence what the capture of them found ("" where it was not asked for).
+    tensor_maps: tuple[KernelMaps, ...] = ()
+    tensor_maps_note: str = ""
 
     def trusts(self, launch_index: int) -> bool:
         """Whether the counters of this launch may be believed (the program did not fault under it)."""
@@ -266,6 +271,7 @@ class RunManifest:
             c = dict(d["capture"])
             for key in ("command", "nvtx", "untrusted_launches"):
                 c[key] = tuple(c.get(key, ()))
+            c["tensor_maps"] = tuple(KernelMaps.from_dict(k) for k in c.get("tensor_maps", ()))
             d["capture"] = Capture(**c)
         return cls(**d)
 

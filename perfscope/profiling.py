@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from perfscope import bench, diagnosis
+from perfscope import bench, diagnosis, mapcapture
 from perfscope import ncu as ncu_mod
 from perfscope.digest import local_headers, source_hash
 from perfscope.documents import ProfileSummary, StageResult
@@ -60,8 +60,10 @@ from perfscope.manifest import (
     read_manifest,
 )
 from perfscope.profile import load
+from perfscope.reader import report_stem
 from perfscope.record import Diagnosed
 from perfscope.runner import RunnerJob, nvtx_range, stem_for, write_jobs
+from perfscope.tensormaps import KernelMaps
 
 log = logging.getLogger(__name__)
 
@@ -468,6 +470,7 @@ class ProgramRequest:
     dtype: str | None = None
     time: bool = False                  # hold the capture against its reference's duration
     timeout: float | None = 1800.0
+    tensor_maps: bool = False           # record the tensor maps its kernels were passed
 
 
 @dataclass(frozen=True)
@@ -481,6 +484,7 @@ class ProgramCapture:
     untrusted: tuple[int, ...] = ()     # launch indices whose counters are not trustworthy
     timing: str = ""                    # what --time measured, in one sentence
     timing_error: str | None = None     # why --time could not measure (the capture is kept)
+    tensor_maps: str = ""               # what --tensor-maps found, in one sentence
 
     @property
     def failed(self) -> bool:
@@ -563,18 +567,31 @@ def profile_program(req: ProgramRequest,
                              "capture).")
     ncu = ncu or ncu_mod.find_ncu()
     ncu_mod.ncu_version(ncu)
+    command, maps_file = list(req.command), None
+    if req.tensor_maps:
+        maps_file = target.with_name(f".{report_stem(target)}.maps.jsonl")
+        maps_file.parent.mkdir(parents=True, exist_ok=True)
+        maps_file.unlink(missing_ok=True)
+        command = mapcapture.wrap_command(command, mapcapture.build_library(), maps_file.resolve())
     try:
-        run = ncu_mod.execute(ncu, replace(req.ncu, output=target), req.command,
+        run = ncu_mod.execute(ncu, replace(req.ncu, output=target), command,
                               timeout=req.timeout, on_progress=on_progress)
     except ncu_mod.NcuInterrupted as stop:
         raise _program_interrupted(stop.run, target) from None
+    finally:
+        maps = _read_maps(maps_file) if maps_file is not None else None
     if run.report is None:
         raise run.failure or PerfscopeError("ncu finished but wrote no report.")
     launches = len(load(run.report))
     fault, untrusted = _fault(run, launches)
     manifest = _program_manifest(req, known, launches, fault, untrusted)
+    if maps is not None:
+        assert manifest.capture is not None
+        manifest = replace(manifest, capture=replace(manifest.capture, tensor_maps=maps[0],
+                                                     tensor_maps_note=maps[1]))
     path = _write_manifest(manifest, run.report)
-    capture = ProgramCapture(run.report, launches, path, fault, untrusted)
+    capture = ProgramCapture(run.report, launches, path, fault, untrusted,
+                             tensor_maps=maps[1] if maps else "")
     if req.time and fault is None:
         try:
             capture = _time_against_reference(capture, manifest, on_progress, ncu)
@@ -582,6 +599,18 @@ def profile_program(req: ProgramRequest,
             # The capture stands without its timing; the caller says why there is none.
             capture = replace(capture, timing_error=str(exc))
     return capture
+
+
+def _read_maps(path: Path) -> tuple[tuple[KernelMaps, ...], str]:
+    """The kernels and maps the capture library wrote, and what it found in one sentence;
+    the file itself is removed (the manifest keeps what it says)."""
+    try:
+        found = mapcapture.read_capture(path)
+        return (found.kernels if found else ()), mapcapture.note(found)
+    except (PerfscopeError, OSError) as exc:
+        return (), f"the tensor-map capture could not be read: {exc}"
+    finally:
+        path.unlink(missing_ok=True)
 
 
 def _program_interrupted(run: ncu_mod.NcuRun, target: Path) -> ProgramInterrupted:

@@ -109,10 +109,11 @@ class OperandRead:
     in memory (a packed weight's packed matrix), as its tensor map described them.
 
     Nsight Compute does not record a tensor map, so a report cannot say this; the loader
-    plans it from the stage, its parameters and the shape (perfscope's own stages only).
+    plans it from the stage, its parameters and the shape (perfscope's own stages), or
+    reads it from the maps `profile --tensor-maps` recorded (a program's kernels).
     """
 
-    operand: str            # "A", or "B" (the weight)
+    operand: str            # "A", "B" (the weight), or a program's "parameter 2 (bf16 ...)"
     rows: int               # rows of the matrix in memory
     row_bytes: int          # bytes from the start of one row to the next
     box_rows: int

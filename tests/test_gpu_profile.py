@@ -71,3 +71,30 @@ def test_a_group_reference_profiles_both_launches_and_reads_as_one_side(ncu_exe,
     assert out.returncode == 0, out.stderr
     assert "| launches | 1 | 2 | 0.50x |" in out.stdout and "Unfused epilogue" in out.stdout
     assert "bias_act_inplace" in out.stdout
+
+
+@pytest.mark.parametrize("stage, shape", [("hgemm_small_m", "16x8192x8192"),
+                                          ("hgemm_small_m_packed", "16x8192x8192")])
+def test_tensor_maps_of_a_program_are_the_maps_perfscope_planned(ncu_exe, tmp_path, stage, shape):
+    """Our own stage run as a program (bench --check-only): the maps the capture library
+    records as the program passes them are those kernels/maps.py plans for the stage.
+    (The packed stage's strips are read as rank-3 maps by tensormaps.TensorMap.read.)"""
+    from perfscope.kernels import Shape, parse_shape
+    from perfscope.kernels.registry import declared_params, run_reads
+    from perfscope.manifest import read_manifest
+
+    req = profiling.ProgramRequest(
+        command=(sys.executable, "-m", "perfscope.cli", "bench", stage, "--shape", shape,
+                 "--dtype", "bf16", "--check-only"),
+        ncu=ncu.NcuOptions(kernel_regex=f"^{stage}$", launch_count=1), out=tmp_path / "p.ncu-rep",
+        shape=shape, dtype="bf16", tensor_maps=True)
+    capture = profiling.profile_program(req, ncu=ncu_exe)
+    assert not capture.failed and capture.tensor_maps.split()[0] != "no", capture.tensor_maps
+    manifest = read_manifest(capture.manifest)
+    s: Shape = parse_shape(shape)
+    planned = run_reads(stage, declared_params(stage, s), "bf16", s)
+    got = [k.reads() for k in manifest.capture.tensor_maps if stage in k.kernel]
+    assert got and got[0] is not None, manifest.capture.tensor_maps
+    geometry = {(r.rows, r.row_bytes, r.box_rows, r.box_row_bytes, r.run_bytes) for r in got[0]}
+    for r in planned:
+        assert (r.rows, r.row_bytes, r.box_rows, r.box_row_bytes, r.run_bytes) in geometry, (r, geometry)

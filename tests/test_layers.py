@@ -26,7 +26,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "perfscope"
 # Floors, lowest first. A module may import its own floor and those below.
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("errors", "cache", "metrics", "families", "stage", "locations", "version", "digest",
-     "hardware"),
+     "hardware", "tensormaps"),
     ("reader", "manifest", "sass", "sass.disasm", "sass.loops", "kernels.spec", "kernels.weights",
      "kernels.tcgen05", "bandwidth"),
     ("profile", "source", "structure"),
@@ -38,15 +38,16 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("render", "render.*"),
     ("export",),
     ("build", "kernels.tensormap", "kernels.launch", "verify", "environment", "timing", "bench",
-     "collection", "ncu", "runner", "profiling", "audit", "tune", "tune.*"),
+     "collection", "ncu", "runner", "profiling", "audit", "tune", "tune.*", "mapcapture"),
     ("cli", "__init__"),
 )
 # What the analysis must never reach for.
 ANALYSIS = ("rules", "rules.*", "record", "diff", "review", "render", "render.*", "profile",
             "reader", "manifest", "metrics", "families", "documents", "export", "stage", "source",
-            "structure", "digest", "hardware", "calibration", "bandwidth")
+            "structure", "digest", "hardware", "calibration", "bandwidth", "tensormaps")
 PROFILER_SIDE = ("kernels", "kernels.*", "build", "ncu", "profiling", "runner", "bench",
-                 "collection", "verify", "timing", "environment", "tune", "tune.*", "audit", "cli")
+                 "collection", "verify", "timing", "environment", "tune", "tune.*", "audit", "cli",
+                 "mapcapture")
 # The one loader may name the registry to attach StageInfo to a record; it does not run it.
 LOADER_MAY = {"diagnosis": ("kernels",)}
 

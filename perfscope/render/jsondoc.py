@@ -44,7 +44,8 @@ Schemas, versioned by name (a field that changes bumps the version):
               "findings": [FINDING],
               "rules_not_evaluated": [{code, title, reason}],  # likewise
               "operand_reads": [{operand, rows, row_bytes, box_rows, box_row_bytes, layout,
-                                 run_bytes}]|null   # the run's TMA boxes (own stages only)
+                                 run_bytes}]|null   # the run's TMA boxes: own stages' planned,
+                                                    # a program's as captured (--tensor-maps)
             }
           ]
         }

@@ -159,8 +159,9 @@ def _short_runs(inputs: Inputs, work_bytes: float):
     """The operands the run streamed in short runs, and their share of the compulsory bytes."""
     reads = inputs.context.reads
     if reads is None:
-        raise NotCollected("the operands' TMA boxes (planned for perfscope's own stages from "
-                           "their run manifest; a report does not hold a tensor map)")
+        raise NotCollected("the operands' TMA boxes (a report does not hold a tensor map: "
+                           "perfscope plans its own stages' from their run manifest, and "
+                           "`perfscope profile --tensor-maps -- COMMAND` records a program's)")
     short = tuple(r for r in reads if r.run_bytes <= SHORT_RUN_BYTES < r.row_bytes
                   and r.bytes >= STREAMED_SHARE * work_bytes)
     return short, sum(r.bytes for r in short) / work_bytes

@@ -6,6 +6,7 @@ while it is replayed: the report holds both launches, ncu says which one died) a
 interrupt (the first kernel is profiled and written, then ncu waits to be stopped, as
 when the user presses Ctrl-C). Profiling writes a copy of a real fixture report
 (FAKE_NCU_REPORT; FAKE_NCU_STAGE_REPORT instead for perfscope's runner, when set);
+with FAKE_NCU_RUN set, a program's command is run first, as ncu would run it;
 --import answers the raw CSV page with an NVTX column, and launch filters with a copy of
 the report. Every argv it receives is appended to FAKE_NCU_LOG.
 """
@@ -13,6 +14,7 @@ the report. Every argv it receives is appended to FAKE_NCU_LOG.
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -54,6 +56,9 @@ def main(argv):
         return 1
     if scenario == "interrupt":
         return interrupted(out, stems, staging, source)
+    if not jobs and os.environ.get("FAKE_NCU_RUN"):
+        # Run the program as ncu would (the wrapper perfscope hands it included).
+        subprocess.run(command, check=False)
     profiled = []
     for i, stem in enumerate(stems):
         verdict = "WRONG" if scenario == "wrong" and i == 0 else "ok"

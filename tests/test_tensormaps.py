@@ -1,0 +1,278 @@
+"""`perfscope profile --tensor-maps -- COMMAND`: a program's tensor maps, on the CPU.
+
+The capture library (perfscope/native/mapcapture.c) is built with the system's C compiler
+and preloaded into a test program (tests/fakes/driver/map_app.c) that runs against a
+stand-in driver (fake_libcuda.c, the ABI of cuda.h) and reaches it the three ways programs
+do: dlsym on a dlopen handle, the functions cuGetProcAddress hands out, and a direct call
+of a linked symbol. The maps the test program encodes are its own (synthetic: a real
+program's maps need a GPU); the report the fake ncu writes beside them is a real H200
+capture of cuBLAS's decode kernel, so the end-to-end test shows the plumbing from the
+library to PS172, not what cuBLAS's own boxes are.
+"""
+
+from __future__ import annotations
+
+import json
+import lzma
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from test_ncu import make_fake
+from typer.testing import CliRunner
+
+from perfscope import cli, diagnosis, mapcapture, ncu
+from perfscope.errors import PerfscopeError
+from perfscope.manifest import Capture, RunManifest, Verification, read_manifest
+from perfscope.tensormaps import KernelMaps, MapUse, TensorMap, parse_capture, reads_for
+
+runner = CliRunner()
+DRIVER = Path(__file__).parent / "fakes" / "driver"
+DECODE = Path(__file__).parent / "fixtures" / "external" / "torch_decode_m16.ncu-rep.xz"
+BF16, SWIZZLE_128B = 9, 3
+
+
+def _cc() -> str:
+    try:
+        return mapcapture.compiler()
+    except PerfscopeError:
+        pytest.skip("no C compiler (cc, gcc or clang) on this machine")
+
+
+@pytest.fixture(scope="module")
+def native(tmp_path_factory):
+    """The capture library, the stand-in driver and the test program, built once."""
+    cc = _cc()
+    folder = tmp_path_factory.mktemp("native")
+    lib = mapcapture.build_library(cc, folder)
+    driver = folder / "libcuda.so.1"
+    subprocess.run([cc, "-O1", "-shared", "-fPIC", "-o", str(driver), str(DRIVER / "fake_libcuda.c")],
+                   check=True)
+    app = folder / "map_app"
+    subprocess.run([cc, "-O1", "-o", str(app), str(DRIVER / "map_app.c"), f"-I{DRIVER}",
+                    f"-L{folder}", "-l:libcuda.so.1", f"-Wl,-rpath,{folder}", "-ldl"], check=True)
+    return lib, driver, app
+
+
+def run_app(native, out: Path, *args: str) -> str:
+    lib, driver, app = native
+    cmd = mapcapture.wrap_command([str(app), str(driver), *args], lib, out)
+    done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return done.stdout
+
+
+# ------------------------------------------------------------------ the library
+
+
+def test_every_path_to_the_driver_is_watched_and_every_call_reaches_it(native, tmp_path):
+    out = tmp_path / "maps.jsonl"
+    assert run_app(native, out).strip() == "launches 6"     # each launch reached the driver once
+    capture = parse_capture(out.read_text().splitlines())
+    a = TensorMap(BF16, (8192, 16), (16384,), (64, 16), (1, 1), SWIZZLE_128B)
+    b = TensorMap(BF16, (8192, 8192), (16384,), (64, 64), (1, 1), SWIZZLE_128B)
+    d = TensorMap(BF16, (4096, 14336), (8192,), (64, 128), (1, 1), SWIZZLE_128B)
+    assert capture.kernels == (
+        # dlsym's encode (A) and cuGetProcAddress's (B), cuGetProcAddress's legacy launch; A
+        # moved by cuTensorMapReplaceAddress is still A, so both launches count together
+        KernelMaps("_Z2k1", (128, 1, 1), (128, 1, 1), (MapUse(1, 0, a), MapUse(2, 0, b)), 2),
+        # cuLaunchKernelEx on the per-thread stream, B inside a struct at byte 64
+        KernelMaps("_Z2k2", (132, 1, 1), (384, 1, 1), (MapUse(1, 64, b),)),
+        # parameters in extra's one buffer
+        KernelMaps("_Z2k4", (8, 1, 1), (64, 1, 1), (MapUse(0, 128, b),)),
+        # the linked symbols: encode and launch
+        KernelMaps("_Z2k5", (112, 1, 1), (128, 1, 1), (MapUse(0, 0, d),)),
+    )
+    # _Z2k3 was passed no map, and map C was encoded and never passed: neither is written.
+    text = out.read_text()
+    assert "_Z2k3" not in text and '"dims":[4096,4096]' not in text
+    assert not capture.truncated and capture.skipped_lines == 0
+
+
+def test_without_a_file_named_the_program_runs_unwatched(native, tmp_path):
+    lib, driver, app = native
+    done = subprocess.run([str(app), str(driver)], capture_output=True, text=True, check=True,
+                          env={"LD_PRELOAD": str(lib), "PATH": "/usr/bin:/bin"}, cwd=tmp_path)
+    assert done.stdout.strip() == "launches 6" and not list(tmp_path.iterdir())
+
+
+def test_the_library_is_built_once_per_source_and_compiler(native, tmp_path):
+    lib = native[0]
+    assert mapcapture.build_library(_cc(), lib.parent) == lib
+    assert lib.name.startswith("libmapcapture-") and lib.stat().st_size > 0
+
+
+def test_a_compiler_that_fails_is_one_sentence(tmp_path):
+    bad = tmp_path / "cc"
+    bad.write_text("#!/bin/sh\necho 'mapcapture.c:1: error: no such thing' >&2\nexit 1\n")
+    bad.chmod(0o755)
+    with pytest.raises(PerfscopeError, match=r"did not build with .*error: no such thing"):
+        mapcapture.build_library(str(bad), tmp_path / "out")
+    assert not list((tmp_path / "out").glob("*"))
+    with pytest.raises(PerfscopeError, match="found no C compiler"):
+        mapcapture.compiler({"PATH": str(tmp_path / "nowhere")})
+
+
+def test_the_wrapper_preloads_first_and_execs_the_program(tmp_path):
+    argv = mapcapture.wrap_command(["python3", "-c", "print(1)"], Path("/x/lib.so"), Path("/o.jsonl"))
+    assert argv[:2] == ["/bin/sh", "-c"] and argv[3:] == ["/x/lib.so", "/o.jsonl", "python3", "-c",
+                                                          "print(1)"]
+    env = subprocess.run(
+        mapcapture.wrap_command(["/bin/sh", "-c", 'echo "$LD_PRELOAD|$PERFSCOPE_TENSOR_MAPS"'],
+                                Path("/x/lib.so"), tmp_path / "o.jsonl"),
+        capture_output=True, text=True, env={"LD_PRELOAD": "/ncu/inject.so", "PATH": "/usr/bin:/bin"})
+    # The dynamic loader warns that /x/lib.so cannot be preloaded; the program still runs.
+    assert env.stdout.strip() == f"/x/lib.so:/ncu/inject.so|{tmp_path / 'o.jsonl'}"
+
+
+# ------------------------------------------------------------------ reading the lines
+
+
+def test_lines_cut_short_are_skipped_and_a_missing_map_is_refused():
+    enc = ('{"pid":1,"encode":1,"dtype":9,"rank":2,"dims":[64,8],"strides":[128],"box":[64,8],'
+           '"elem_strides":[1,1],"interleave":0,"swizzle":0,"l2":0,"oob":0}')
+    launch = '{"pid":1,"launch":0,"kernel":"k","grid":[1,1,1],"block":[32,1,1],"maps":[[0,0,1]]}'
+    got = parse_capture([enc, launch, launch[:30], '{"pid":1,"truncated":9}'])
+    assert got.skipped_lines == 1 and got.truncated and got.kernels[0].launches == 1
+    with pytest.raises(PerfscopeError, match="map 1 of process 2"):
+        parse_capture([enc, launch.replace('"pid":1', '"pid":2')])
+
+
+@pytest.mark.parametrize("tmap, expected", [
+    # a 16-bit row-major weight in 64 x 64 boxes: 128-byte runs, rows 16 KB apart
+    (TensorMap(BF16, (8192, 8192), (16384,), (64, 64)), (8192, 16384, 64, 128, 128)),
+    # a box as wide as a dense row: its 128 rows are one 16 KB run
+    (TensorMap(BF16, (64, 4096), (128,), (64, 128)), (4096, 128, 128, 128, 16384)),
+    # a weight packed in 64-column strips, (64, K, N / 64): each box 8 KB of one strip
+    (TensorMap(BF16, (64, 8192, 128), (128, 1 << 20), (64, 64, 1)), (128, 1 << 20, 1, 8192, 8192)),
+])
+def test_a_maps_boxes_as_runs(tmap, expected):
+    r = tmap.read("w")
+    assert (r.rows, r.row_bytes, r.box_rows, r.box_row_bytes, r.run_bytes) == expected
+    assert r.layout == "as encoded" and r.bytes == tmap.dims[-1] * tmap.strides[-1]
+
+
+@pytest.mark.parametrize("tmap", [
+    TensorMap(BF16, (4096,), (), (256,)),                              # one dimension: a bulk copy
+    TensorMap(BF16, (64, 64), (128,), (64, 64), (2, 1)),               # every other element
+    TensorMap(13, (64, 64), (64,), (64, 64)),                          # packed 4-bit elements
+    TensorMap(BF16, (64, 64), (128,), (64, 64), (1, 1), 0, 1),         # interleaved
+])
+def test_boxes_that_are_not_rows_stay_unknown(tmap):
+    assert tmap.read("w") is None
+
+
+def test_a_launch_is_matched_by_name_grid_and_block_and_never_guessed():
+    a = TensorMap(BF16, (8192, 8192), (16384,), (64, 64))
+    b = TensorMap(BF16, (4096, 4096), (8192,), (64, 64))
+    k = (KernelMaps("k", (8, 1, 1), (128, 1, 1), (MapUse(0, 0, a),)),
+         KernelMaps("k", (8, 1, 1), (128, 1, 1), (MapUse(0, 0, a),), 3))
+    assert reads_for(k, "k", (8, 1, 1), (128, 1, 1))[0].row_bytes == 16384
+    assert reads_for(k, "k", (9, 1, 1), (128, 1, 1)) is None          # no such launch shape
+    two = (*k, KernelMaps("k", (8, 1, 1), (128, 1, 1), (MapUse(0, 0, b),)))
+    assert reads_for(two, "k", (8, 1, 1), (128, 1, 1)) is None        # which one? unknown
+
+
+def test_the_manifest_keeps_the_maps():
+    km = KernelMaps("k", (8, 1, 1), (128, 1, 1),
+                    (MapUse(1, 64, TensorMap(BF16, (64, 8), (128,), (64, 8), (1, 1), 3)),), 5)
+    m = RunManifest(stage="program", family="program", dtype="", m=0, n=0, k=0, params={},
+                    verification=Verification("unverified"),
+                    capture=Capture(command=("p",), tensor_maps=(km,), tensor_maps_note="found"))
+    assert RunManifest.from_dict(json.loads(json.dumps(m.to_dict()))) == m
+
+
+# ------------------------------------------------------------------ profile --tensor-maps
+
+
+@pytest.fixture
+def fake_run(tmp_path, monkeypatch):
+    """A fake ncu that runs the program it is given, then writes the real decode report."""
+    plain = tmp_path / "decode.ncu-rep"
+    with lzma.open(DECODE) as src, open(plain, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    monkeypatch.setenv("FAKE_NCU_REPORT", str(plain))
+    monkeypatch.setenv("FAKE_NCU_RUN", "1")
+    monkeypatch.setenv("PERFSCOPE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(ncu, "STOP_SELF_S", 0.1)
+    exe, _ = make_fake(tmp_path, "ok")
+    monkeypatch.setenv("PERFSCOPE_NCU", exe)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    return work
+
+
+NVJET = "nvjet_sm90_tst_64x16_64x16_2x1_v_bz_NNT"     # the decode report's kernel, grid (2, 64, 1)
+
+
+def profile_app(native, grid_y: str):
+    """`perfscope profile --tensor-maps` over the test program, which launches the decode
+    report's kernel by name on a (2, grid_y) grid of 384 threads with its own (synthetic)
+    maps: A 16 x 8192 and B 8192 x 8192 in 64 x 64 boxes, as a decode GEMM would take them."""
+    _, driver, app = native
+    return runner.invoke(cli.app, ["profile", "--tensor-maps", "--shape", "16x8192x8192",
+                                   "--dtype", "bf16", "--out", "cap.ncu-rep", "--program",
+                                   json.dumps([str(app), str(driver), NVJET, "2", grid_y, "384"])])
+
+
+def test_profile_records_the_maps_beside_the_report(native, fake_run):
+    result = profile_app(native, "64")
+    assert result.exit_code == 0, result.output
+    assert "tensor maps: 5 launch(es) of 4 kernel(s) were passed tensor maps" in result.output
+    manifest = read_manifest(fake_run / "cap.json")
+    assert manifest.capture.command[1] == str(native[1])     # the user's command, not the wrapper
+    assert manifest.capture.tensor_maps_note.startswith("5 launch(es)")
+    assert {k.kernel for k in manifest.capture.tensor_maps} == {NVJET, "_Z2k2", "_Z2k4", "_Z2k5"}
+    assert not list(fake_run.glob(".*"))                     # the raw lines are not left behind
+    # The matching launch is read through the maps: PS172 judges a kernel we did not write.
+    (record,) = diagnosis.diagnose([fake_run / "cap.ncu-rep"])
+    assert [r.operand for r in record.reads] == ["parameter 1 (bf16 16 x 8192)",
+                                                 "parameter 2 (bf16 8192 x 8192)"]
+    hit = next(f for f in record.evaluation.findings if f.code == "PS172")
+    assert 0 < hit.estimated_gain <= 0.05
+    assert any("parameter 2 (bf16 8192 x 8192)" in e.metric for e in hit.evidence)
+
+
+def test_a_launch_of_another_shape_is_not_matched(native, fake_run):
+    result = profile_app(native, "1")                        # (2, 1, 1): not the report's launch
+    assert result.exit_code == 0, result.output
+    (record,) = diagnosis.diagnose([fake_run / "cap.ncu-rep"])
+    assert record.reads is None
+    (ps172,) = [n for n in record.evaluation.not_evaluated if n.code == "PS172"]
+    assert "--tensor-maps" in ps172.reason
+
+
+def test_tensor_maps_for_a_stage_is_one_sentence(fake_run):
+    result = runner.invoke(cli.app, ["profile", "hgemm_naive", "--tensor-maps"])
+    assert result.exit_code == 2 and "--tensor-maps is for a program after --" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_no_compiler_is_one_sentence_and_writes_nothing(fake_run, monkeypatch, tmp_path):
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    result = runner.invoke(cli.app, ["profile", "--tensor-maps", "--out", "cap.ncu-rep",
+                                     "--program", json.dumps(["true"])])
+    assert result.exit_code == 2, result.output
+    text = result.output.strip()
+    assert len(text.splitlines()) == 1 and "could not run the C compiler" in text
+    assert not list(fake_run.iterdir())
+
+
+@pytest.mark.parametrize("stage", ["hgemm_small_m", "hgemm_small_m_packed", "hgemm_tma_wgmma_persistent"])
+def test_our_own_maps_read_as_the_planner_reads_them(stage):
+    """A map perfscope encodes for its own stage, read back as a program's would be, gives
+    the reads kernels/maps.py plans (the GPU test runs the stage as a program to show the
+    capture records these very maps)."""
+    from perfscope.kernels import get_spec, parse_shape
+    from perfscope.kernels.maps import plan_maps
+    from perfscope.kernels.registry import declared_params, run_reads
+
+    shape = parse_shape("16x8192x8192")
+    params = declared_params(stage, shape)
+    planned = run_reads(stage, params, "bf16", shape)
+    plans = plan_maps(get_spec(stage).with_params(**params), "bf16", shape)[:2]
+    read = [TensorMap(p.data_type, p.dims, (p.row_stride,), p.box, (1, 1), p.swizzle).read(p.operand)
+            for p in plans]
+    assert [(r.rows, r.row_bytes, r.box_rows, r.box_row_bytes, r.run_bytes) for r in read] == \
+        [(r.rows, r.row_bytes, r.box_rows, r.box_row_bytes, r.run_bytes) for r in planned]
