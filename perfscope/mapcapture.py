@@ -98,4 +98,7 @@ def note(capture: MapCapture | None) -> str:
         text += "; a process wrote the most launches the library records and stopped recording"
     if capture.skipped_lines:
         text += f"; {capture.skipped_lines} line(s) were cut short and skipped"
+    if capture.unknown_maps:
+        text += (f"; {capture.unknown_maps} launch line(s) named a map never described and were "
+                 "skipped")
     return text

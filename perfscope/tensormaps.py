@@ -21,7 +21,6 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from perfscope.errors import PerfscopeError
 from perfscope.stage import OperandRead
 
 # CUtensorMapDataType (cuda.h): the element's name and bytes. The packed sub-byte formats
@@ -140,6 +139,7 @@ class MapCapture:
     kernels: tuple[KernelMaps, ...]
     truncated: bool = False             # a process wrote its most launch lines and stopped
     skipped_lines: int = 0              # lines that were not JSON (a process killed mid-line)
+    unknown_maps: int = 0               # launch lines naming a map their process never described
 
 
 def _triple(v: Sequence) -> tuple[int, int, int]:
@@ -151,12 +151,13 @@ def parse_capture(lines: Iterable[str]) -> MapCapture:
     """The capture library's JSON lines, as the kernels and maps they name (launches with
     the same kernel, launch shape and maps counted together, in first-seen order).
 
-    A line cut short (a process killed mid-write) is skipped and counted; a launch naming a
-    map its process never described is a broken capture: PerfscopeError."""
+    A line cut short (a process killed mid-write) is skipped and counted, and so is a launch
+    naming a map its process never described (the library describes each map before the
+    first launch that passes it, so only a damaged file holds one)."""
     encodes: dict[tuple[int, int], TensorMap] = {}
     seen: Counter[tuple] = Counter()
     order: list[tuple] = []
-    truncated, skipped = False, 0
+    truncated, skipped, unknown = False, 0, 0
     for line in lines:
         if not line.strip():
             continue
@@ -166,12 +167,11 @@ def parse_capture(lines: Iterable[str]) -> MapCapture:
             if "encode" in d:
                 encodes[pid, int(d["encode"])] = TensorMap.from_dict(d)
             elif "launch" in d:
-                uses = []
-                for param, offset, ident in d["maps"]:
-                    if (pid, int(ident)) not in encodes:
-                        raise PerfscopeError(f"the tensor-map capture names map {ident} of process "
-                                             f"{pid}, which it never described")
-                    uses.append(MapUse(int(param), int(offset), encodes[pid, int(ident)]))
+                named = [(int(p), int(o), (pid, int(i))) for p, o, i in d["maps"]]
+                if any(key not in encodes for _, _, key in named):
+                    unknown += 1
+                    continue
+                uses = [MapUse(p, o, encodes[key]) for p, o, key in named]
                 key = (str(d["kernel"]), _triple(d["grid"]), _triple(d["block"]), tuple(uses))
                 if key not in seen:
                     order.append(key)
@@ -181,7 +181,7 @@ def parse_capture(lines: Iterable[str]) -> MapCapture:
         except (ValueError, KeyError, TypeError):
             skipped += 1
     kernels = tuple(KernelMaps(k, g, b, u, seen[(k, g, b, u)]) for k, g, b, u in order)
-    return MapCapture(kernels, truncated, skipped)
+    return MapCapture(kernels, truncated, skipped, unknown)
 
 
 def reads_for(kernels: Sequence[KernelMaps], mangled: str,

@@ -382,6 +382,20 @@ static CUresult getproc_v1_wrapper(const char *symbol, void **pfn, int version, 
     return r;
 }
 
+/* A forked child writes under its own pid: the maps its parent described are described
+ * again, under that pid, when the child first passes them. */
+static void after_fork_in_child(void)
+{
+    pthread_mutex_init(&lock, NULL);
+    for (int i = 0; i < RING; i++) ring[i].written = 0;
+    lines = 0;
+}
+
+__attribute__((constructor)) static void init(void)
+{
+    pthread_atfork(NULL, NULL, after_fork_in_child);
+}
+
 /* ------------------------------------------------------------------ exported entry points */
 
 __attribute__((visibility("default"))) void *dlsym(void *handle, const char *symbol)

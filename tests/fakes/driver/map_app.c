@@ -12,13 +12,17 @@
  *   4. NAME again, after map A was moved to other memory (cuTensorMapReplaceAddress)
  *   5. _Z2k4 with its parameters in one extra buffer, map B at byte 128
  *   6. _Z2k5 through the linked cuLaunchKernel, map D (encoded by the linked symbol)
- * Map C is encoded and never passed. It prints "launches N": those the driver received.
+ *   7. NAME once more, from a forked child
+ * Map C is encoded and never passed. It prints "launches N": those the driver received in
+ * the parent process.
  */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "fake_cuda.h"
 
@@ -115,6 +119,12 @@ int main(int argc, char **argv)
 
     void *params5[] = {&d};
     CHECK(cuLaunchKernel(&k5, 112, 1, 1, 128, 1, 1, 0, NULL, params5, NULL));
+
+    /* 7. a forked child launches NAME once more: its lines carry its own pid */
+    pid_t child = fork();
+    if (child == 0) _exit(launch(&k1, grid, grid_y, 1, block, 1, 1, 0, NULL, params1, NULL));
+    int status = 1;
+    if (child < 0 || waitpid(child, &status, 0) != child || status != 0) return 1;
 
     int *launches = (int *)dlsym(h, "fake_launches");
     printf("launches %d\n", launches ? *launches : -1);
