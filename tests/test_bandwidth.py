@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import lzma
+import re
 from pathlib import Path
 
 import pytest
@@ -100,6 +101,11 @@ def test_a_stage_that_takes_b_packed_is_shown_apart_from_the_row_major_best():
     (view,) = [v for v in _bandwidth_views(panels) if v["dtype"] == "bf16"]
     (marked,) = [r for r in view["rows"] if r["label"] == "hgemm_small_m_packed (B packed once)"]
     assert marked["kind"] == "fused" and not marked["best"] and marked["share"] != "-"
+    # Its own lighter bar under the shape's row-major one, the figure's layout intact.
+    svg = str(view["svg"])
+    assert "16x8192x8192 B packed" in svg and "hgemm_small_m_packed" in svg
+    (plain,) = [v for v in _bandwidth_views(read_panels(CHECK)) if v["dtype"] == "bf16"]
+    assert "B packed" not in str(plain["svg"])
 
 
 def test_bad_input_is_one_sentence(tmp_path):
@@ -118,8 +124,12 @@ def test_bad_input_is_one_sentence(tmp_path):
 def test_the_fused_page_draws_the_panels():
     page = (FUSED / "index.html").read_text()
     assert 'id="bandwidth"' in page and "Small-M shapes by bandwidth" in page
-    assert "of a same-size read), hgemm_small_m" in page and f"(copy {_copy_gbps():,.0f} GB/s)" in page
+    assert "% of copy, hgemm_small_m" in page and f"(copy {_copy_gbps():,.0f} GB/s)" in page
     assert "<th class=\"num\">of read</th>" in page
+    # The fastest other candidate and the read-rate bound, moved from the bar notes to the table.
+    assert '<span class="badge">best other</span>' in page
+    assert "at the read's rate</th>" in page
+    assert re.search(r'<td class="num">1\.\d\dx</td></tr>', page)
 
 
 def test_report_on_the_fused_folder_finds_the_check_beside_the_reports(tmp_path):

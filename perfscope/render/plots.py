@@ -144,10 +144,14 @@ def ladder(key: str, title: str, unit: str, bars: Sequence[Bar], lines: Sequence
                                 fmt="none", ecolor=INK, elinewidth=0.7, capsize=1.5)
             ax.text((b.value or 0.0) + top * 0.01, y, b.note, va="center", fontsize=7,
                     color=INK if b.value is not None else REFERENCE)
+        highest = max((ln.value for ln in lines), default=None)
         for ln in lines:
             ax.axvline(ln.value, color=ln.colour, linewidth=1.1, linestyle="--" if ln.dashed else "-")
-            ax.text(ln.value, len(bars) - 0.45, f" {ln.label}", color=ln.colour, fontsize=7,
-                    va="bottom", ha="right" if ln.value > 0.6 * top else "left")
+            # Labels sit right of their line, except a high one below the highest, which sits
+            # left of it so that two lines close together do not print over each other.
+            left = ln.value > 0.6 * top and ln.value != highest
+            ax.text(ln.value, len(bars) - 0.45, f"{ln.label} " if left else f" {ln.label}",
+                    color=ln.colour, fontsize=7, va="bottom", ha="right" if left else "left")
         ax.set_yticks(ys, [b.label for b in bars])
         ax.set_xlim(0, top * 1.22)
         ax.set_ylim(-0.6, len(bars) + 0.2)
