@@ -12,13 +12,6 @@
 
 #include "fake_cuda.h"
 
-typedef struct { _Alignas(64) uint64_t opaque[16]; } CUtensorMap;
-typedef struct {
-    unsigned gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
-    void *hStream, *attrs;
-    unsigned numAttrs;
-} CUlaunchConfig;
-
 int fake_launches;   /* launches that reached this driver */
 
 static uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001b3ull; }

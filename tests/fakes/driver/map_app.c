@@ -26,12 +26,6 @@
 
 #include "fake_cuda.h"
 
-typedef struct { _Alignas(64) uint64_t opaque[16]; } CUtensorMap;
-typedef struct {
-    unsigned gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
-    void *hStream, *attrs;
-    unsigned numAttrs;
-} CUlaunchConfig;
 typedef int (*encode_fn)(CUtensorMap *, int, uint32_t, void *, const uint64_t *, const uint64_t *,
                          const uint32_t *, const uint32_t *, int, int, int, int);
 typedef int (*replace_fn)(CUtensorMap *, void *);
