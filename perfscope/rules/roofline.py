@@ -164,7 +164,8 @@ def _short_runs(inputs: Inputs, work_bytes: float):
                            "`perfscope profile --tensor-maps -- COMMAND` records a program's)")
     short = tuple(r for r in reads if r.run_bytes <= SHORT_RUN_BYTES < r.row_bytes
                   and r.bytes >= STREAMED_SHARE * work_bytes)
-    return short, sum(r.bytes for r in short) / work_bytes
+    # At most all of them: a program's map may span more than the work reads of it.
+    return short, min(1.0, sum(r.bytes for r in short) / work_bytes)
 
 
 def _check_short_runs(inputs: Inputs) -> Hit | None:
