@@ -16,6 +16,7 @@ import json
 import lzma
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -89,6 +90,19 @@ def test_every_path_to_the_driver_is_watched_and_every_call_reaches_it(native, t
     assert "_Z2k3" not in text and '"dims":[4096,4096]' not in text
     assert not capture.truncated and capture.skipped_lines == 0 and capture.unknown_maps == 0
     assert len({json.loads(line)["pid"] for line in text.splitlines()}) == 2
+
+
+def test_a_python_program_through_ctypes_is_watched(native, tmp_path):
+    """ctypes finds driver functions with dlsym on its CDLL handle (the path perfscope's
+    own stages take to encode their maps)."""
+    lib, driver, _ = native
+    out = tmp_path / "maps.jsonl"
+    cmd = mapcapture.wrap_command([sys.executable, str(DRIVER / "ctypes_app.py"), str(driver)], lib, out)
+    done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "rc 0 0 launches 1"
+    (k,) = parse_capture(out.read_text().splitlines()).kernels
+    assert (k.kernel, k.grid, k.maps[0].param) == ("_Z6kernel", (4, 1, 1), 0)
+    assert k.maps[0].map == TensorMap(BF16, (8192, 8192), (16384,), (64, 64), (1, 1), SWIZZLE_128B)
 
 
 def test_without_a_file_named_the_program_runs_unwatched(native, tmp_path):
