@@ -186,7 +186,9 @@ def _check_short_runs(inputs: Inputs) -> Hit | None:
     the compulsory bytes times the stream's share of the kernel's time (its bytes at the
     practical DRAM rate over its duration), never more than the gap to that rate. It is one
     measurement carried to other shapes: at M = 16 it gives 4.2-4.4% where the probe
-    measured 3.1-6.3%; at 64 x 8192^2 it gives 4.2% where the probe measured 0.8%.
+    measured 3.1-6.3%; at 64 x 8192^2 it gives 4.2% where the probe measured 0.8%. A
+    program's kernel (its maps recorded by `profile --tensor-maps`) gets the same transfer,
+    which no measurement of such a kernel has checked yet.
     Example:
         before: hgemm_small_m, 16 x 8192^2: B in 64 x 128-byte boxes, rows 16 KB apart
         after:  hgemm_small_m_packed: B in 64-column strips, 8 KB boxes (probe: 1.031x)
