@@ -324,9 +324,10 @@ def profile(
                                              "(repeat; --ncu-arg=--flag=value)."),
     timed: bool = typer.Option(False, "--time", help="A program: record its kernel's duration "
                               "against its cuBLAS reference's (profiled now if missing)."),
-    tensor_maps: bool = typer.Option(False, "--tensor-maps", help="A program: record the tensor "
-                                     "maps its kernels are passed (a preloaded C library, built "
-                                     "with the system's compiler), so the TMA boxes are known."),
+    tensor_maps: bool = typer.Option(False, "--tensor-maps", help="Record the tensor maps the "
+                                     "kernels are passed (a preloaded C library, built with the "
+                                     "system's compiler): a program's kernels' TMA boxes, and "
+                                     "cuBLAS's."),
     timeout: float = typer.Option(1800, "--timeout", help="Stop ncu after this many seconds."),
     program: str | None = typer.Option(None, "--program", hidden=True,
                                        help="JSON argv; what '-- COMMAND...' becomes."),
@@ -381,13 +382,11 @@ def profile(
         raise PerfscopeError("--kernel, --launch-skip/-count, --nvtx, --replay and --time select a "
                              "program's launches: put the program after -- (stages are picked by "
                              "their NVTX ranges).")
-    if tensor_maps:
-        raise PerfscopeError("--tensor-maps is for a program after --: perfscope plans its own "
-                             "stages' tensor maps from their run manifests.")
     shape = shape or "4096x4096x4096"
     req = profiling.ProfileRequest(stages=tuple(stages or ["all"]), dtypes=tuple(dtype or []),
                                    shape=shape, params=_params(param, config, store, stages, dtype, shape),
-                                   out=out, ncu=opts, resume=resume, timeout=timeout)
+                                   out=out, ncu=opts, resume=resume, timeout=timeout,
+                                   tensor_maps=tensor_maps)
     plan = profiling.plan_jobs(req)
     with NcuProgress(total=len(plan.jobs)) as bar:
         try:

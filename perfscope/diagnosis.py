@@ -107,13 +107,13 @@ def diagnose_profiles(path: Path, profiles: list[KernelProfile], catalogue: Cata
 
 
 def captured_reads(manifest: RunManifest | None, kp: KernelProfile) -> tuple[OperandRead, ...] | None:
-    """How a program's launch read by TMA, from the maps `profile --tensor-maps` recorded as
-    the program passed them (matched by mangled name, grid and block); None where none were."""
-    capture = manifest.capture if manifest is not None else None
-    if capture is None or not capture.tensor_maps:
+    """How a launch read by TMA, from the maps `profile --tensor-maps` recorded as they were
+    passed (a program's kernels, cuBLAS's), matched by mangled name, grid and block; None
+    where none were."""
+    if manifest is None or not manifest.tensor_maps:
         return None
     i = kp.identity
-    return reads_for(capture.tensor_maps, i.mangled, i.grid, i.block)
+    return reads_for(manifest.tensor_maps, i.mangled, i.grid, i.block)
 
 
 def load_checked(path: Path, kernel: str | None = None) -> list[KernelProfile]:

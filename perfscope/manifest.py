@@ -194,10 +194,6 @@ class Capture:
     untrusted_launches: tuple[int, ...] = ()
     # How the timing beside this capture was made (--time), in one sentence.
     timing_method: str = ""
-    # The tensor maps the program passed its kernels by value (--tensor-maps), and in one
-    # sentence what the capture of them found ("" where it was not asked for).
-    tensor_maps: tuple[KernelMaps, ...] = ()
-    tensor_maps_note: str = ""
 
     def trusts(self, launch_index: int) -> bool:
         """Whether the counters of this launch may be believed (the program did not fault under it)."""
@@ -229,6 +225,11 @@ class RunManifest:
     # ncu's --clock-control for the report beside it ("none": clocks as found; "base":
     # locked by ncu), None where the manifest did not record it (made before it did).
     clock_control: str | None = None
+    # The tensor maps the run's kernels were passed by value, as `profile --tensor-maps`
+    # recorded them (a program's kernels, or a stage's: cuBLAS's own), and in one sentence
+    # what the recording found ("" where it was not asked for).
+    tensor_maps: tuple[KernelMaps, ...] = ()
+    tensor_maps_note: str = ""
 
     def __post_init__(self) -> None:
         if self.timing is not None and self.verification.verdict not in (OK, UNVERIFIED):
@@ -267,11 +268,11 @@ class RunManifest:
             d["compile"] = CompileInfo(**c)
         if d.get("environment") is not None:
             d["environment"] = Environment(**d["environment"])
+        d["tensor_maps"] = tuple(KernelMaps.from_dict(k) for k in d.get("tensor_maps", ()))
         if d.get("capture") is not None:
             c = dict(d["capture"])
             for key in ("command", "nvtx", "untrusted_launches"):
                 c[key] = tuple(c.get(key, ()))
-            c["tensor_maps"] = tuple(KernelMaps.from_dict(k) for k in c.get("tensor_maps", ()))
             d["capture"] = Capture(**c)
         return cls(**d)
 

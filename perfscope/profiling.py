@@ -33,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -82,6 +82,7 @@ class ProfileRequest:
     ncu: ncu_mod.NcuOptions | None = None  # output is filled in; the rest is kept
     resume: bool = False
     timeout: float | None = 1800.0
+    tensor_maps: bool = False           # record the tensor maps each launch was passed
 
 
 @dataclass(frozen=True)
@@ -367,6 +368,9 @@ def _run_group(ncu: str, req: ProfileRequest, name: str, jobs: list[RunnerJob], 
     opts = replace(req.ncu or ncu_mod.NcuOptions(), output=staging / name, kernel_regex=None,
                    nvtx_include=tuple(f"{nvtx_range(j.stem)}/" for j in jobs))
     command = [sys.executable, "-m", "perfscope.runner", str(jobs_file), str(staging)]
+    maps_file = staging / f"{name}.maps.jsonl" if req.tensor_maps else None
+    if maps_file is not None:
+        command = mapcapture.wrap_command(command, mapcapture.build_library(), maps_file.resolve())
     try:
         run = ncu_mod.execute(ncu, opts, command, timeout=req.timeout, on_progress=on_progress)
     except ncu_mod.NcuInterrupted as stop:
@@ -378,6 +382,8 @@ def _run_group(ncu: str, req: ProfileRequest, name: str, jobs: list[RunnerJob], 
             stop.run.report.unlink(missing_ok=True)
         raise _GroupInterrupted(kept) from None
     results = _collect(ncu, jobs, run, staging, out_dir, opts.clock_control)
+    if maps_file is not None:
+        _attach_maps(results, *_read_maps(maps_file))
     if run.failure is not None and not any(r.verdict == "error" for r in results):
         # ncu failed in a way no stage explains (no permission, bad metric name...).
         raise run.failure
@@ -419,6 +425,21 @@ def _collect(ncu: str, jobs: list[RunnerJob], run: ncu_mod.NcuRun, staging: Path
             detail = split_error or "ncu captured no kernel in this stage's range"
         results.append(StageResult(job.stem, verdict, reports.get(job.stem), manifest, detail))
     return results
+
+
+def _attach_maps(results: Sequence[StageResult], kernels: Sequence[KernelMaps], note: str) -> None:
+    """Write into each stage's manifest the captured maps of the kernels its report holds
+    (by mangled name, grid and block), and what the capture found."""
+    for r in results:
+        if r.report is None or r.manifest is None:
+            continue
+        shapes = {(kp.identity.mangled, kp.identity.grid, kp.identity.block) for kp in load(r.report)}
+        mine = [k for k in kernels if (k.kernel, k.grid, k.block) in shapes]
+        doc = json.loads(r.manifest.read_text())
+        doc["tensor_maps"] = [asdict(k) for k in mine]
+        doc["tensor_maps_note"] = (note if mine else
+                                   "no launch of this stage was passed a tensor map by value")
+        r.manifest.write_text(json.dumps(doc, indent=1) + "\n")
 
 
 def _keep_manifest(staging: Path, out_dir: Path, stem: str, clock_control: str) -> Path | None:
@@ -586,9 +607,7 @@ def profile_program(req: ProgramRequest,
     fault, untrusted = _fault(run, launches)
     manifest = _program_manifest(req, known, launches, fault, untrusted)
     if maps is not None:
-        assert manifest.capture is not None
-        manifest = replace(manifest, capture=replace(manifest.capture, tensor_maps=maps[0],
-                                                     tensor_maps_note=maps[1]))
+        manifest = replace(manifest, tensor_maps=maps[0], tensor_maps_note=maps[1])
     path = _write_manifest(manifest, run.report)
     capture = ProgramCapture(run.report, launches, path, fault, untrusted,
                              tensor_maps=maps[1] if maps else "")
@@ -746,8 +765,11 @@ def make_reference(missing: diagnosis.MissingReference,
     if layout not in (ours, UNKNOWN_LAYOUT):
         raise PerfscopeError(f"{what}, and perfscope profiles {dtype} references only as {ours}, "
                              f"not as A's {layout}.")
+    # A whose maps were recorded is compared with the reference's, recorded the same way.
+    maps = bool(missing.like.manifest is not None and missing.like.manifest.tensor_maps)
     req = ProfileRequest(stages=(stage,), dtypes=(dtype,), shape=shape, out=folder,
-                         ncu=ncu_mod.NcuOptions(clock_control="none"), timeout=timeout)
+                         ncu=ncu_mod.NcuOptions(clock_control="none"), timeout=timeout,
+                         tensor_maps=maps)
     if on_start is not None:
         on_start()
     summary = profile_stages(req, on_progress, ncu)

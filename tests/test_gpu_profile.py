@@ -93,8 +93,8 @@ def test_tensor_maps_of_a_program_are_the_maps_perfscope_planned(ncu_exe, tmp_pa
     manifest = read_manifest(capture.manifest)
     s: Shape = parse_shape(shape)
     planned = run_reads(stage, declared_params(stage, s), "bf16", s)
-    got = [k.reads() for k in manifest.capture.tensor_maps if stage in k.kernel]
-    assert got and got[0] is not None, manifest.capture.tensor_maps
+    got = [k.reads() for k in manifest.tensor_maps if stage in k.kernel]
+    assert got and got[0] is not None, manifest.tensor_maps
     geometry = {(r.rows, r.row_bytes, r.box_rows, r.box_row_bytes, r.run_bytes) for r in got[0]}
     for r in planned:
         assert (r.rows, r.row_bytes, r.box_rows, r.box_row_bytes, r.run_bytes) in geometry, (r, geometry)

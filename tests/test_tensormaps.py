@@ -195,7 +195,7 @@ def test_the_manifest_keeps_the_maps():
                     (MapUse(1, 64, TensorMap(BF16, (64, 8), (128,), (64, 8), (1, 1), 3)),), 5)
     m = RunManifest(stage="program", family="program", dtype="", m=0, n=0, k=0, params={},
                     verification=Verification("unverified"),
-                    capture=Capture(command=("p",), tensor_maps=(km,), tensor_maps_note="found"))
+                    capture=Capture(command=("p",)), tensor_maps=(km,), tensor_maps_note="found")
     assert RunManifest.from_dict(json.loads(json.dumps(m.to_dict()))) == m
 
 
@@ -239,8 +239,8 @@ def test_profile_records_the_maps_beside_the_report(native, fake_run):
     assert "tensor maps: 6 launch(es) of 4 kernel(s) were passed tensor maps" in result.output
     manifest = read_manifest(fake_run / "cap.json")
     assert manifest.capture.command[1] == str(native[1])     # the user's command, not the wrapper
-    assert manifest.capture.tensor_maps_note.startswith("6 launch(es)")
-    assert {k.kernel for k in manifest.capture.tensor_maps} == {NVJET, "_Z2k2", "_Z2k4", "_Z2k5"}
+    assert manifest.tensor_maps_note.startswith("6 launch(es)")
+    assert {k.kernel for k in manifest.tensor_maps} == {NVJET, "_Z2k2", "_Z2k4", "_Z2k5"}
     assert not list(fake_run.glob(".*"))                     # the raw lines are not left behind
     # The matching launch is read through the maps: PS172 judges a kernel we did not write.
     (record,) = diagnosis.diagnose([fake_run / "cap.ncu-rep"])
@@ -258,12 +258,6 @@ def test_a_launch_of_another_shape_is_not_matched(native, fake_run):
     assert record.reads is None
     (ps172,) = [n for n in record.evaluation.not_evaluated if n.code == "PS172"]
     assert "--tensor-maps" in ps172.reason
-
-
-def test_tensor_maps_for_a_stage_is_one_sentence(fake_run):
-    result = runner.invoke(cli.app, ["profile", "hgemm_naive", "--tensor-maps"])
-    assert result.exit_code == 2 and "--tensor-maps is for a program after --" in result.output
-    assert "Traceback" not in result.output
 
 
 def test_no_compiler_is_one_sentence_and_writes_nothing(fake_run, monkeypatch, tmp_path):
@@ -293,3 +287,75 @@ def test_our_own_maps_read_as_the_planner_reads_them(stage):
             for p in plans]
     assert [(r.rows, r.row_bytes, r.box_rows, r.box_row_bytes, r.run_bytes) for r in read] == \
         [(r.rows, r.row_bytes, r.box_rows, r.box_row_bytes, r.run_bytes) for r in planned]
+
+
+# ------------------------------------------------------------------ a stage's run: cuBLAS's maps
+
+
+def test_a_stage_run_records_cublas_maps_into_its_manifest(tmp_path, monkeypatch):
+    """`perfscope profile cublas_bgemm --tensor-maps`: the runner runs under the wrapper (the
+    fake ncu, which cannot run it, writes lines standing for the library's: cuBLAS's kernel
+    of the real report, by name and launch shape, passed a synthetic map), and the stage's
+    manifest keeps the maps of the kernels its report holds; diagnose reads them."""
+    _cc()
+    from perfscope import profiling
+    from perfscope.profile import load
+
+    one = tmp_path / "one.ncu-rep"
+    with lzma.open(Path(__file__).parent / "fixtures" / "h200" / "cublas_bgemm_4096.ncu-rep.xz") as src, \
+            open(one, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    (kp,) = load(one)
+    i = kp.identity
+    lines = tmp_path / "lines.jsonl"
+    lines.write_text("\n".join([
+        json.dumps({"pid": 7, "encode": 1, "dtype": BF16, "rank": 2, "dims": [4096, 4096],
+                    "strides": [8192], "box": [64, 128], "elem_strides": [1, 1], "swizzle": 3}),
+        json.dumps({"pid": 7, "launch": 0, "kernel": i.mangled, "grid": list(i.grid),
+                    "block": list(i.block), "maps": [[0, 64, 1]]}),
+        json.dumps({"pid": 7, "launch": 1, "kernel": "_Z5other", "grid": [1, 1, 1],
+                    "block": [32, 1, 1], "maps": [[0, 0, 1]]}),
+    ]) + "\n")
+    monkeypatch.setenv("FAKE_NCU_STAGE_REPORT", str(one))
+    monkeypatch.setenv("FAKE_NCU_REPORT", str(one))
+    monkeypatch.setenv("FAKE_NCU_MAPS", str(lines))
+    monkeypatch.setenv("PERFSCOPE_CACHE", str(tmp_path / "cache"))
+    exe, log = make_fake(tmp_path, "ok")
+    monkeypatch.setenv("PERFSCOPE_NCU", exe)
+    req = profiling.ProfileRequest(stages=("cublas_bgemm",), dtypes=("bf16",), out=tmp_path / "out",
+                                   tensor_maps=True)
+    (result,) = profiling.profile_stages(req).results
+    assert result.verdict == "ok", result
+    (argv,) = [c for c in map(json.loads, log.read_text().splitlines())
+               if "--export" in c and "--import" not in c]
+    assert argv[argv.index("--export") + 2:][:2] == ["/bin/sh", "-c"] and "perfscope.runner" in argv
+    # The fake runner's manifest holds only a verdict: the maps were written into it.
+    doc = json.loads(result.manifest.read_text())
+    kernels = tuple(KernelMaps.from_dict(k) for k in doc["tensor_maps"])
+    assert [k.kernel for k in kernels] == [i.mangled]                    # not _Z5other's
+    assert doc["tensor_maps_note"].startswith("2 launch(es) of 2 kernel(s)")
+    # As the real runner's manifest would read, with those maps: diagnose reads cuBLAS's boxes.
+    full = RunManifest(stage="cublas_bgemm", family="cublas", dtype="bf16", m=4096, n=4096, k=4096,
+                       params={}, verification=Verification("ok"), tensor_maps=kernels,
+                       tensor_maps_note=doc["tensor_maps_note"])
+    result.manifest.write_text(json.dumps(full.to_dict()))
+    (record,) = diagnosis.diagnose([result.report])
+    assert [r.operand for r in record.reads] == ["parameter 0 at byte 64 (bf16 4096 x 4096)"]
+
+
+def test_diff_against_cublas_records_the_references_maps_when_a_has_them(native, fake_run, monkeypatch):
+    """A program captured with --tensor-maps, held against `cublas` that is not there yet:
+    the reference profiled on demand is recorded the same way (its run goes through the
+    wrapper), so the diff can set cuBLAS's boxes beside A's."""
+    from perfscope import profiling
+
+    assert profile_app(native, "64").exit_code == 0
+    monkeypatch.setattr(profiling, "driver_device_count", lambda: 1)
+    monkeypatch.setattr(profiling, "_gpu_name", lambda: "NVIDIA H200")
+    monkeypatch.setenv("FAKE_NCU_STAGE_REPORT", str(fake_run.parent / "decode.ncu-rep"))
+    log = fake_run.parent / "ncu-argv.log"                   # make_fake's, beside the work folder
+    result = runner.invoke(cli.app, ["diff", "cap.ncu-rep", "cublas"])
+    assert result.exit_code == 0, result.output
+    (made,) = [c for c in map(json.loads, log.read_text().splitlines())
+               if "perfscope.runner" in c and "--import" not in c]
+    assert made[made.index("--export") + 2:][:2] == ["/bin/sh", "-c"]

@@ -6,7 +6,8 @@ while it is replayed: the report holds both launches, ncu says which one died) a
 interrupt (the first kernel is profiled and written, then ncu waits to be stopped, as
 when the user presses Ctrl-C). Profiling writes a copy of a real fixture report
 (FAKE_NCU_REPORT; FAKE_NCU_STAGE_REPORT instead for perfscope's runner, when set);
-with FAKE_NCU_RUN set, a program's command is run first, as ncu would run it;
+with FAKE_NCU_RUN set, a program's command is run first, as ncu would run it, and with
+FAKE_NCU_MAPS a file of capture lines stands for the tensor-map library's in stage mode;
 --import answers the raw CSV page with an NVTX column, and launch filters with a copy of
 the report. Every argv it receives is appended to FAKE_NCU_LOG.
 """
@@ -59,6 +60,9 @@ def main(argv):
     if not jobs and os.environ.get("FAKE_NCU_RUN"):
         # Run the program as ncu would (the wrapper perfscope hands it included).
         subprocess.run(command, check=False)
+    if jobs and os.environ.get("FAKE_NCU_MAPS") and command[:2] == ["/bin/sh", "-c"]:
+        # The runner cannot run here: write what the capture library would have written.
+        shutil.copyfile(os.environ["FAKE_NCU_MAPS"], command[4])
     profiled = []
     for i, stem in enumerate(stems):
         verdict = "WRONG" if scenario == "wrong" and i == 0 else "ok"
