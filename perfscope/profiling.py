@@ -433,12 +433,18 @@ def _attach_maps(results: Sequence[StageResult], kernels: Sequence[KernelMaps], 
     for r in results:
         if r.report is None or r.manifest is None:
             continue
-        shapes = {(kp.identity.mangled, kp.identity.grid, kp.identity.block) for kp in load(r.report)}
-        mine = [k for k in kernels if (k.kernel, k.grid, k.block) in shapes]
         doc = json.loads(r.manifest.read_text())
-        doc["tensor_maps"] = [asdict(k) for k in mine]
-        doc["tensor_maps_note"] = (note if mine else
-                                   "no launch of this stage was passed a tensor map by value")
+        try:
+            launches = load(r.report)
+        except PerfscopeError as exc:
+            # The stage's verdict stands; only the maps cannot be matched to its launches.
+            doc["tensor_maps_note"] = f"the report could not be read to match the maps: {exc}"
+        else:
+            shapes = {(kp.identity.mangled, kp.identity.grid, kp.identity.block) for kp in launches}
+            mine = [k for k in kernels if (k.kernel, k.grid, k.block) in shapes]
+            doc["tensor_maps"] = [asdict(k) for k in mine]
+            doc["tensor_maps_note"] = (note if mine else
+                                       "no launch of this stage was passed a tensor map by value")
         r.manifest.write_text(json.dumps(doc, indent=1) + "\n")
 
 

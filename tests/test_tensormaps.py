@@ -359,3 +359,19 @@ def test_diff_against_cublas_records_the_references_maps_when_a_has_them(native,
     (made,) = [c for c in map(json.loads, log.read_text().splitlines())
                if "perfscope.runner" in c and "--import" not in c]
     assert made[made.index("--export") + 2:][:2] == ["/bin/sh", "-c"]
+
+
+def test_a_report_that_cannot_be_read_keeps_the_manifest_and_says_why(tmp_path):
+    """The maps cannot be matched to a broken report's launches: the manifest keeps what the
+    runner wrote, and its note says why there are no maps."""
+    from perfscope import profiling
+    from perfscope.documents import StageResult
+
+    broken = tmp_path / "s.ncu-rep"
+    broken.write_bytes(b"not a report")
+    manifest = tmp_path / "s.json"
+    manifest.write_text(json.dumps({"verification": {"verdict": "ok"}}))
+    profiling._attach_maps([StageResult("s", "ok", broken, manifest)], (), "found")
+    doc = json.loads(manifest.read_text())
+    assert doc["verification"] == {"verdict": "ok"} and "tensor_maps" not in doc
+    assert doc["tensor_maps_note"].startswith("the report could not be read to match the maps")
