@@ -231,8 +231,9 @@ def test_one_launch_by_the_id_every_view_prints():
 def test_every_view_shows_the_tma_boxes_a_stage_was_launched_with():
     """An ncu report holds no tensor map; for a stage of ours the loader plans the run's
     boxes from its manifest, and the console, markdown and JSON say them: hgemm_small_m at
-    16 x 8192^2 reads B in 64 rows of 128 bytes, 16 KB apart. cuBLAS's kernel (no stage)
-    has none to show, and its JSON says null, not an empty list."""
+    16 x 8192^2 reads B in 64 rows of 128 bytes, 16 KB apart. cuBLAS's TMA kernel (no stage,
+    no maps recorded) has none to show: the view says they are unknown and how to record
+    them, and its JSON says null, not an empty list."""
     small_m = str(FIXTURES.parents[2] / "reports" / "reference" / "h200" / "fused"
                   / "hgemm_small_m@AROWS=16,BN=64-bf16-16x8192x8192.ncu-rep.xz")
     out = runner.invoke(app, ["diagnose", small_m], terminal_width=200).output
@@ -245,4 +246,8 @@ def test_every_view_shows_the_tma_boxes_a_stage_was_launched_with():
     assert (b["operand"], b["row_bytes"], b["box_rows"], b["run_bytes"]) == ("B", 16384, 64, 128)
     cublas = json.loads(runner.invoke(app, ["diagnose", "--json", str(report("cublas_hgemm_4096"))]).output)
     assert cublas["kernels"][0]["operand_reads"] is None
-    assert "TMA boxes" not in runner.invoke(app, ["diagnose", str(report("cublas_hgemm_4096"))]).output
+    shown = runner.invoke(app, ["diagnose", str(report("cublas_hgemm_4096"))], terminal_width=200).output
+    assert "TMA boxes of" not in shown and "TMA boxes" in shown and "--tensor-maps" in shown
+    # A kernel that loads no operand by TMA has no such row.
+    plain = runner.invoke(app, ["diagnose", str(report("cublas_sgemm_4096"))], terminal_width=200).output
+    assert "TMA boxes" not in plain

@@ -102,13 +102,21 @@ def _traffic_rows(label: str, unit: str, t: Traffic) -> list[tuple[str, str]]:
     return rows
 
 
-def read_rows(reads: Sequence[OperandRead] | None) -> tuple[tuple[str, str], ...]:
-    """How the run read each operand by TMA (planned from its run manifest): the boxes, how far
-    apart their rows lie, and the contiguous bytes one box reads in one piece."""
+# Where a kernel loads by TMA and its maps are unknown (a program's or cuBLAS's kernel).
+BOXES_UNKNOWN = ("unknown: a report holds no tensor map (`perfscope profile --tensor-maps` "
+                 "records those a program or cuBLAS passes)")
+
+
+def read_rows(reads: Sequence[OperandRead] | None, tma: bool = False) -> tuple[tuple[str, str], ...]:
+    """How the run read each operand by TMA (planned from its run manifest, or recorded as
+    passed): the boxes, how far apart their rows lie, and the contiguous bytes one box reads
+    in one piece; for a TMA kernel whose maps are unknown, one row that says so."""
+    if reads is None:
+        return (("TMA boxes", BOXES_UNKNOWN),) if tma else ()
     return tuple((f"TMA boxes of {r.operand}",
                   f"{r.box_rows} rows x {r.box_row_bytes} B, {r.row_bytes:,} B apart ({r.layout}); "
                   f"{r.run_bytes:,} B contiguous")
-                 for r in reads or ())
+                 for r in reads)
 
 
 def sections(kp: KernelProfile, hotspots: int = 5,
@@ -157,7 +165,7 @@ def sections(kp: KernelProfile, hotspots: int = 5,
         ("occupancy", occupancy(la.achieved_occupancy_pct, la.theoretical_occupancy_pct,
                                 la.occupancy_limiter)),
         ("waves / SM", num(la.waves_per_sm, 2)),
-        *read_rows(reads),
+        *read_rows(reads, tma=bool(kp.opcodes.families.get("tma"))),
     )))
     fams = kp.opcodes.families
     total = kp.opcodes.total
