@@ -112,6 +112,27 @@ def test_without_a_file_named_the_program_runs_unwatched(native, tmp_path):
     assert done.stdout.strip() == "launches 6" and not list(tmp_path.iterdir())
 
 
+def test_another_interposers_rtld_next_still_reaches_the_next_library(native, tmp_path):
+    """The library interposes dlsym; an RTLD_NEXT lookup made through it must still resolve
+    after its caller, not after the library, whichever of the two is preloaded first (else
+    a malloc hook or a sanitizer beside it is handed its own function back)."""
+    lib, cc = native[0], _cc()
+    c, b, app = tmp_path / "libnextc.so", tmp_path / "libnextb.so", tmp_path / "next_app"
+    for argv in ([cc, "-shared", "-fPIC", "-o", str(c), str(DRIVER / "next_c.c")],
+                 [cc, "-shared", "-fPIC", "-o", str(b), str(DRIVER / "next_b.c"), "-ldl"],
+                 [cc, "-o", str(app), str(DRIVER / "next_app.c"), f"-L{tmp_path}", "-l:libnextc.so",
+                  f"-Wl,-rpath,{tmp_path}"]):
+        subprocess.run(argv, check=True)
+    env = {"PATH": "/usr/bin:/bin"}
+    alone = subprocess.run([str(app)], capture_output=True, text=True, check=True,
+                           env={**env, "LD_PRELOAD": str(b)})
+    assert alone.stdout.strip() == "B>C"
+    for order in (f"{lib}:{b}", f"{b}:{lib}"):
+        done = subprocess.run([str(app)], capture_output=True, text=True, check=True,
+                              env={**env, "LD_PRELOAD": order})
+        assert done.stdout.strip() == "B>C", (order, done.stdout)
+
+
 def test_the_library_is_built_once_per_source_and_compiler(native, tmp_path):
     lib = native[0]
     assert mapcapture.build_library(_cc(), lib.parent) == lib

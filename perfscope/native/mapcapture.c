@@ -24,6 +24,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -398,9 +399,32 @@ __attribute__((constructor)) static void init(void)
 
 /* ------------------------------------------------------------------ exported entry points */
 
+/* dlsym(RTLD_NEXT, symbol) for the object that holds `caller`: the first object after it
+ * in load order that defines symbol itself. Forwarded as it is, RTLD_NEXT would be
+ * resolved after this library instead, and an interposer preloaded after it (a malloc
+ * hook, a sanitizer, another profiler) would be handed its own function back. */
+static void *next_after(void *caller, const char *symbol)
+{
+    Dl_info info;
+    struct link_map *self = NULL;
+    if (!dladdr1(caller, &info, (void **)&self, RTLD_DL_LINKMAP) || !self) return NULL;
+    for (struct link_map *l = self->l_next; l; l = l->l_next) {
+        /* A handle of the object's own (a link map is not one for every object: the vDSO's
+         * and the loader's have no lookup scope); NOLOAD only finds what is loaded. */
+        void *h = l->l_name && l->l_name[0] ? dlopen(l->l_name, RTLD_LAZY | RTLD_NOLOAD) : NULL;
+        if (!h) continue;
+        void *p = real_dlsym(h, symbol);
+        dlclose(h);
+        struct link_map *owner = NULL;
+        if (p && dladdr1(p, &info, (void **)&owner, RTLD_DL_LINKMAP) && owner == l) return p;
+    }
+    return NULL;
+}
+
 __attribute__((visibility("default"))) void *dlsym(void *handle, const char *symbol)
 {
-    void *p = real_dlsym(handle, symbol);
+    void *p = handle == RTLD_NEXT ? next_after(__builtin_return_address(0), symbol)
+                                  : real_dlsym(handle, symbol);
     if (p && symbol[0] == 'c' && symbol[1] == 'u') {
         void *w = wrap(symbol, p);
         if (w != p && !cuda_handle && handle != RTLD_NEXT && handle != RTLD_DEFAULT)
