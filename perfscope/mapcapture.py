@@ -2,9 +2,11 @@
 
 The capture library (``native/mapcapture.c``) is built once per source and compiler into
 the cache with the system's C compiler, and preloaded into the program by a ``/bin/sh``
-wrapper that ncu runs in the program's place: the wrapper puts the library first in
-``LD_PRELOAD`` (ahead of whatever ncu preloads, which it then reaches through) and names the
-file the library appends to, then ``exec``s the program, so ncu profiles the same process.
+wrapper that ncu runs in the program's place: the wrapper puts the library last in
+``LD_PRELOAD`` (an interposer the program preloads keeps its ``dlsym(RTLD_NEXT, ...)``
+lookups, which the library's ``dlsym`` resolves after itself) and names the file the library
+appends to, then ``exec``s the program, so ncu profiles the same process (ncu itself injects
+through ``CUDA_INJECTION64_PATH``, not ``LD_PRELOAD``).
 The lines are read back by :func:`perfscope.tensormaps.parse_capture` into the manifest.
 """
 
@@ -27,7 +29,7 @@ log = logging.getLogger(__name__)
 SOURCE = Path(__file__).resolve().parent / "native" / "mapcapture.c"
 OUTPUT_ENV = "PERFSCOPE_TENSOR_MAPS"
 # The wrapper ncu runs: $0 is the library, $1 the capture file, the rest the program.
-_WRAPPER = ('export LD_PRELOAD="$0${LD_PRELOAD:+:$LD_PRELOAD}" ' + OUTPUT_ENV + '="$1"; '
+_WRAPPER = ('export LD_PRELOAD="${LD_PRELOAD:+$LD_PRELOAD:}$0" ' + OUTPUT_ENV + '="$1"; '
             'shift; exec "$@"')
 COMPILERS = ("cc", "gcc", "clang")
 

@@ -79,21 +79,22 @@ def test_tensor_maps_of_a_program_are_the_maps_perfscope_planned(ncu_exe, tmp_pa
     """Our own stage run as a program (bench --check-only): the maps the capture library
     records as the program passes them are those kernels/maps.py plans for the stage.
     (The packed stage's strips are read as rank-3 maps by tensormaps.TensorMap.read.)"""
-    from perfscope.kernels import Shape, parse_shape
+    from perfscope.kernels import Shape, get_spec, parse_shape
     from perfscope.kernels.registry import declared_params, run_reads
     from perfscope.manifest import read_manifest
 
+    entry = get_spec(stage).entry       # the packed stage is hgemm_small_m's template, PACKED=1
     req = profiling.ProgramRequest(
         command=(sys.executable, "-m", "perfscope.cli", "bench", stage, "--shape", shape,
                  "--dtype", "bf16", "--check-only"),
-        ncu=ncu.NcuOptions(kernel_regex=f"^{stage}$", launch_count=1), out=tmp_path / "p.ncu-rep",
+        ncu=ncu.NcuOptions(kernel_regex=f"^{entry}$", launch_count=1), out=tmp_path / "p.ncu-rep",
         shape=shape, dtype="bf16", tensor_maps=True)
     capture = profiling.profile_program(req, ncu=ncu_exe)
     assert not capture.failed and capture.tensor_maps.split()[0] != "no", capture.tensor_maps
     manifest = read_manifest(capture.manifest)
     s: Shape = parse_shape(shape)
     planned = run_reads(stage, declared_params(stage, s), "bf16", s)
-    got = [k.reads() for k in manifest.tensor_maps if stage in k.kernel]
+    got = [k.reads() for k in manifest.tensor_maps if entry in k.kernel]
     assert got and got[0] is not None, manifest.tensor_maps
     geometry = {(r.rows, r.row_bytes, r.box_rows, r.box_row_bytes, r.run_bytes) for r in got[0]}
     for r in planned:

@@ -2,7 +2,7 @@
  *
  * Nsight Compute records no tensor map, so a report cannot say how a kernel's TMA boxes lay
  * over its operands. `perfscope profile --tensor-maps -- COMMAND` preloads this library
- * into the program (LD_PRELOAD, before ncu's own); it watches the driver entry points a
+ * into the program (LD_PRELOAD, after whatever the program preloads); it watches the driver entry points a
  * program reaches, however it reaches them:
  *   - dlsym(handle, "cuX")            (ctypes, Triton's launcher, cudart's loader)
  *   - cuGetProcAddress("cuX", ...)    (cudart, cuda-bindings, CUTLASS)
@@ -24,7 +24,6 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
-#include <link.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -399,32 +398,13 @@ __attribute__((constructor)) static void init(void)
 
 /* ------------------------------------------------------------------ exported entry points */
 
-/* dlsym(RTLD_NEXT, symbol) for the object that holds `caller`: the first object after it
- * in load order that defines symbol itself. Forwarded as it is, RTLD_NEXT would be
- * resolved after this library instead, and an interposer preloaded after it (a malloc
- * hook, a sanitizer, another profiler) would be handed its own function back. */
-static void *next_after(void *caller, const char *symbol)
-{
-    Dl_info info;
-    struct link_map *self = NULL;
-    if (!dladdr1(caller, &info, (void **)&self, RTLD_DL_LINKMAP) || !self) return NULL;
-    for (struct link_map *l = self->l_next; l; l = l->l_next) {
-        /* A handle of the object's own (a link map is not one for every object: the vDSO's
-         * and the loader's have no lookup scope); NOLOAD only finds what is loaded. */
-        void *h = l->l_name && l->l_name[0] ? dlopen(l->l_name, RTLD_LAZY | RTLD_NOLOAD) : NULL;
-        if (!h) continue;
-        void *p = real_dlsym(h, symbol);
-        dlclose(h);
-        struct link_map *owner = NULL;
-        if (p && dladdr1(p, &info, (void **)&owner, RTLD_DL_LINKMAP) && owner == l) return p;
-    }
-    return NULL;
-}
-
 __attribute__((visibility("default"))) void *dlsym(void *handle, const char *symbol)
 {
-    void *p = handle == RTLD_NEXT ? next_after(__builtin_return_address(0), symbol)
-                                  : real_dlsym(handle, symbol);
+    /* RTLD_NEXT is resolved after this library, not after its caller: the wrapper puts it
+     * last in LD_PRELOAD, so an interposer preloaded before it still reaches what follows.
+     * (Walking the objects after the caller with dlopen(RTLD_NOLOAD) hung under ncu on the
+     * H200: its injection looks symbols up while it holds its own locks.) */
+    void *p = real_dlsym(handle, symbol);
     if (p && symbol[0] == 'c' && symbol[1] == 'u') {
         void *w = wrap(symbol, p);
         if (w != p && !cuda_handle && handle != RTLD_NEXT && handle != RTLD_DEFAULT)
