@@ -377,13 +377,16 @@ def test_the_ping_pong_step_is_a_miss_on_record():
 
 def test_a_step_at_the_host_tile_is_predicted_before_it_is_timed():
     """hgemm_small_m_packed changes one thing at the tile the host chose for hgemm_small_m
-    (not the declared defaults): each hgemm_small_m report whose run bench-fused.json timed
-    at the same configuration, and where PS172 fired, gives a pending row, the prediction
-    recorded before the stage's first bench; pending rows are shown, never counted. The
-    stream-K variant, timed and profiled at the parent's configuration, is a measured row
-    (shown, not counted)."""
+    (not the declared defaults): against the bench file made before its first run
+    (bench-fused-1916.json), each hgemm_small_m report whose run that file timed at the same
+    configuration, and where PS172 fired, gives a pending row, the prediction recorded before
+    the stage's first bench; pending rows are shown, never counted. The stream-K variant,
+    timed and profiled at the parent's configuration, is a measured row (shown, not counted).
+    Against the bench file of its first run (bench-fused.json, 2026-12-05) the same rows are
+    measured, against the same predictions, and counted; where PS172 did not fire (M = 256)
+    the row predicts 0."""
     cat = default_catalogue()
-    c = calibrate(fused(), BenchFile.read(FUSED / "bench-fused.json"), cat)
+    c = calibrate(fused(), BenchFile.read(FUSED / "bench-fused-1916.json"), cat)
     packed = {s.shape: s for s in c.steps if s.child == "hgemm_small_m_packed"}
     assert set(packed) >= {"16x8192x8192", "16x14336x4096"}
     for s in packed.values():
@@ -392,19 +395,15 @@ def test_a_step_at_the_host_tile_is_predicted_before_it_is_timed():
         assert 0.02 < s.predicted < 0.05
     streamk = [s for s in c.steps if s.child == "hgemm_small_m_streamk"]
     assert streamk and all(s.variant and not s.pending and s not in c.counted for s in streamk)
-    # Once the child is timed (here: hgemm_small_m's own timings renamed, so a saving of 0),
-    # each row is measured, against the same prediction, with no report of the child's own
-    # (it runs its parent's grid); where PS172 did not fire (M = 256) the row predicts 0.
-    bench = BenchFile.read(FUSED / "bench-fused.json")
-    timed = [dataclasses.replace(m, stage="hgemm_small_m_packed", parent="hgemm_small_m",
-                                 params={**m.params, "PACKED": 1})
-             for m in bench.manifests if m.stage == "hgemm_small_m"]
-    again = calibrate(fused(), dataclasses.replace(bench, manifests=(*bench.manifests, *timed)), cat)
-    after = {s.shape: s for s in again.steps if s.child == "hgemm_small_m_packed"}
+    timed = calibrate(fused(), BenchFile.read(FUSED / "bench-fused.json"), cat)
+    after = {s.shape: s for s in timed.steps if s.child == "hgemm_small_m_packed"}
     assert set(after) > set(packed)
     for shape, s in after.items():
-        assert not s.pending and s.measured == pytest.approx(0.0, abs=1e-9) and s in again.counted
+        assert not s.pending and s.measured is not None and s in timed.counted
         assert s.predicted == (packed[shape].predicted if shape in packed else 0.0)
+        # Measured on the H200: the packed stage saved 1% or less of hgemm_small_m's time
+        # here, where PS172 predicted 3-4% (it over-states; calibration.json shows it).
+        assert -0.02 < s.measured < 0.02
 
 
 def test_a_new_ladder_stage_has_one_pending_row_per_dtype():
