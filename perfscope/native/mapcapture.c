@@ -2,8 +2,8 @@
  *
  * Nsight Compute records no tensor map, so a report cannot say how a kernel's TMA boxes lay
  * over its operands. `perfscope profile --tensor-maps -- COMMAND` preloads this library
- * into the program (LD_PRELOAD, after whatever the program preloads); it watches the driver entry points a
- * program reaches, however it reaches them:
+ * into the program (LD_PRELOAD, after whatever the program preloads); it watches the
+ * driver entry points a program reaches, however it reaches them:
  *   - dlsym(handle, "cuX")            (ctypes, Triton's launcher, cudart's loader)
  *   - cuGetProcAddress("cuX", ...)    (cudart, cuda-bindings, CUTLASS)
  *   - a direct call to an exported cuX (a program linked against libcuda)
@@ -449,18 +449,25 @@ __attribute__((visibility("default"))) CUresult
 cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                unsigned bz, unsigned smem, CUstream s, void **params, void **extra)
 {
-    launch_fn real = (launch_fn)real_dlsym(RTLD_NEXT, "cuLaunchKernel");
-    if (!real) return 999;
-    launch_fn w = (launch_fn)wrap("cuLaunchKernel", (void *)real);
+    /* Resolved once: the driver's function, and this library's wrapper of it. */
+    static launch_fn w;
+    if (!w) {
+        void *real = real_dlsym(RTLD_NEXT, "cuLaunchKernel");
+        if (!real) return 999;
+        w = (launch_fn)wrap("cuLaunchKernel", real);
+    }
     return w(f, gx, gy, gz, bx, by, bz, smem, s, params, extra);
 }
 
 __attribute__((visibility("default"))) CUresult
 cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, void **extra)
 {
-    launch_ex_fn real = (launch_ex_fn)real_dlsym(RTLD_NEXT, "cuLaunchKernelEx");
-    if (!real) return 999;
-    launch_ex_fn w = (launch_ex_fn)wrap("cuLaunchKernelEx", (void *)real);
+    static launch_ex_fn w;
+    if (!w) {
+        void *real = real_dlsym(RTLD_NEXT, "cuLaunchKernelEx");
+        if (!real) return 999;
+        w = (launch_ex_fn)wrap("cuLaunchKernelEx", real);
+    }
     return w(c, f, params, extra);
 }
 
