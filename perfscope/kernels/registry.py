@@ -303,6 +303,22 @@ REGISTRY: tuple[KernelSpec, ...] = (
                      "search had stopped at its transpose, TM=16 TN=8 (0.893). It addresses "
                      "PS143 (issue slots spent on overhead instructions), the rule this step "
                      "showed missing."),
+    KernelSpec(name="sgemm_tile128x256", entry="sgemm_pipe_dyn", parent="sgemm_tile8x16",
+               params=(("BM", 128), ("BN", 256), ("BK", 16), ("WM", 64), ("WN", 64),
+                       ("TM", 8), ("TN", 16), ("STAGES", 2)),
+               block=_WARP_BLOCK, grid=tile_grid(), constraints=(_N4,),
+               dynamic_smem=_tiles_smem("STAGES", 4, pad_m=4),
+               change="The same thread and warp tiles in a 128x256 CTA tile of 8 warps, one "
+                      "CTA per SM (cuBLAS's on the H200), its buffers in dynamic shared "
+                      "memory: 49,664 bytes at 2 stages, over the 48 KB a kernel may declare.",
+               seed="002 §4; 000 §5.1", **{**_SGEMM_BASE, "fingerprint": ("ffma", "ldgsts")},
+               space=_SPACE_PIPE,
+               notes="Chosen from `perfscope diff sgemm_tile8x16 cublas_sgemm` (its first reason: "
+                     "the CTA tile, 128x128 against 128x256), not from a finding: diagnose "
+                     "gives sgemm_tile8x16 none at 0.90 of cuBLAS. Its space is sgemm_pipe's "
+                     "with no 48 KB limit: the 3- and 4-stage and 128x256 configurations the "
+                     "exhaustive tune lost to ptxas. Not yet timed on a GPU (compiled and "
+                     "audited on the CPU, 2026-12-05)."),
     # ------------------------------------------------------------------ FP16/BF16 ladder
     KernelSpec(name="hgemm_naive", entry="hgemm_naive", parent=None,
                change="cp.async, ldmatrix and mma.sync m16n8k16 on a 128x128x32 tile with "
