@@ -357,14 +357,25 @@ sgemm_float4(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C
 // distinct chunks, the rest broadcast), so every LDS.128 is one wavefront with no bank
 // conflict, where sgemm_float4's contiguous 8x8 blocks put lanes 32 bytes apart.
 // ---------------------------------------------------------------------------------------
-template <typename T, int TM, int TN>
+//
+// ps_fma_tile's JOUTER picks the order of the TM x TN FMAs: row by row (0: a[i] held in
+// the operand reuse cache across a row of b) or column by column (1: b[j] held down a
+// column of a). The products are the same, each accumulator summed in the same k order.
+template <typename T, int TM, int TN, int JOUTER = 0>
 __device__ __forceinline__ void
 ps_fma_tile(T (&acc)[TM][TN], const T (&a)[TM], const T (&b)[TN])
 {
+    if constexpr (JOUTER) {
 #pragma unroll
-    for (int i = 0; i < TM; ++i)
+        for (int j = 0; j < TN; ++j)
 #pragma unroll
-        for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+            for (int i = 0; i < TM; ++i) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+    } else {
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+            for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+    }
 }
 
 // Loads one k-row of a thread's A and B fragments; as_row/bs_row point at this thread's
@@ -565,7 +576,8 @@ struct PsPipeSmem {
 
 // The body of sgemm_pipe and sgemm_pipe_dyn: As and Bs are the STAGES shared buffers of A
 // (A_STAGE floats each) and B (B_STAGE floats each), wherever the kernel declared them.
-template <typename T, int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES>
+template <typename T, int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES,
+          int JOUTER>
 __device__ __forceinline__ void
 ps_sgemm_pipe(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
               int M, int N, int K, T* __restrict__ As, T* __restrict__ Bs)
@@ -698,7 +710,7 @@ ps_sgemm_pipe(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ 
                         a[0], b[0], &As[next_stage * A_STAGE + a_off],
                         &Bs[next_stage * B_STAGE + b_off]);
             }
-            ps_fma_tile<T, TM, TN>(acc, a[kk % 2], b[kk % 2]);
+            ps_fma_tile<T, TM, TN, JOUTER>(acc, a[kk % 2], b[kk % 2]);
         }
         stage = next_stage;
     }
@@ -715,13 +727,13 @@ sgemm_pipe(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
     using S = PsPipeSmem<T, BM, BN, BK, STAGES>;
     __shared__ __align__(16) T As[STAGES * S::A_STAGE];
     __shared__ __align__(16) T Bs[STAGES * S::B_STAGE];
-    ps_sgemm_pipe<T, BM, BN, BK, WM, WN, TM, TN, STAGES>(A, B, C, M, N, K, As, Bs);
+    ps_sgemm_pipe<T, BM, BN, BK, WM, WN, TM, TN, STAGES, 0>(A, B, C, M, N, K, As, Bs);
 }
 
 // ---------------------------------------------------------------------------------------
 // sgemm_pipe_dyn — sgemm_pipe with its shared buffers in dynamic shared memory.
-//   Template: as sgemm_pipe; default the tile sgemm_tile128x256 takes: <float, 128, 256, 16,
-//   64, 64, 8, 16, 2>. Block: (BM / WM) * (BN / WN) * 32 = 256 threads (8 warps as 2 x 4).
+//   Template: as sgemm_pipe, then JOUTER (ps_fma_tile's FMA order); default the tile
+//   sgemm_tile128x256 takes: <float, 128, 256, 16, 64, 64, 8, 16, 2, 0>. Block: (BM / WM) * (BN / WN) * 32 = 256 threads (8 warps as 2 x 4).
 //   Grid: as sgemm_pipe. Shared memory: STAGES * (BK * (BM + 4) + BK * BN) * 4 bytes
 //   dynamic (49,664 at the default: over the 48 KB a kernel may declare statically, so the
 //   launch opts in), none static.
@@ -733,9 +745,15 @@ sgemm_pipe(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
 //   tile on the H200 (`perfscope diff sgemm_tile8x16 cublas_sgemm`: 128 x 256 per CTA of 8
 //   warps, one CTA per SM): each CTA reuses each A tile over twice the columns. Seed 002
 //   section 4 (larger block tiles), seed 000 section 5.1 (tune the tile).
+//   JOUTER = 1 (sgemm_fma_order) issues the FMAs column by column. At sgemm_tile8x16's
+//   configuration ptxas then writes 121 of the main loop's 2,048 FFMAs to another register
+//   than their addend (accumulators rotated between registers) instead of 548; in the H200
+//   report of sgemm_tile8x16 those rotated FFMAs drew 21.7 dispatch-stall samples per
+//   million executed against 9.7 for the in-place ones, and cuBLAS's SGEMM executes none
+//   in its main loop. Seed 002 section 4 (the inner product loop), seed 000 section 5.1.
 // ---------------------------------------------------------------------------------------
 template <typename T, int BM = 128, int BN = 256, int BK = 16, int WM = 64, int WN = 64,
-          int TM = 8, int TN = 16, int STAGES = 2>
+          int TM = 8, int TN = 16, int STAGES = 2, int JOUTER = 0>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, PS_MIN_BLOCKS(TM, TN))
 sgemm_pipe_dyn(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
                int M, int N, int K)
@@ -743,5 +761,5 @@ sgemm_pipe_dyn(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__
     extern __shared__ __align__(16) unsigned char ps_pipe_smem[];
     T* As = reinterpret_cast<T*>(ps_pipe_smem);
     T* Bs = As + STAGES * PsPipeSmem<T, BM, BN, BK, STAGES>::A_STAGE;
-    ps_sgemm_pipe<T, BM, BN, BK, WM, WN, TM, TN, STAGES>(A, B, C, M, N, K, As, Bs);
+    ps_sgemm_pipe<T, BM, BN, BK, WM, WN, TM, TN, STAGES, JOUTER>(A, B, C, M, N, K, As, Bs);
 }
