@@ -314,17 +314,19 @@ REGISTRY: tuple[KernelSpec, ...] = (
                block=_WARP_BLOCK, grid=tile_grid(), constraints=(_N4,),
                dynamic_smem=_tiles_smem("STAGES", 4, pad_m=4),
                change="sgemm_tile8x16 with its FMAs issued column by column: ptxas rotates "
-                      "121 of the loop's 2,048 accumulators between registers instead of 548 "
-                      "(rotated FFMAs drew 2.2x the dispatch stalls of in-place ones on the "
-                      "H200; cuBLAS's loop has none).",
+                      "131 of the loop's 2,048 accumulators between registers instead of 548, "
+                      "and the loop holds 381 other instructions instead of 407.",
                seed="002 §4; 000 §5.1", **{**_SGEMM_BASE, "fingerprint": ("ffma", "ldgsts")},
                space=_SPACE_PIPE_DYN,
                notes="From the SASS and source counters of sgemm_tile8x16's committed report, "
-                     "not from a finding (diagnose gives it none at 0.90 of cuBLAS): its "
-                     "FFMAs that write another register than their addend carry 21.7 "
-                     "dispatch-stall samples per million executed, the in-place ones 9.7. Its "
-                     "buffers are dynamic (sgemm_pipe_dyn), the same 33,280 bytes. Not yet "
-                     "timed on a GPU (compiled and audited on the CPU, 2026-12-05)."),
+                     "not from a finding (diagnose gives it none at 0.90 of cuBLAS): 59% of its "
+                     "dispatch stalls fall at the k-tile boundary (the loop-head S2UR of "
+                     "SR_CgaCtaId alone draws 1,105 samples, uniform predicate work and "
+                     "parameter reloads follow), where its rotated FFMAs sit; rotation is not "
+                     "itself the cause (Triton's FP32 kernel rotates half its FFMAs with no "
+                     "more stalls). Its buffers are dynamic (sgemm_pipe_dyn), the same 33,280 "
+                     "bytes. Not yet timed on a GPU (compiled and audited on the CPU, "
+                     "2026-12-05)."),
     KernelSpec(name="sgemm_tile128x256", entry="sgemm_pipe_dyn", parent="sgemm_tile8x16",
                params=(("BM", 128), ("BN", 256), ("BK", 16), ("WM", 64), ("WN", 64),
                        ("TM", 8), ("TN", 16), ("STAGES", 2), ("JOUTER", 0)),

@@ -746,11 +746,15 @@ sgemm_pipe(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
 //   warps, one CTA per SM): each CTA reuses each A tile over twice the columns. Seed 002
 //   section 4 (larger block tiles), seed 000 section 5.1 (tune the tile).
 //   JOUTER = 1 (sgemm_fma_order) issues the FMAs column by column. At sgemm_tile8x16's
-//   configuration ptxas then writes 121 of the main loop's 2,048 FFMAs to another register
-//   than their addend (accumulators rotated between registers) instead of 548; in the H200
-//   report of sgemm_tile8x16 those rotated FFMAs drew 21.7 dispatch-stall samples per
-//   million executed against 9.7 for the in-place ones, and cuBLAS's SGEMM executes none
-//   in its main loop. Seed 002 section 4 (the inner product loop), seed 000 section 5.1.
+//   configuration ptxas then writes 131 of the main loop's 2,048 FFMAs to another register
+//   than their addend (accumulators rotated between registers) instead of 548, and the loop
+//   holds 381 other instructions instead of 407. In sgemm_tile8x16's H200 report the rotated
+//   FFMAs sit at the k-tile boundary, where 59% of its dispatch stalls fall (22 and 36
+//   samples per million executed in the loop's first and last 500 instructions, 9.4 in
+//   between; cuBLAS's SGEMM executes no rotated FFMA in its loop); rotation itself is not
+//   the cause (Triton's and our register-tiled FP32 kernels rotate as many with no more
+//   stalls), so this is a smaller loop to time, not a cure. Seed 002 section 4, seed 000
+//   section 5.1.
 // ---------------------------------------------------------------------------------------
 template <typename T, int BM = 128, int BN = 256, int BK = 16, int WM = 64, int WN = 64,
           int TM = 8, int TN = 16, int STAGES = 2, int JOUTER = 0>
