@@ -212,3 +212,19 @@ def test_same_path_as_a_plain_request():
     req = CompileRequest(src, spec.source, (spec.name_expression("fp16"),), "sm_90a",
                          spec.flags, KERNEL_DIR)
     assert compile_cubin(req).cubin == compile_stage(spec, "fp16", "sm_90a").cubin
+
+
+@pytest.mark.slow
+def test_dynamic_buffers_take_the_cta_id_read_out_of_the_loop():
+    """sgemm_dyn's header claims: with static buffers ptxas reads SR_CgaCtaId (S2UR) in the
+    main loop, with dynamic ones it does not (NVRTC 13.0, sm_90a)."""
+    from perfscope.sass.disasm import disassemble
+    from perfscope.sass.loops import loops
+
+    def in_loops(name: str) -> int:
+        (kernel,) = disassemble(compile_stage(get_spec(name), "fp32", "sm_90a").cubin_path).kernels
+        ins = kernel.instructions
+        inside = {i for lp in loops(ins) for i in range(lp.first, lp.last + 1)}
+        return sum("SR_CgaCtaId" in ins[i] for i in inside)
+
+    assert in_loops("sgemm_tile8x16") >= 1 and in_loops("sgemm_dyn") == 0

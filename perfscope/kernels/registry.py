@@ -308,14 +308,32 @@ REGISTRY: tuple[KernelSpec, ...] = (
                      "search had stopped at its transpose, TM=16 TN=8 (0.893). It addresses "
                      "PS143 (issue slots spent on overhead instructions), the rule this step "
                      "showed missing."),
-    KernelSpec(name="sgemm_fma_order", entry="sgemm_pipe_dyn", parent="sgemm_tile8x16",
+    KernelSpec(name="sgemm_dyn", entry="sgemm_pipe_dyn", parent="sgemm_tile8x16",
+               params=(("BM", 128), ("BN", 128), ("BK", 16), ("WM", 64), ("WN", 64),
+                       ("TM", 8), ("TN", 16), ("STAGES", 2), ("JOUTER", 0)),
+               block=_WARP_BLOCK, grid=tile_grid(), constraints=(_N4,),
+               dynamic_smem=_tiles_smem("STAGES", 4, pad_m=4),
+               change="sgemm_tile8x16 with its buffers in dynamic shared memory: the loop "
+                      "head no longer reads SR_CgaCtaId (the S2UR that drew sgemm_tile8x16's "
+                      "most dispatch-stall samples, 1,105) to find the static buffers.",
+               seed="002 §4; 000 §5.1", **{**_SGEMM_BASE, "fingerprint": ("ffma", "ldgsts")},
+               space=_SPACE_PIPE_DYN,
+               notes="From the SASS and source counters of sgemm_tile8x16's committed report, "
+                     "not from a finding (diagnose gives it none at 0.90 of cuBLAS): 59% of its "
+                     "dispatch stalls fall at the k-tile boundary, and its single most stalled "
+                     "instruction is the loop head's S2UR of SR_CgaCtaId, which ptxas emits for "
+                     "the static buffers' shared window every k tile and not for dynamic ones "
+                     "(the same 33,280 bytes). Its space also opens the configurations the 48 KB "
+                     "static limit cut. Not yet timed on a GPU (compiled and audited on the CPU, "
+                     "2026-12-05)."),
+    KernelSpec(name="sgemm_fma_order", entry="sgemm_pipe_dyn", parent="sgemm_dyn",
                params=(("BM", 128), ("BN", 128), ("BK", 16), ("WM", 64), ("WN", 64),
                        ("TM", 8), ("TN", 16), ("STAGES", 2), ("JOUTER", 1)),
                block=_WARP_BLOCK, grid=tile_grid(), constraints=(_N4,),
                dynamic_smem=_tiles_smem("STAGES", 4, pad_m=4),
-               change="sgemm_tile8x16 with its FMAs issued column by column: ptxas rotates "
-                      "131 of the loop's 2,048 accumulators between registers instead of 548, "
-                      "and the loop holds 381 other instructions instead of 407.",
+               change="sgemm_dyn with its FMAs issued column by column: ptxas rotates 131 of "
+                      "the loop's 2,048 accumulators between registers instead of 548, and the "
+                      "loop holds fewer other instructions (381 against sgemm_tile8x16's 407).",
                seed="002 §4; 000 §5.1", **{**_SGEMM_BASE, "fingerprint": ("ffma", "ldgsts")},
                space=_SPACE_PIPE_DYN,
                notes="From the SASS and source counters of sgemm_tile8x16's committed report, "
@@ -324,17 +342,16 @@ REGISTRY: tuple[KernelSpec, ...] = (
                      "SR_CgaCtaId alone draws 1,105 samples, uniform predicate work and "
                      "parameter reloads follow), where its rotated FFMAs sit; rotation is not "
                      "itself the cause (Triton's FP32 kernel rotates half its FFMAs with no "
-                     "more stalls). Its buffers are dynamic (sgemm_pipe_dyn), the same 33,280 "
-                     "bytes. Not yet timed on a GPU (compiled and audited on the CPU, "
+                     "more stalls). Not yet timed on a GPU (compiled and audited on the CPU, "
                      "2026-12-05)."),
-    KernelSpec(name="sgemm_tile128x256", entry="sgemm_pipe_dyn", parent="sgemm_tile8x16",
+    KernelSpec(name="sgemm_tile128x256", entry="sgemm_pipe_dyn", parent="sgemm_dyn",
                params=(("BM", 128), ("BN", 256), ("BK", 16), ("WM", 64), ("WN", 64),
                        ("TM", 8), ("TN", 16), ("STAGES", 2), ("JOUTER", 0)),
                block=_WARP_BLOCK, grid=tile_grid(), constraints=(_N4,),
                dynamic_smem=_tiles_smem("STAGES", 4, pad_m=4),
-               change="The same thread and warp tiles in a 128x256 CTA tile of 8 warps, one "
-                      "CTA per SM (cuBLAS's on the H200), its buffers in dynamic shared "
-                      "memory: 49,664 bytes at 2 stages, over the 48 KB a kernel may declare.",
+               change="sgemm_dyn's thread and warp tiles in a 128x256 CTA tile of 8 warps, "
+                      "one CTA per SM (cuBLAS's on the H200): 49,664 bytes of buffers at 2 "
+                      "stages, over the 48 KB a kernel may declare statically.",
                seed="002 §4; 000 §5.1", **{**_SGEMM_BASE, "fingerprint": ("ffma", "ldgsts")},
                space=_SPACE_PIPE_DYN,
                notes="Chosen from `perfscope diff sgemm_tile8x16 cublas_sgemm` (its first reason: "

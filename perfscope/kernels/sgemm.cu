@@ -739,13 +739,17 @@ sgemm_pipe(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
 //   launch opts in), none static.
 //   Shapes and flags: as sgemm_pipe.
 //   Parent: sgemm_pipe at sgemm_tile8x16's configuration. Change: the buffers are declared
-//   extern and sized at launch, so the tiles and depths whose buffers pass 48 KB (a
-//   128 x 256 CTA tile at BK 16, 3 or 4 stages of 128 x 128) can be built: the exhaustive
-//   tune of sgemm_pipe lost every one of them to ptxas. The default takes cuBLAS's CTA
+//   extern and sized at launch. At sgemm_tile8x16's configuration (sgemm_dyn) that alone
+//   takes the S2UR of SR_CgaCtaId out of the main loop's head, which ptxas emits every k
+//   tile to find static buffers' shared window and which drew the most dispatch-stall
+//   samples of any instruction in sgemm_tile8x16's H200 report (1,105). And the tiles and
+//   depths whose buffers pass 48 KB (a 128 x 256 CTA tile at BK 16, 3 or 4 stages of
+//   128 x 128) can be built: the exhaustive tune of sgemm_pipe lost every one of them to
+//   ptxas. The default takes cuBLAS's CTA
 //   tile on the H200 (`perfscope diff sgemm_tile8x16 cublas_sgemm`: 128 x 256 per CTA of 8
 //   warps, one CTA per SM): each CTA reuses each A tile over twice the columns. Seed 002
 //   section 4 (larger block tiles), seed 000 section 5.1 (tune the tile).
-//   JOUTER = 1 (sgemm_fma_order) issues the FMAs column by column. At sgemm_tile8x16's
+//   JOUTER = 1 (sgemm_fma_order) issues the FMAs column by column. At sgemm_dyn's
 //   configuration ptxas then writes 131 of the main loop's 2,048 FFMAs to another register
 //   than their addend (accumulators rotated between registers) instead of 548, and the loop
 //   holds 381 other instructions instead of 407. In sgemm_tile8x16's H200 report the rotated
