@@ -324,8 +324,9 @@ REGISTRY: tuple[KernelSpec, ...] = (
                      "instruction is the loop head's S2UR of SR_CgaCtaId, which ptxas emits for "
                      "the static buffers' shared window every k tile and not for dynamic ones "
                      "(the same 33,280 bytes). Its space also opens the configurations the 48 KB "
-                     "static limit cut. Not yet timed on a GPU (compiled and audited on the CPU, "
-                     "2026-12-05)."),
+                     "static limit cut. Measured on the H200 (2026-12-05, 4096^3, 5 rounds, "
+                     "probes/bench-fp32-dyn.json): 0.997x sgemm_tile8x16, a tie: the S2UR was "
+                     "not what set the time."),
     KernelSpec(name="sgemm_fma_order", entry="sgemm_pipe_dyn", parent="sgemm_dyn",
                params=(("BM", 128), ("BN", 128), ("BK", 16), ("WM", 64), ("WN", 64),
                        ("TM", 8), ("TN", 16), ("STAGES", 2), ("JOUTER", 1)),
@@ -335,15 +336,17 @@ REGISTRY: tuple[KernelSpec, ...] = (
                       "the loop's 2,048 accumulators between registers instead of 548, and the "
                       "loop holds fewer other instructions (381 against sgemm_tile8x16's 407).",
                seed="002 §4; 000 §5.1", **{**_SGEMM_BASE, "fingerprint": ("ffma", "ldgsts")},
-               space=_SPACE_PIPE_DYN,
+               space=_SPACE_PIPE_DYN, variant=True,
                notes="From the SASS and source counters of sgemm_tile8x16's committed report, "
                      "not from a finding (diagnose gives it none at 0.90 of cuBLAS): 59% of its "
                      "dispatch stalls fall at the k-tile boundary (the loop-head S2UR of "
                      "SR_CgaCtaId alone draws 1,105 samples, uniform predicate work and "
                      "parameter reloads follow), where its rotated FFMAs sit; rotation is not "
                      "itself the cause (Triton's FP32 kernel rotates half its FFMAs with no "
-                     "more stalls). Not yet timed on a GPU (compiled and audited on the CPU, "
-                     "2026-12-05)."),
+                     "more stalls). Measured on the H200 (2026-12-05, 4096^3, 5 rounds, "
+                     "probes/bench-fp32-dyn.json): 0.841x sgemm_dyn, 38.9 TFLOP/s: kept as a "
+                     "declared variant, the order that keeps a[i] in the operand reuse cache "
+                     "along a row is the faster one."),
     KernelSpec(name="sgemm_tile128x256", entry="sgemm_pipe_dyn", parent="sgemm_dyn",
                params=(("BM", 128), ("BN", 256), ("BK", 16), ("WM", 64), ("WN", 64),
                        ("TM", 8), ("TN", 16), ("STAGES", 2), ("JOUTER", 0)),
@@ -358,8 +361,9 @@ REGISTRY: tuple[KernelSpec, ...] = (
                      "the CTA tile, 128x128 against 128x256), not from a finding: diagnose "
                      "gives sgemm_tile8x16 none at 0.90 of cuBLAS. Its space is sgemm_pipe's "
                      "with no 48 KB limit: the 3- and 4-stage and 128x256 configurations the "
-                     "exhaustive tune lost to ptxas. Not yet timed on a GPU (compiled and "
-                     "audited on the CPU, 2026-12-05)."),
+                     "exhaustive tune lost to ptxas. Measured on the H200 (2026-12-05, 4096^3, "
+                     "5 rounds, probes/bench-fp32-dyn.json): 1.016x sgemm_dyn, 47.0 TFLOP/s, "
+                     "0.917 of cuBLAS. Joins main with the reference run."),
     # ------------------------------------------------------------------ FP16/BF16 ladder
     KernelSpec(name="hgemm_naive", entry="hgemm_naive", parent=None,
                change="cp.async, ldmatrix and mma.sync m16n8k16 on a 128x128x32 tile with "
