@@ -264,6 +264,27 @@ def test_committed_h200_reference_is_consistent():
         assert sum(x > 1.0 for x in r["round_ratios"]) >= 2 * len(r["round_ratios"]) / 3, r
 
 
+def test_reference_bench_times_each_stage_at_its_declared_depth_as_a_step():
+    """bench_h200 runs sgemm_pipe and hgemm_tma_wgmma at several ring depths: the declared
+    depth is the stage itself (timed head to head with its parent, and the parent of the next
+    step), the others are not. A Job rebuilt without `declared` had dropped four steps' head
+    to head from the reference bench."""
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
+    import bench_h200
+
+    jobs = bench_h200.jobs_for(bench_h200.parse_shape("4096x4096x4096"))
+    swept = [j for j in jobs if j.spec.name in bench_h200.DEPTHS and j.refusal is None]
+    assert swept
+    for j in swept:
+        at_default = j.spec.param_dict == bench_h200.get_spec(j.spec.name).param_dict
+        assert j.declared == at_default, (j.spec.name, j.dtype, j.spec.param_dict)
+    declared = [(j.spec.name, j.dtype) for j in jobs if j.declared]
+    assert len(declared) == len(set(declared))
+    assert {("sgemm_pipe", "fp32"), ("hgemm_tma_wgmma", "bf16")} <= set(declared)
+
+
 def test_a_slower_stage_is_a_regression_only_beyond_the_rounds_spread():
     assert bench.ParentStep("child", "bf16", "parent", 0.998, False, apart=False).regression is False
     assert bench.ParentStep("child", "bf16", "parent", 0.99, False, apart=True).regression is True
