@@ -392,8 +392,12 @@ def test_reference_review_flags_the_variant_that_beats_its_default():
     wins = {(w.dtype, w.label): w for w in rep.variant_wins}
     win = wins[("fp16", "hgemm_tma_wgmma (STAGES=3)")]
     assert win.default == "hgemm_tma_wgmma" and win.default_note == "STAGES=4"
-    assert win.tflops.median == pytest.approx(612.9, abs=0.1)
-    assert win.default_tflops.median == pytest.approx(475.1, abs=0.1)
+    # The two rows bench.json holds for the stage in fp16: STAGES=3 and its default.
+    rows = {m.params["STAGES"]: m.timing.tflops.median
+            for m in BenchFile.read(REFERENCE / "bench.json").manifests
+            if m.stage == "hgemm_tma_wgmma" and m.dtype == "fp16"}
+    assert win.tflops.median == pytest.approx(rows[3]) and rows[3] > 1.2 * rows[4]
+    assert win.default_tflops.median == pytest.approx(rows[4])
     # Noise is not a win: sgemm_pipe at STAGES=2 and 4 sits on its default's spread.
     assert not any(label.startswith("sgemm_pipe") for _, label in wins)
     fp16 = next(ld for ld in rep.ladders if ld.dtype == "fp16")
@@ -443,8 +447,9 @@ def test_reference_markdown_fits_a_comment_with_every_kernel():
                   tune=REFERENCE / "tune" / "results.json.xz")
     md = render(rep, "markdown")
     assert len(md) < 65_000 and "left out" not in md
-    # 32 kernels fit once each block shows its one hottest source line instead of three.
-    assert "Hottest source lines cut to 1 per kernel" in md
+    # Every kernel fits once the blocks give up their hottest source lines: 32 kernels with one
+    # line each, the 36 of 2026-12-05 (four FP32 stages more) with none; the HTML has them.
+    assert re.search(r"Hottest source lines cut to (1|none) per kernel", md)
     for e in rep.entries:
         assert f"<details><summary>{e.label}:" in md
     assert md.count("<details>") == len(rep.entries) + 1     # one per kernel, one of fixes

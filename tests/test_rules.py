@@ -860,7 +860,8 @@ def test_short_runs_name_the_boxes_and_bound_their_estimate():
     stream = next(v for k, v in rows.items() if k.startswith("bytes / time"))
     assert 0.99 < share <= 1 and 0.85 < stream < 0.95
     assert f.estimated_gain == pytest.approx(SHORT_RUN_LOSS * share * stream, abs=2e-3)
-    assert f.severity == "optimization" and "hgemm_small_m_packed" in f.fix
+    # About a percent (the measured step): information, not an optimization to chase first.
+    assert f.severity == "info" and "hgemm_small_m_packed" in f.fix
     # The deeper ring's report: PS170 fires too. PS172 is a cause inside PS170's gap (the
     # envelope): the kernel's combined estimate is the envelope or the causes, the larger.
     kp, kw = fused("hgemm_small_m@AROWS=16,BN=64,STAGES=12-bf16-16x8192x8192")

@@ -329,7 +329,10 @@ def test_the_stream_k_step_is_calibrated_where_it_acts():
         ("hgemm_tma_wgmma_persistent", "hgemm_tma_wgmma_streamk", "8192x8192x8192")}
     for s in big.steps:
         assert s.acts and s in big.counted and s.codes == ("PS153",)
-        assert 0.02 < s.predicted < 0.05 and 0.0 < s.measured < s.predicted
+        # Within 0.02 of what bench measured, on either side: the 2026-12-04 rounds saved less
+        # than PS153's 0.032, those of 2026-12-05 (03:40) 0.033 / 0.042 (fp16 / bf16), at
+        # the power cap, where the rounds spread over 0.98-1.27.
+        assert 0.02 < s.predicted < 0.05 and 0.0 < s.measured
         assert s.error < 0.02
     small = calibrate(ladder(), BenchFile.read(REFERENCE / "bench.json"), cat)
     assert {s.shape for s in small.steps} == {"4096x4096x4096"} and len(small.steps) >= 15
@@ -392,7 +395,8 @@ def test_a_step_at_the_host_tile_is_predicted_before_it_is_timed():
     for s in packed.values():
         assert s.pending and s.error is None and not s.missed and s not in c.counted
         assert s.codes == ("PS172",) and dict(s.estimates)["PS172"] == s.predicted
-        assert 0.02 < s.predicted < 0.05
+        # About a percent of the kernel (SHORT_RUN_LOSS, recalibrated on the step itself).
+        assert 0.01 <= s.predicted < 0.02
     streamk = [s for s in c.steps if s.child == "hgemm_small_m_streamk"]
     assert streamk and all(s.variant and not s.pending and s not in c.counted for s in streamk)
     timed = calibrate(fused(), BenchFile.read(FUSED / "bench-fused.json"), cat)
@@ -402,8 +406,10 @@ def test_a_step_at_the_host_tile_is_predicted_before_it_is_timed():
         assert not s.pending and s.measured is not None and s in timed.counted
         assert s.predicted == (packed[shape].predicted if shape in packed else 0.0)
         # Measured on the H200: the packed stage saved 1% or less of hgemm_small_m's time
-        # here, where PS172 predicted 3-4% (it over-states; calibration.json shows it).
+        # here, where PS172 predicts 1.3% (3-4% before SHORT_RUN_LOSS was recalibrated on
+        # these steps: calibration.json shows both the prediction and the saving).
         assert -0.02 < s.measured < 0.02
+        assert abs(s.predicted - s.measured) < 0.015
 
 
 def test_a_new_ladder_stage_has_one_pending_row_per_dtype():

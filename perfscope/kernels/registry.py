@@ -317,7 +317,7 @@ REGISTRY: tuple[KernelSpec, ...] = (
                       "head no longer reads SR_CgaCtaId (the S2UR that drew sgemm_tile8x16's "
                       "most dispatch-stall samples, 1,105) to find the static buffers.",
                seed="002 §4; 000 §5.1", **{**_SGEMM_BASE, "fingerprint": ("ffma", "ldgsts")},
-               space=_SPACE_PIPE_DYN,
+               space=_SPACE_PIPE_DYN, variant=True,
                notes="From the SASS and source counters of sgemm_tile8x16's committed report, "
                      "not from a finding (diagnose gives it none at 0.90 of cuBLAS): 59% of its "
                      "dispatch stalls fall at the k-tile boundary, and its single most stalled "
@@ -325,8 +325,10 @@ REGISTRY: tuple[KernelSpec, ...] = (
                      "the static buffers' shared window every k tile and not for dynamic ones "
                      "(the same 33,280 bytes). Its space also opens the configurations the 48 KB "
                      "static limit cut. Measured on the H200 (2026-12-05, 4096^3, 5 rounds, "
-                     "probes/bench-fp32-dyn.json): 0.997x sgemm_tile8x16, a tie: the S2UR was "
-                     "not what set the time."),
+                     "probes/bench-fp32-dyn.json): 0.997x sgemm_tile8x16, and 0.995x in "
+                     "both reference benches of 2026-12-05 (every round below): the S2UR was "
+                     "not what set the time. A declared variant; sgemm_tile128x256 takes its "
+                     "dynamic buffers as the way to its larger tile."),
     KernelSpec(name="sgemm_fma_order", entry="sgemm_pipe_dyn", parent="sgemm_dyn",
                params=(("BM", 128), ("BN", 128), ("BK", 16), ("WM", 64), ("WN", 64),
                        ("TM", 8), ("TN", 16), ("STAGES", 2), ("JOUTER", 1)),
@@ -347,14 +349,16 @@ REGISTRY: tuple[KernelSpec, ...] = (
                      "probes/bench-fp32-dyn.json): 0.841x sgemm_dyn, 38.9 TFLOP/s: kept as a "
                      "declared variant, the order that keeps a[i] in the operand reuse cache "
                      "along a row is the faster one."),
-    KernelSpec(name="sgemm_tile128x256", entry="sgemm_pipe_dyn", parent="sgemm_dyn",
+    KernelSpec(name="sgemm_tile128x256", entry="sgemm_pipe_dyn", parent="sgemm_tile8x16",
                params=(("BM", 128), ("BN", 256), ("BK", 16), ("WM", 64), ("WN", 64),
                        ("TM", 8), ("TN", 16), ("STAGES", 2), ("JOUTER", 0)),
                block=_WARP_BLOCK, grid=tile_grid(), constraints=(_N4,),
                dynamic_smem=_tiles_smem("STAGES", 4, pad_m=4),
-               change="sgemm_dyn's thread and warp tiles in a 128x256 CTA tile of 8 warps, "
-                      "one CTA per SM (cuBLAS's on the H200): 49,664 bytes of buffers at 2 "
-                      "stages, over the 48 KB a kernel may declare statically.",
+               change="sgemm_tile8x16's thread and warp tiles in a 128x256 CTA tile of 8 "
+                      "warps, one CTA per SM (cuBLAS's on the H200), its buffers in dynamic "
+                      "shared memory because they must be: 49,664 bytes at 2 stages, over the "
+                      "48 KB a kernel may declare statically (the variant sgemm_dyn is that "
+                      "move alone, at sgemm_tile8x16's tile).",
                seed="002 §4; 000 §5.1", **{**_SGEMM_BASE, "fingerprint": ("ffma", "ldgsts")},
                space=_SPACE_PIPE_DYN,
                notes="Chosen from `perfscope diff sgemm_tile8x16 cublas_sgemm` (its first reason: "
@@ -362,8 +366,28 @@ REGISTRY: tuple[KernelSpec, ...] = (
                      "gives sgemm_tile8x16 none at 0.90 of cuBLAS. Its space is sgemm_pipe's "
                      "with no 48 KB limit: the 3- and 4-stage and 128x256 configurations the "
                      "exhaustive tune lost to ptxas. Measured on the H200 (2026-12-05, 4096^3, "
-                     "5 rounds, probes/bench-fp32-dyn.json): 1.016x sgemm_dyn, 47.0 TFLOP/s, "
-                     "0.917 of cuBLAS. Joins main with the reference run."),
+                     "the reference bench.json): 1.010x sgemm_tile8x16 in its rounds, 47.0 "
+                     "TFLOP/s, 0.917 of cuBLAS (1.016x sgemm_dyn in "
+                     "probes/bench-fp32-dyn.json)."),
+    KernelSpec(name="sgemm_stages4", entry="sgemm_pipe_dyn", parent="sgemm_tile128x256",
+               params=(("BM", 128), ("BN", 256), ("BK", 16), ("WM", 64), ("WN", 64),
+                       ("TM", 8), ("TN", 16), ("STAGES", 4), ("JOUTER", 0)),
+               block=_WARP_BLOCK, grid=tile_grid(), constraints=(_N4,),
+               dynamic_smem=_tiles_smem("STAGES", 4, pad_m=4),
+               change="sgemm_tile128x256 with a 4-stage cp.async ring instead of 2: three k "
+                      "tiles in flight behind the one the warps compute on (99,328 bytes of "
+                      "buffers; one CTA per SM either way, its 255 registers set that).",
+               seed="002 §4; 000 §5.1", **{**_SGEMM_BASE, "fingerprint": ("ffma", "ldgsts")},
+               space=_SPACE_PIPE_DYN,
+               notes="Chosen by `perfscope tune sgemm_dyn --strategy exhaustive` on the H200 "
+                     "(2026-12-05, 4096^3: 642 configurations timed, 8,106 pruned; "
+                     "probes/tune-sgemm-dyn.md), not from a finding: diagnose gives "
+                     "sgemm_tile128x256 none at 0.92 of cuBLAS (headroom only, capped by the "
+                     "gap to cuBLAS). In the tune's rounds 4 stages at this tile are 0.926 of "
+                     "cuBLAS against 0.913 at 2 (its best, 0.927, differs only in a 32x128 "
+                     "warp tile: a tie). In the reference bench (2026-12-05): 1.014x "
+                     "sgemm_tile128x256, 47.6 TFLOP/s, 0.930 of cuBLAS at 4096^3, 0.928 at "
+                     "2048^3 and 0.948 at 8192^3 (bench-fp32.json)."),
     # ------------------------------------------------------------------ FP16/BF16 ladder
     KernelSpec(name="hgemm_naive", entry="hgemm_naive", parent=None,
                change="cp.async, ldmatrix and mma.sync m16n8k16 on a 128x128x32 tile with "

@@ -739,7 +739,8 @@ sgemm_pipe(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
 //   launch opts in), none static.
 //   Shapes and flags: as sgemm_pipe.
 //   Parent: sgemm_pipe at sgemm_tile8x16's configuration. Change: the buffers are declared
-//   extern and sized at launch. At sgemm_tile8x16's configuration (sgemm_dyn) that alone
+//   extern and sized at launch. At sgemm_tile8x16's configuration (sgemm_dyn, a declared
+//   variant: 0.995x sgemm_tile8x16 in the H200's reference bench) that alone
 //   takes the S2UR of SR_CgaCtaId out of the main loop's head, which ptxas emits every k
 //   tile to find static buffers' shared window and which drew the most dispatch-stall
 //   samples of any instruction in sgemm_tile8x16's H200 report (1,105). And the tiles and
@@ -759,6 +760,12 @@ sgemm_pipe(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
 //   the cause (Triton's and our register-tiled FP32 kernels rotate as many with no more
 //   stalls), so this is a smaller loop to time, not a cure. Seed 002 section 4, seed 000
 //   section 5.1.
+//   STAGES = 4 at the default tile (sgemm_stages4, parent sgemm_tile128x256) keeps three k
+//   tiles in flight behind the one being computed instead of one: 99,328 bytes of buffers,
+//   still one CTA per SM (the 255 registers of 256 threads set that). The exhaustive tune
+//   of this kernel at 4096^3 on the H200 ranked it first of 642 configurations (with its
+//   32 x 128 warp-tile twin): the deeper ring hides the global latency one CTA per SM
+//   cannot hide with other warps. Seed 002 section 4 (pipelining), seed 000 section 5.1.
 // ---------------------------------------------------------------------------------------
 template <typename T, int BM = 128, int BN = 256, int BK = 16, int WM = 64, int WN = 64,
           int TM = 8, int TN = 16, int STAGES = 2, int JOUTER = 0>

@@ -147,12 +147,16 @@ SHORT_RUN_BYTES = 256
 STREAMED_SHARE = 0.1
 # The operands streamed in short runs must carry at least this share of the bytes.
 SHORT_RUN_SHARE = 0.5
-# What short runs cost a stream, measured on the H200 in one run (probes/small-m-bulk-b.json,
-# 2026-12-04): hgemm_small_m at 16 x 8192^2 bf16 streamed its weight in 64 x 128-byte boxes,
-# rows 16 KB apart, in 30.7 us per CTA, and in 29.2 us with each k tile's 8 KB read as one
-# contiguous piece: 5% of the stream. The kernel ran 1.031x, 1.058x and 1.063x faster at the
-# three M = 16 weights of 112-128 MiB, and 1.008x at M = 64, where A's 64 rows ride along.
-SHORT_RUN_LOSS = 0.05
+# What short runs cost a stream, as a share of it: the saving of the step that packs the
+# weight (hgemm_small_m -> hgemm_small_m_packed, B's 64 x 64 boxes as 8 KB contiguous pieces)
+# over the stream's share of the kernel's time. Measured on the H200 on 2026-12-05 head to
+# head at ten M <= 64 shapes and dtypes (probes/packed-vs-small-m.jsonl, kernel_ab, 7
+# rounds): savings of -0.1% to 4.0%, per unit of stream 0.006-0.047, median 0.012, mean
+# 0.019; and in bench-fused.json's rounds 1.0%, 0.6% and -0.4% at the three shapes with
+# reports. 0.015 lies between the median and the mean. The first figure, 0.05, came from one
+# probe kernel (probes/small-m-bulk-b.json, 2026-12-04: each k tile's 8 KB read as one
+# piece, 1.031-1.063x at M = 16) and over-stated the real step three- to fivefold.
+SHORT_RUN_LOSS = 0.015
 
 
 def _short_runs(inputs: Inputs, work_bytes: float):
@@ -182,16 +186,17 @@ def _check_short_runs(inputs: Inputs) -> Hit | None:
     so pack it once when the model is loaded into strips one box wide, all k rows of a strip
     after one another (hgemm_small_m_packed: each 64 x 64 box is 8 KB of contiguous memory);
     where the layout is fixed, a tile wider along the contiguous dimension makes longer runs.
-    Estimate: the measured loss (5% of the stream) times the short-run operands' share of
-    the compulsory bytes times the stream's share of the kernel's time (its bytes at the
-    practical DRAM rate over its duration), never more than the gap to that rate. It is one
-    measurement carried to other shapes: at M = 16 it gives 4.2-4.4% where the probe
-    measured 3.1-6.3%; at 64 x 8192^2 it gives 4.2% where the probe measured 0.8%. A
-    program's kernel (its maps recorded by `profile --tensor-maps`) gets the same transfer,
-    which no measurement of such a kernel has checked yet.
+    Estimate: the measured loss (1.5% of the stream, SHORT_RUN_LOSS: what packing the weight
+    saved at ten decode shapes, 0-4% of the kernel's time) times the short-run operands'
+    share of the compulsory bytes times the stream's share of the kernel's time (its bytes
+    at the practical DRAM rate over its duration), never more than the gap to that rate: 1.3%
+    at 16 x 8192^2, where the step saved 0.8-1.0%. So the finding is information, not a
+    warning: a one-time repack buys about a percent, more at some shapes (4.0% at
+    16 x 4096 x 14336). A program's kernel (its maps recorded by `profile --tensor-maps`)
+    gets the same transfer, which no measurement of such a kernel has checked yet.
     Example:
         before: hgemm_small_m, 16 x 8192^2: B in 64 x 128-byte boxes, rows 16 KB apart
-        after:  hgemm_small_m_packed: B in 64-column strips, 8 KB boxes (probe: 1.031x)
+        after:  hgemm_small_m_packed: B in 64-column strips, 8 KB boxes (1.008-1.010x)
     Source: seed 000 §7.1 (inference shapes); CUDA Driver API: cuTensorMapEncodeTiled;
     reports/reference/h200/probes/README.md ("the decode stream loses on its access
     pattern")."""

@@ -65,7 +65,7 @@
 // hgemm_small_m
 //   template <typename T, int BM = 64, int BN = 128, int BK = 64, int STAGES = 8,
 //             int ACT = 1, int RESIDUAL = 0, int AROWS = BM, int MCAST = 1, int MPAIR = 1,
-//             int GSPLIT = 1>
+//             int GSPLIT = 1, int PACKED = 0>
 //   threads  128 * (1 + CONS), CONS = 1 consumer warpgroup for BM = 64, else 2; each
 //            consumer owns BM / CONS rows (MI = BM / 64 / CONS m64 fragments)
 //   cluster  (P * S, 1, 1), a launch attribute; S = split count, P = MCAST * MPAIR (1 or
@@ -170,6 +170,37 @@
 //            bit-identical; the time after the last tile fell from 1.0 to 0.5 us at
 //            16 x 8192^2.
 //   seed     000 §7.1 (fused epilogue, small-shape inference)
+//
+// hgemm_small_m_packed
+//   template <typename T, ...hgemm_small_m's..., int PACKED = 1>: hgemm_small_m's kernel
+//   ABI      hgemm_small_m's, with tmap_b over B packed into 64-column strips
+//            (kernels/weights.py: strip t = B's columns 64t..64t+63 for all K rows, K
+//            zero-padded to whole k tiles and N to whole strips, one strip after another;
+//            the map is a matrix of 64 columns and ceil(N/64) * KT * 64 rows)
+//   parent   hgemm_small_m
+//   how      Only B's TMA coordinates change: atom j of k tile kt is the box at row
+//            (n0 / 64 + j) * KT * 64 + kt * 64, column 0, instead of (n0 + 64 j, kt * 64)
+//            of the row-major matrix. The box holds the same 64 x 64 elements with the
+//            same 128B swizzle, so shared memory, the wgmmas and C are bit for bit
+//            hgemm_small_m's; what changes is the memory a box reads: 8 KB in one piece
+//            where the row-major box is 64 pieces of 128 bytes, 2N bytes apart, each CTA's
+//            64 columns interleaved in every DRAM page with its neighbours'. A decode GEMM
+//            is a stream of the weight, and its weight does not change between calls, so an
+//            inference engine can pack it once when it loads the model: here
+//            Prepared.weight, once per weight, before any launch is timed.
+//            Why (H200, bf16, per-CTA %globaltimer probes in alternating rounds,
+//            2026-12-04, reports/reference/h200/probes/): at 16 x 8192^2 hgemm_small_m's
+//            stream phase took 30.7 us per CTA where fused_check's bulk read of the same
+//            128 MiB in 16 KB pieces took 29.4 for the whole CTA, and the kernel with its
+//            wgmmas removed ran in the same time (1.003x), so the loss was the stream's, not
+//            the math's. Reading each k tile's B as one 8 KB piece (a cp.async.bulk probe of
+//            the same bytes, unswizzled) took the stream phase to 29.2 us and the kernel
+//            1.03-1.06x faster at 16 x 8192^2, 16 x 14336 x 4096 and 16 x 4096 x 14336
+//            (1.008x at 64 x 8192^2). This stage, which reads real strips through a tensor
+//            map, measured 1.002-1.042x hgemm_small_m at M <= 64 on the H200 (2026-12-05,
+//            head to head at the host's tile: 1.010 at bf16 16 x 8192^2, 1.036-1.042 at
+//            16 x 4096 x 14336), 0.99-1.00 at M = 256: less than the probe.
+//   seed     000 §7.1 (small-shape inference: the weight stream)
 //
 // hgemm_small_m_streamk
 //   template <typename T, int BM = 64, int BN = 64, int BK = 64, int STAGES = 8,
@@ -759,7 +790,7 @@ hgemm_fused_bias_act(const __grid_constant__ TensorMap2D tmap_a,
 
 // ====================================================================== fused stage 2
 template <typename T, int BM, int BN, int BK, int STAGES, int ACT, int RESIDUAL, int AROWS,
-          int MCAST, int MPAIR, int GSPLIT>
+          int MCAST, int MPAIR, int GSPLIT, int PACKED = 0>
 __global__ void __launch_bounds__(BM == 64 ? 256 : 384, 1)
 hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant__ TensorMap2D tmap_b,
               const __grid_constant__ TensorMap2D tmap_c, T* C, int M, int N, int K,
@@ -782,6 +813,7 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
     static_assert(MCAST == 1 || MPAIR == 1, "a pair shares A (MCAST) or B (MPAIR), not both");
     static_assert(GSPLIT >= 1 && (GSPLIT == 1 || MI == 1),
                   "a grid split pushes one 64-row fragment per consumer (StreamK's slot)");
+    static_assert(PACKED == 0 || PACKED == 1, "B row-major K x N, or in 64-column strips");
     constexpr unsigned PAIR = MCAST * MPAIR;         // CTAs sharing one operand's loads
     // In a pair a slot is refilled by both CTAs (the shared operand's boxes by one of them,
     // for both), so its "empty" barrier waits for lane 0 of every consumer warp of both.
@@ -823,6 +855,15 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
                      (GSPLIT > 1 ? static_cast<int>(blockIdx.z * splits) : 0);
     const int kt0 = KT * part / parts;
     const int nk = KT * (part + 1) / parts - kt0;
+    // B's TMA coordinates of atom j (columns n0 + 64j) at k tile kt: (column, row) of the
+    // row-major K x N matrix, or with PACKED of hgemm_small_m_packed's strips, a 64-column
+    // matrix whose strip t (B's columns 64t..64t+63) is rows t*KT*BK.. (K zero-padded to
+    // whole k tiles), so one box is 8 KB of contiguous memory and lands in shared memory
+    // exactly as the row-major box does.
+    const auto b_col = [&](int j) { return PACKED ? 0 : n0 + 64 * j; };
+    const auto b_row = [&](int j, int kt) {
+        return PACKED ? (n0 / 64 + j) * KT * BK + kt * BK : kt * BK;
+    };
     // k tile i of this CTA's share into slot i % STAGES (thread 0 only). Slot s, round
     // r >= 1 waits for the consumers' (r-1)-th release of it.
     const auto issue = [&](int i) {
@@ -838,9 +879,9 @@ hgemm_small_m(const __grid_constant__ TensorMap2D tmap_a, const __grid_constant_
         for (int j = 0; j < BN / 64; ++j) {
             const unsigned atom = slot + S::A_BYTES + j * S::B_ATOM_BYTES;
             if constexpr (MPAIR == 1)
-                tma::load_2d(atom, &tmap_b, full, n0 + 64 * j, (kt0 + i) * BK);
+                tma::load_2d(atom, &tmap_b, full, b_col(j), b_row(j, kt0 + i));
             else if (((i + j) & 1) == static_cast<int>(pair))   // turns, atom by atom
-                tma::load_2d_multicast(atom, &tmap_b, full, n0 + 64 * j, (kt0 + i) * BK, both);
+                tma::load_2d_multicast(atom, &tmap_b, full, b_col(j), b_row(j, kt0 + i), both);
         }
     };
     // Without a pair the first ring's loads go out before the block's barrier (the A rows

@@ -357,14 +357,25 @@ sgemm_float4(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C
 // distinct chunks, the rest broadcast), so every LDS.128 is one wavefront with no bank
 // conflict, where sgemm_float4's contiguous 8x8 blocks put lanes 32 bytes apart.
 // ---------------------------------------------------------------------------------------
-template <typename T, int TM, int TN>
+//
+// ps_fma_tile's JOUTER picks the order of the TM x TN FMAs: row by row (0: a[i] held in
+// the operand reuse cache across a row of b) or column by column (1: b[j] held down a
+// column of a). The products are the same, each accumulator summed in the same k order.
+template <typename T, int TM, int TN, int JOUTER = 0>
 __device__ __forceinline__ void
 ps_fma_tile(T (&acc)[TM][TN], const T (&a)[TM], const T (&b)[TN])
 {
+    if constexpr (JOUTER) {
 #pragma unroll
-    for (int i = 0; i < TM; ++i)
+        for (int j = 0; j < TN; ++j)
 #pragma unroll
-        for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+            for (int i = 0; i < TM; ++i) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+    } else {
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+            for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+    }
 }
 
 // Loads one k-row of a thread's A and B fragments; as_row/bs_row point at this thread's
@@ -556,11 +567,20 @@ __device__ __forceinline__ void ps_cp_async_wait()
 // at k = l % 8 of row 4 * (group) + l / 8: 4 rows x 32 bytes per instruction in global
 // memory (whole sectors) and, with the 4-float pad, 32 distinct banks in shared memory.
 // ---------------------------------------------------------------------------------------
-template <typename T, int BM = 128, int BN = 128, int BK = 8, int WM = 32, int WN = 64,
-          int TM = 8, int TN = 8, int STAGES = 3>
-__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, PS_MIN_BLOCKS(TM, TN))
-sgemm_pipe(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
-           int M, int N, int K)
+template <typename T, int BM, int BN, int BK, int STAGES>
+struct PsPipeSmem {
+    static constexpr int A_STAGE = BK * (BM + 4);     // floats per stage (A padded by 4)
+    static constexpr int B_STAGE = BK * BN;
+    static constexpr int FLOATS = STAGES * (A_STAGE + B_STAGE);
+};
+
+// The body of sgemm_pipe and sgemm_pipe_dyn: As and Bs are the STAGES shared buffers of A
+// (A_STAGE floats each) and B (B_STAGE floats each), wherever the kernel declared them.
+template <typename T, int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES,
+          int JOUTER>
+__device__ __forceinline__ void
+ps_sgemm_pipe(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
+              int M, int N, int K, T* __restrict__ As, T* __restrict__ Bs)
 {
     PS_REQUIRE_FLOAT(T);
     constexpr int WARPS_N = BN / WN;
@@ -571,17 +591,15 @@ sgemm_pipe(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
     constexpr int A_ITERS = BM * BK / THREADS;        // 4-byte copies of A per thread
     constexpr int A_ROWS = THREADS / BK;               // rows of A covered per copy round
     constexpr int B_ITERS = BK * BN / 4 / THREADS;    // 16-byte copies of B per thread
-    constexpr int A_STAGE = BK * AP;                   // floats per stage
-    constexpr int B_STAGE = BK * BN;
+    constexpr int A_STAGE = PsPipeSmem<T, BM, BN, BK, STAGES>::A_STAGE;
+    constexpr int B_STAGE = PsPipeSmem<T, BM, BN, BK, STAGES>::B_STAGE;
     static_assert(STAGES >= 2, "a pipeline needs at least two stages");
     static_assert(BM % WM == 0 && BN % WN == 0 && WM % TM == 0 && WN % TN == 0, "tiling");
     static_assert(WTR * WTC == 32, "a warp tile must hold exactly 32 lanes");
     static_assert(TM % 4 == 0 && TN % 4 == 0 && BK % 2 == 0, "float4 fragments");
     static_assert(THREADS % BK == 0 && (BM * BK) % THREADS == 0, "A copy mapping");
     static_assert((BK * BN / 4) % THREADS == 0, "B copy mapping");
-
-    __shared__ __align__(16) T As[STAGES * A_STAGE];
-    __shared__ __align__(16) T Bs[STAGES * B_STAGE];
+    static_assert(A_STAGE == BK * AP, "A's stage is padded by 4 floats per k row");
 
     const int tid = static_cast<int>(threadIdx.x);
     const int lane = tid % 32, warp = tid / 32;
@@ -692,10 +710,71 @@ sgemm_pipe(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
                         a[0], b[0], &As[next_stage * A_STAGE + a_off],
                         &Bs[next_stage * B_STAGE + b_off]);
             }
-            ps_fma_tile<T, TM, TN>(acc, a[kk % 2], b[kk % 2]);
+            ps_fma_tile<T, TM, TN, JOUTER>(acc, a[kk % 2], b[kk % 2]);
         }
         stage = next_stage;
     }
 
     ps_store_tile<T, TM, TN, WTR * 4, WTC * 4>(C, acc, bm + a_off, bn + b_off, M, N);
+}
+
+template <typename T, int BM = 128, int BN = 128, int BK = 8, int WM = 32, int WN = 64,
+          int TM = 8, int TN = 8, int STAGES = 3>
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, PS_MIN_BLOCKS(TM, TN))
+sgemm_pipe(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
+           int M, int N, int K)
+{
+    using S = PsPipeSmem<T, BM, BN, BK, STAGES>;
+    __shared__ __align__(16) T As[STAGES * S::A_STAGE];
+    __shared__ __align__(16) T Bs[STAGES * S::B_STAGE];
+    ps_sgemm_pipe<T, BM, BN, BK, WM, WN, TM, TN, STAGES, 0>(A, B, C, M, N, K, As, Bs);
+}
+
+// ---------------------------------------------------------------------------------------
+// sgemm_pipe_dyn — sgemm_pipe with its shared buffers in dynamic shared memory.
+//   Template: as sgemm_pipe, then JOUTER (ps_fma_tile's FMA order); default the tile
+//   sgemm_tile128x256 takes: <float, 128, 256, 16, 64, 64, 8, 16, 2, 0>. Block: (BM / WM) * (BN / WN) * 32 = 256 threads (8 warps as 2 x 4).
+//   Grid: as sgemm_pipe. Shared memory: STAGES * (BK * (BM + 4) + BK * BN) * 4 bytes
+//   dynamic (49,664 at the default: over the 48 KB a kernel may declare statically, so the
+//   launch opts in), none static.
+//   Shapes and flags: as sgemm_pipe.
+//   Parent: sgemm_pipe at sgemm_tile8x16's configuration. Change: the buffers are declared
+//   extern and sized at launch. At sgemm_tile8x16's configuration (sgemm_dyn, a declared
+//   variant: 0.995x sgemm_tile8x16 in the H200's reference bench) that alone
+//   takes the S2UR of SR_CgaCtaId out of the main loop's head, which ptxas emits every k
+//   tile to find static buffers' shared window and which drew the most dispatch-stall
+//   samples of any instruction in sgemm_tile8x16's H200 report (1,105). And the tiles and
+//   depths whose buffers pass 48 KB (a 128 x 256 CTA tile at BK 16, 3 or 4 stages of
+//   128 x 128) can be built: the exhaustive tune of sgemm_pipe lost every one of them to
+//   ptxas. The default takes cuBLAS's CTA
+//   tile on the H200 (`perfscope diff sgemm_tile8x16 cublas_sgemm`: 128 x 256 per CTA of 8
+//   warps, one CTA per SM): each CTA reuses each A tile over twice the columns. Seed 002
+//   section 4 (larger block tiles), seed 000 section 5.1 (tune the tile).
+//   JOUTER = 1 (sgemm_fma_order) issues the FMAs column by column. At sgemm_dyn's
+//   configuration ptxas then writes 131 of the main loop's 2,048 FFMAs to another register
+//   than their addend (accumulators rotated between registers) instead of 548, and the loop
+//   holds 381 other instructions instead of 407. In sgemm_tile8x16's H200 report the rotated
+//   FFMAs sit at the k-tile boundary, where 59% of its dispatch stalls fall (22 and 36
+//   samples per million executed in the loop's first and last 500 instructions, 9.4 in
+//   between; cuBLAS's SGEMM executes no rotated FFMA in its loop); rotation itself is not
+//   the cause (Triton's and our register-tiled FP32 kernels rotate as many with no more
+//   stalls), so this is a smaller loop to time, not a cure. Seed 002 section 4, seed 000
+//   section 5.1.
+//   STAGES = 4 at the default tile (sgemm_stages4, parent sgemm_tile128x256) keeps three k
+//   tiles in flight behind the one being computed instead of one: 99,328 bytes of buffers,
+//   still one CTA per SM (the 255 registers of 256 threads set that). The exhaustive tune
+//   of this kernel at 4096^3 on the H200 ranked it first of 642 configurations (with its
+//   32 x 128 warp-tile twin): the deeper ring hides the global latency one CTA per SM
+//   cannot hide with other warps. Seed 002 section 4 (pipelining), seed 000 section 5.1.
+// ---------------------------------------------------------------------------------------
+template <typename T, int BM = 128, int BN = 256, int BK = 16, int WM = 64, int WN = 64,
+          int TM = 8, int TN = 16, int STAGES = 2, int JOUTER = 0>
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, PS_MIN_BLOCKS(TM, TN))
+sgemm_pipe_dyn(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
+               int M, int N, int K)
+{
+    extern __shared__ __align__(16) unsigned char ps_pipe_smem[];
+    T* As = reinterpret_cast<T*>(ps_pipe_smem);
+    T* Bs = As + STAGES * PsPipeSmem<T, BM, BN, BK, STAGES>::A_STAGE;
+    ps_sgemm_pipe<T, BM, BN, BK, WM, WN, TM, TN, STAGES, JOUTER>(A, B, C, M, N, K, As, Bs);
 }
