@@ -190,9 +190,10 @@ def _kernel_row(e: Entry) -> str:
             f"{pct(kp.sol.memory_pct)} | {stall} | {worst} |")
 
 
-# What each kernel's block shows of its source view and evidence, to fit the ladder's 32
+# What each kernel's block shows of its source view and evidence, to fit the ladder's
 # kernels in one comment (GitHub's limit is 65,536 characters): the hottest source lines are
-# cut to fewer, then to none, before a kernel is left out.
+# cut to fewer for every kernel, then to one for as many kernels as still fit (those with
+# findings first) and none for the rest, before a kernel is left out.
 MD_SOURCE_LINES = 3
 MD_SOURCE_FALLBACK = (1, 0)
 MD_EVIDENCE = 1
@@ -309,17 +310,49 @@ def _review(review: Review, html_name: str | None = None) -> str:
     said = _said_once(review)
     head += [*said, ""] if said else []
     start = "\n".join(head)
+    n = len(review.entries)
     for source_lines in (MD_SOURCE_LINES, *MD_SOURCE_FALLBACK):
-        text, kept = _kernel_blocks(review, start, source_lines)
-        if kept == len(review.entries):
+        plan = (source_lines,) * n
+        text, kept = _kernel_blocks(review, start, plan)
+        if kept == n:
             break
-    if source_lines < MD_SOURCE_LINES and _view_lines(review):
-        text += (f"\n_Hottest source lines cut to {source_lines or 'none'} per kernel to fit a "
-                 "PR comment; the HTML report has them._\n")
+    if kept == n and source_lines == 0 and MD_SOURCE_FALLBACK[0] > 0:
+        mixed = _one_line_where_it_fits(review, start, MD_SOURCE_FALLBACK[0])
+        more, more_kept = _kernel_blocks(review, start, mixed)
+        if more_kept == n and any(mixed):
+            text, plan = more, mixed
+    if min(plan, default=MD_SOURCE_LINES) < MD_SOURCE_LINES and _view_lines(review):
+        text += f"\n_{_cut_note(plan)} to fit a PR comment; the HTML report has them._\n"
     if kept < len(review.entries):
         text += (f"\n_{len(review.entries) - kept} kernel(s) left out to fit a PR comment; "
                  "the HTML report has them all._\n")
     return text + "\n"
+
+
+def _cut_note(plan: tuple[int, ...]) -> str:
+    """What the comment left out of the kernels' hottest source lines."""
+    if len(set(plan)) == 1:
+        return f"Hottest source lines cut to {plan[0] or 'none'} per kernel"
+    top = max(plan)
+    return (f"Hottest source lines cut to {top} for {sum(n == top for n in plan)} of "
+            f"{len(plan)} kernels (those with findings first) and none for the others")
+
+
+def _one_line_where_it_fits(review: Review, start: str, lines: int) -> tuple[int, ...]:
+    """Per kernel, `lines` hottest source lines or none: kernels with findings first, then
+    in order, as long as the comment stays under LIMIT (the blocks without lines fit)."""
+    n = len(review.entries)
+    base, _ = _kernel_blocks(review, start, (0,) * n)
+    room = LIMIT - 300 - len(base)
+    # Kernels with findings first; those with no source view (cuBLAS) take no place.
+    order = sorted((i for i in range(n) if review.entries[i].source.lines),
+                   key=lambda i: not review.entries[i].evaluation.findings)
+    plan = [0] * n
+    for i in order:
+        extra = len("\n".join(_source_lines(review.entries[i], lines)))
+        if extra + 1 <= room:
+            plan[i], room = lines, room - extra - 1
+    return tuple(plan)
 
 
 def _view_lines(review: Review) -> bool:
@@ -327,9 +360,9 @@ def _view_lines(review: Review) -> bool:
     return any(e.source.lines for e in review.entries)
 
 
-def _kernel_blocks(review: Review, text: str, source_lines: int) -> tuple[str, int]:
-    """text, then as many kernels' blocks as fit under LIMIT with the fixes they name, and
-    how many did."""
+def _kernel_blocks(review: Review, text: str, plan: tuple[int, ...]) -> tuple[str, int]:
+    """text, then as many kernels' blocks as fit under LIMIT with the fixes they name (each
+    with the number of hottest source lines its place in `plan` says), and how many did."""
     # A said-once finding's fix, from its first kernel (the others differ in their numbers).
     fixes: dict[tuple[str, str], None] = {}
     for code in MD_SAID_ONCE:
@@ -339,7 +372,7 @@ def _kernel_blocks(review: Review, text: str, source_lines: int) -> tuple[str, i
             (t,) = [t for t in finding_texts(first[0].evaluation) if t.code == code]
             fixes[(code, t.fix)] = None
     kept = 0
-    for e in review.entries:
+    for e, source_lines in zip(review.entries, plan, strict=True):
         mine: dict[tuple[str, str], None] = dict(fixes)
         block = "\n".join(_details(review, e, mine, source_lines))
         if len(text) + len(block) + len(_fixes(mine)) + 300 > LIMIT:

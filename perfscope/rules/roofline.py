@@ -152,7 +152,8 @@ SHORT_RUN_SHARE = 0.5
 # over the stream's share of the kernel's time. Measured on the H200 on 2026-12-05 head to
 # head at ten M <= 64 shapes and dtypes (probes/packed-vs-small-m.jsonl, kernel_ab, 7
 # rounds): savings of -0.1% to 4.0%, per unit of stream 0.006-0.047, median 0.012, mean
-# 0.019; and in bench-fused.json's rounds 1.0%, 0.6% and -0.4% at the three shapes with
+# 0.019 (the stream's share taken as in the committed reports: 0.88 at the 112-128 MiB
+# weights, 0.58 at 32 MiB); and in bench-fused.json's rounds 1.0%, 0.6% and -0.4% at the three shapes with
 # reports. 0.015 lies between the median and the mean. The first figure, 0.05, came from one
 # probe kernel (probes/small-m-bulk-b.json, 2026-12-04: each k tile's 8 KB read as one
 # piece, 1.031-1.063x at M = 16) and over-stated the real step three- to fivefold.
