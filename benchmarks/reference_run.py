@@ -31,6 +31,7 @@ Each phase also runs alone (a device call is limited to 10 minutes): ``--profile
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import logging
 import lzma
@@ -315,6 +316,9 @@ def environment_lines() -> list[str]:
 
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    # write_index ended in a segmentation fault on the H200 machine twice on 2026-12-05, after
+    # the bench files were written (not reproduced here): the next one prints where it was.
+    faulthandler.enable()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=ROOT / "reports" / "reference" / "h200")
     ap.add_argument("--compare-full", action="store_true",

@@ -14,6 +14,8 @@ derived from the raw metrics once, at load:
 - ``launch``: registers, shared memory, occupancy and its limiter, waves;
 - ``opcodes``: the executed SASS histogram and its opcode families;
 - ``hotspots``: the instructions with the most warp-state samples;
+- ``hot_loop``: the most executed instructions (the main loop as the counters see it):
+  how many, and how many of each opcode family;
 - ``ncu_rules``: Nsight Compute's own rule results.
 
 A metric the report lacks (another chip, another ncu version, a narrow section set) is
@@ -31,7 +33,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from perfscope.errors import PerfscopeError
-from perfscope.families import GLOBAL_KIND, SHARED_KIND, base_opcode, group_families
+from perfscope.families import GLOBAL_KIND, SHARED_KIND, base_opcode, family_of, group_families
 from perfscope.metrics import (
     CC_METRICS,
     CLUSTER_DIMS,
@@ -47,6 +49,7 @@ from perfscope.metrics import (
     M_GLOBAL_IDEAL,
     M_GLOBAL_SECTORS,
     M_GRID_SIZE,
+    M_INST_EXECUTED_PC,
     M_ISSUE_ACTIVE,
     M_L1_HIT,
     M_L2_HIT,
@@ -313,6 +316,22 @@ class Hotspot:
     reasons: tuple[tuple[str, int], ...]   # top stall reasons at this instruction
 
 
+# A PC is in the main loop when it executed at least this share of the most executed PC's
+# count: a loop body runs once per pass, its prologue and the epilogue once per tile. On the
+# H200's reports this takes cuBLAS's FP32 loop whole (1,154 PCs, every one executed the same
+# number of times) and the persistent wgmma stage's consumer loop (59 PCs).
+HOT_LOOP_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class HotLoop:
+    """The kernel's most executed instructions: its main loop as the counters see it (for a
+    warp-specialised kernel, the role with the most warp executions: its consumers')."""
+
+    instructions: int                 # PCs executed at least HOT_LOOP_SHARE of the most
+    families: Mapping[str, int]       # perfscope.families key -> PCs of that family in it
+
+
 @dataclass(frozen=True)
 class NcuRule:
     """One of Nsight Compute's own rule results, as Nsight Compute said it, its markup
@@ -468,6 +487,8 @@ class KernelProfile:
     metrics: RawMetrics = field(repr=False, compare=False, hash=False)
     # The report behind the views, for the source view; None for a static profile.
     correlation: Correlation | None = field(default=None, repr=False, compare=False, hash=False)
+    # None where the report has no per-instruction execution counts (or a static profile).
+    hot_loop: HotLoop | None = None
 
     @property
     def name(self) -> str:
@@ -736,6 +757,23 @@ def _hotspots(r: _Reader, sass: _Sass, count: int = HOTSPOT_COUNT) -> tuple[Hots
     return tuple(out)
 
 
+def _hot_loop(r: _Reader, sass: _Sass) -> HotLoop | None:
+    executed = r.instances(M_INST_EXECUTED_PC)
+    if not executed:
+        return None
+    top = max(executed.values())
+    if top <= 0:
+        return None
+    hot = sorted(pc for pc, n in executed.items() if n >= HOT_LOOP_SHARE * top)
+    families: dict[str, int] = {}
+    for pc in hot:
+        key = family_of(sass.opcode(pc))
+        if key is not None:
+            families[key] = families.get(key, 0) + 1
+    return HotLoop(instructions=len(hot),
+                   families=dict(sorted(families.items(), key=lambda kv: (-kv[1], kv[0]))))
+
+
 _MSG_TYPES = {0: "none", 1: "ok", 2: "optimization", 3: "warning", 4: "error"}
 _SPEEDUP_TYPES = {0: None, 1: "local", 2: "global"}
 
@@ -769,6 +807,7 @@ def profile_from_action(action: Any, where: Where,
         memory=_memory(r, sass), launch=_launch(r), opcodes=_opcodes(r),
         hotspots=_hotspots(r, sass), ncu_rules=_ncu_rules(action),
         metrics=RawMetrics(handle, action), correlation=Correlation(handle, r, sass),
+        hot_loop=_hot_loop(r, sass),
     )
 
 

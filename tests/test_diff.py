@@ -651,3 +651,39 @@ def test_the_streamed_operands_boxes_are_a_structural_reason():
     assert not [a for a in d.compare(deep, plain).structure if a.name == BOXES]
     no_reads = dataclasses.replace(packed, reads=None)
     assert not [a for a in d.compare(deep, no_reads).structure if a.name == BOXES]
+
+
+@needs_reference
+def test_the_main_loops_side_by_side():
+    """The best FP32 stage against cuBLAS's SGEMM (the H200's reports of 2026-12-05): no
+    finding explains the 1.08x cycles, and the main loops show what does differ: the same
+    LDGSTS and barrier per pass, half the FFMAs and LDS in cuBLAS's (a BK 8 pass to our 16)."""
+    from perfscope.render.diff import table_rows
+
+    a = resolve(ref("sgemm_stages4", "fp32"))
+    b = resolve(str(REFERENCE / "cublas_sgemm-fp32-4096x4096x4096.ncu-rep.xz"))
+    result = d.compare(a, b)
+    rows = {r.name: (r.a, r.b) for r in result.loop}
+    assert rows["main loop instructions"] == (2250, 1154)
+    assert rows["main loop FFMA"] == (2048, 1024) and rows["main loop shared LDS/STS"] == (99, 48)
+    assert rows["main loop async copy LDGSTS"] == (13, 13)
+    assert rows["main loop barriers BAR/SYNCS"] == (1, 1)
+    fields = result.fields()
+    assert fields["main_loop_instructions_a"] == 2250 and fields["main_loop_ffma_ratio"] == 2.0
+    text = table_rows(result)
+    at = text.index(("[main loop]", "", "", ""))
+    assert text[at + 1] == ("main loop instructions", "2,250", "1,154", "1.95x")
+    # The persistent wgmma stage's consumer loop: its wgmmas and their waits.
+    loop = resolve(ref("hgemm_tma_wgmma_persistent", "bf16")).profile.hot_loop
+    assert loop is not None and loop.families.get("gmma", 0) > 0 and "ffma" not in loop.families
+
+
+def test_no_main_loop_rows_without_per_instruction_counts():
+    """A report collected without the source counters has no main loop; the diff shows no
+    such group rather than zeros."""
+    narrow = side("narrow_sol_only")
+    assert narrow.profile.hot_loop is None
+    full = side("float4_copy")
+    assert full.profile.hot_loop is not None
+    result = d.compare(narrow, full)
+    assert result.loop == () and "main_loop_instructions_a" not in result.fields()

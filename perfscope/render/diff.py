@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from perfscope.diff import ProfileDiff, Row
+from perfscope.diff import LOOP_PREFIX, ProfileDiff, Row
 from perfscope.families import FAMILY_BY_KEY
 from perfscope.render.summary import NOT_COLLECTED, clock
 
@@ -32,7 +32,7 @@ def row_text(r: Row) -> tuple[str, str, str]:
     """(quantity, A, B) of one row as printed: counts as integers, clocks in GHz."""
     if r.name in CLOCK_ROWS:
         return CLOCK_ROWS[r.name], clock(r.a), clock(r.b)
-    if r.name in COUNT_ROWS:
+    if r.name in COUNT_ROWS or r.name.startswith(LOOP_PREFIX):
         return r.name, *(NOT_COLLECTED if v is None else f"{v:,.0f}" for v in (r.a, r.b))
     if r.name.endswith("%"):
         return r.name, *(NOT_COLLECTED if v is None else f"{v:,.1f}" for v in (r.a, r.b))
@@ -46,6 +46,9 @@ def table_rows(diff: ProfileDiff) -> list[tuple[str, str, str, str]]:
                         ("launch", diff.launch)):
         out.append((f"[{title}]", "", "", ""))
         out += [(*row_text(r), ratio_text(r)) for r in rows]
+    if diff.loop:
+        out.append(("[main loop]", "", "", ""))
+        out += [(*row_text(r), ratio_text(r)) for r in diff.loop]
     out.append(("[stall share]", "", "", ""))
     for s in diff.stalls[:6]:
         out.append((s.reason, "" if s.share_a is None else f"{s.share_a:.0%}",

@@ -236,7 +236,7 @@ def diff_document(diff: ProfileDiff, gate_failures: Sequence[str] = ()) -> dict[
     return {
         "schema": DIFF_SCHEMA, "a": side(diff.a), "b": side(diff.b),
         "fields": diff.fields(), "time": rows(diff.time), "sol": rows(diff.sol),
-        "memory": rows(diff.memory), "launch": rows(diff.launch),
+        "memory": rows(diff.memory), "launch": rows(diff.launch), "loop": rows(diff.loop),
         "stalls": [dataclasses.asdict(s) | {"delta": s.delta} for s in diff.stalls],
         "unit": diff.unit, "families": [dataclasses.asdict(f) for f in diff.families],
         "only_a": list(diff.only_a), "only_b": list(diff.only_b),
