@@ -48,7 +48,8 @@ def table_rows(diff: ProfileDiff) -> list[tuple[str, str, str, str]]:
         out += [(*row_text(r), ratio_text(r)) for r in rows]
     if diff.loop:
         out.append(("[main loop]", "", "", ""))
-        out += [(*row_text(r), ratio_text(r)) for r in diff.loop]
+        # As in the family table: a family one loop lacks has no ratio.
+        out += [(*row_text(r), ratio_text(r) if r.a and r.b else "") for r in diff.loop]
     out.append(("[stall share]", "", "", ""))
     for s in diff.stalls[:6]:
         out.append((s.reason, "" if s.share_a is None else f"{s.share_a:.0%}",

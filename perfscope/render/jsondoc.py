@@ -63,7 +63,8 @@ Schemas, versioned by name (a field that changes bumps the version):
 
 - ``perfscope.diff/1`` (``diff --json``): ``a``/``b`` (label, report, name, demangled,
   manifest, hotspots), ``fields`` (every gateable number), ``time``/``sol``/``memory``/
-  ``launch`` rows ``{name, a, b, ratio}``, ``stalls``, ``families``, ``only_a``/``only_b``,
+  ``launch``/``loop`` rows ``{name, a, b, ratio}`` (``loop``: the main loops, empty unless
+  both reports have per-instruction execution counts), ``stalls``, ``families``, ``only_a``/``only_b``,
   ``new_findings``/``gone_findings`` (FINDING), ``verdict`` (each with its ``kind``),
   ``improved``, ``gap``, ``remaining``, ``structure`` (launch aspects A/B), ``warnings``,
   ``gate_failures``.
