@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from perfscope.errors import PerfscopeError
-from perfscope.families import GLOBAL_KIND, SHARED_KIND, base_opcode, family_of, group_families
+from perfscope.families import GLOBAL_KIND, SHARED_KIND, base_opcode, group_families
 from perfscope.metrics import (
     CC_METRICS,
     CLUSTER_DIMS,
@@ -764,14 +764,10 @@ def _hot_loop(r: _Reader, sass: _Sass) -> HotLoop | None:
     top = max(executed.values())
     if top <= 0:
         return None
-    hot = sorted(pc for pc, n in executed.items() if n >= HOT_LOOP_SHARE * top)
-    families: dict[str, int] = {}
-    for pc in hot:
-        key = family_of(sass.opcode(pc))
-        if key is not None:
-            families[key] = families.get(key, 0) + 1
-    return HotLoop(instructions=len(hot),
-                   families=dict(sorted(families.items(), key=lambda kv: (-kv[1], kv[0]))))
+    hot = [pc for pc, n in executed.items() if n >= HOT_LOOP_SHARE * top]
+    # Each PC counts once: the loop's static mix, not its executions.
+    families = group_families((sass.opcode(pc), 1) for pc in hot)
+    return HotLoop(instructions=len(hot), families={k: int(v) for k, v in families.items()})
 
 
 _MSG_TYPES = {0: "none", 1: "ok", 2: "optimization", 3: "warning", 4: "error"}

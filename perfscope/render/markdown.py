@@ -196,6 +196,8 @@ def _kernel_row(e: Entry) -> str:
 # findings first) and none for the rest, before a kernel is left out.
 MD_SOURCE_LINES = 3
 MD_SOURCE_FALLBACK = (1, 0)
+# Characters kept free under LIMIT for the notes the comment ends with.
+MD_MARGIN = 300
 MD_EVIDENCE = 1
 MD_REASONS = 3
 MD_TEXT = 90
@@ -317,7 +319,8 @@ def _review(review: Review, html_name: str | None = None) -> str:
         if kept == n:
             break
     if kept == n and source_lines == 0 and MD_SOURCE_FALLBACK[0] > 0:
-        mixed = _one_line_where_it_fits(review, start, MD_SOURCE_FALLBACK[0])
+        # `text` is the comment with no source line at all: what room is left decides.
+        mixed = _one_line_where_it_fits(review, LIMIT - MD_MARGIN - len(text), MD_SOURCE_FALLBACK[0])
         more, more_kept = _kernel_blocks(review, start, mixed)
         if more_kept == n and any(mixed):
             text, plan = more, mixed
@@ -338,12 +341,10 @@ def _cut_note(plan: tuple[int, ...]) -> str:
             f"{len(plan)} kernels (those with findings first) and none for the others")
 
 
-def _one_line_where_it_fits(review: Review, start: str, lines: int) -> tuple[int, ...]:
+def _one_line_where_it_fits(review: Review, room: int, lines: int) -> tuple[int, ...]:
     """Per kernel, `lines` hottest source lines or none: kernels with findings first, then
-    in order, as long as the comment stays under LIMIT (the blocks without lines fit)."""
+    in order, as long as they add no more than `room` characters to the comment."""
     n = len(review.entries)
-    base, _ = _kernel_blocks(review, start, (0,) * n)
-    room = LIMIT - 300 - len(base)
     # Kernels with findings first; those with no source view (cuBLAS) take no place.
     order = sorted((i for i in range(n) if review.entries[i].source.lines),
                    key=lambda i: not review.entries[i].evaluation.findings)
@@ -375,7 +376,7 @@ def _kernel_blocks(review: Review, text: str, plan: tuple[int, ...]) -> tuple[st
     for e, source_lines in zip(review.entries, plan, strict=True):
         mine: dict[tuple[str, str], None] = dict(fixes)
         block = "\n".join(_details(review, e, mine, source_lines))
-        if len(text) + len(block) + len(_fixes(mine)) + 300 > LIMIT:
+        if len(text) + len(block) + len(_fixes(mine)) + MD_MARGIN > LIMIT:
             break
         text += "\n" + block
         fixes = mine
