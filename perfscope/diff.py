@@ -25,12 +25,13 @@ import operator
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import PurePath
 
 from perfscope.errors import PerfscopeError
 from perfscope.families import FAMILY_BY_KEY, family_of
 from perfscope.hardware import SMEM_BYTES_PER_SM_CLOCK
 from perfscope.metrics import M_DRAM_READ, M_DRAM_WRITE
-from perfscope.profile import KernelProfile
+from perfscope.profile import Hotspot, KernelProfile
 from perfscope.record import Diagnosed
 from perfscope.rules import Finding
 from perfscope.structure import (
@@ -681,17 +682,47 @@ def _stall_shift_text(s: StallShift) -> str:
             "cycles per issued instruction)")
 
 
-def _stall_reasons(stalls: Sequence[StallShift]) -> list[Reason]:
-    return [Reason(f"{_stall_shift_text(s)}.", None, None,
-                   "See the hotspots: the instructions that carry these stalls.", "stalls")
-            for s in stalls if s.delta >= STALL_SHIFT_MIN]
+# Hotspots named as where a stall reason sits, at most.
+STALL_CARRIERS = 3
 
 
-def _stall_improvements(stalls: Sequence[StallShift]) -> list[Reason]:
+def _carriers(reason: str, hotspots: Sequence[Hotspot]) -> str:
+    """The hottest instructions whose top stall reasons include `reason`, most samples of it
+    first ("0x2640 BRA at hopper.cuh:251, 3,911 samples"), or "" when none does."""
+    held = sorted(((n, h) for h in hotspots for r, n in h.reasons if r == reason),
+                  key=lambda item: -item[0])[:STALL_CARRIERS]
+    return ", ".join(f"0x{h.address:x} {h.opcode}"
+                     + (f" at {PurePath(h.file).name}:{h.line}" if h.file and h.line else "")
+                     + f" ({n:,} samples)" for n, h in held)
+
+
+def _stall_reasons(stalls: Sequence[StallShift], hotspots: Sequence[Hotspot]) -> list[Reason]:
+    """A (slower) waits much more on a reason than B; the fix points at A's instructions
+    that carry the wait (a full-barrier wait of a TMA ring: operands that arrive late)."""
+    out = []
+    for s in stalls:
+        if s.delta < STALL_SHIFT_MIN:
+            continue
+        where = _carriers(s.reason, hotspots)
+        fix = (f"Look at A's instructions that carry it: {where}." if where else
+               "See the hotspots: the instructions that carry these stalls.")
+        out.append(Reason(f"{_stall_shift_text(s)}.", None, None, fix, "stalls"))
+    return out
+
+
+def _stall_improvements(stalls: Sequence[StallShift], hotspots: Sequence[Hotspot]
+                        ) -> list[Reason]:
     """A (faster) waits much less on a reason than B: a wait its change removed, as the
-    stalls say (B's hotspots carry it)."""
-    return [Reason(f"{_stall_shift_text(s)}: a wait A cut.", None, None, "", "stalls")
-            for s in stalls if s.delta <= -STALL_SHIFT_MIN]
+    stalls say, and B's instructions that carried it."""
+    out = []
+    for s in stalls:
+        if s.delta > -STALL_SHIFT_MIN:
+            continue
+        where = _carriers(s.reason, hotspots)
+        out.append(Reason(f"{_stall_shift_text(s)}: a wait A cut.", None, None,
+                          f"B's instructions that carried it: {where}." if where else "",
+                          "stalls"))
+    return out
 
 
 # Per-thread values moved into uniform registers (R2UR) per warpgroup MMA from which a
@@ -753,13 +784,15 @@ def _verdict(draft: ProfileDiff, shapes: tuple[LaunchShape, LaunchShape]
         d = _Direction(b, a, ("B", "A"), (shapes[1], shapes[0]))
         reasons = _reasons(d, draft.gone_findings, draft.only_a, draft.structure, gap)
         reasons += _descriptor_reason(b, a, cut=True) or _descriptor_reason(a, b, cut=False)
-        reasons += _stall_improvements(draft.stalls)[: max(0, VERDICT_REASONS - len(reasons))]
+        reasons += _stall_improvements(draft.stalls, b.profile.hotspots)[
+            : max(0, VERDICT_REASONS - len(reasons))]
         return tuple(reasons[:VERDICT_REASONS]), True, gap
     gap = 1 - 1 / cycles_ratio if cycles_ratio else None
     d = _Direction(a, b, ("A", "B"), shapes)
     reasons = _reasons(d, draft.new_findings, draft.only_b, draft.structure, gap)
     reasons += _descriptor_reason(a, b, cut=False)
-    reasons += _stall_reasons(draft.stalls)[: max(0, VERDICT_REASONS - len(reasons))]
+    reasons += _stall_reasons(draft.stalls, a.profile.hotspots)[
+        : max(0, VERDICT_REASONS - len(reasons))]
     return tuple(reasons[:VERDICT_REASONS]), False, gap
 
 

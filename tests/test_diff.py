@@ -448,6 +448,33 @@ def test_a_wait_the_faster_kernel_removed_is_named():
     (gone,) = [r for r in result.verdict if r.kind == "stalls"]
     assert gone.sentence.startswith("A's warps stall on membar 0% of their stall time against 13% in B")
     assert gone.sentence.endswith("a wait A cut.")
+    # where B waited: the cluster barrier and the fence around the partial's reduction
+    assert gone.fix == ("B's instructions that carried it: 0x5c00 ERRBAR at fused.cu:618 (121 "
+                        "samples), 0x5c20 UCGABAR_ARV at fused.cu:618 (96 samples), 0x5d70 "
+                        "UCGABAR_ARV at fused.cu:619 (15 samples).")
+
+
+def test_a_stall_that_grew_names_the_instructions_that_carry_it():
+    """The persistent template with its last tile rows cut into narrower pieces (probes/,
+    2026-12-05: 1.18x the cycles) against the reference run's unsplit kernel: its consumers
+    wait longer at the ring's full barrier, and the reason says where: the mbarrier wait's
+    branch in the whole tiles' k loop and in the two piece loops."""
+    split = REFERENCE / "probes" / "hgemm_tma_wgmma_persistent@STREAMK=4-bf16-4096x4096x4096.ncu-rep.xz"
+    result = d.compare(resolve(str(split)), resolve(ref("hgemm_tma_wgmma_persistent", "bf16")))
+    (grown,) = [r for r in result.verdict if r.kind == "stalls"]
+    assert grown.sentence.startswith("A's warps stall on long_scoreboard 49% of their stall time "
+                                     "against 38% in B")
+    assert grown.fix == ("Look at A's instructions that carry it: 0x2640 BRA at hopper.cuh:251 "
+                         "(3,888 samples), 0x7af0 BRA at hopper.cuh:251 (2,239 samples), 0x6da0 "
+                         "BRA at hopper.cuh:251 (1,810 samples).")
+
+
+def test_a_stall_without_hotspots_points_at_them_in_general():
+    shift = d.StallShift("barrier", 0.4, 0.1, 3.0, 1.0)
+    (reason,) = d._stall_reasons([shift], ())
+    assert reason.fix == "See the hotspots: the instructions that carry these stalls."
+    (cut,) = d._stall_improvements([d.StallShift("barrier", 0.1, 0.4, 1.0, 3.0)], ())
+    assert cut.fix == "" and cut.sentence.endswith("a wait A cut.")
 
 
 def test_the_consumers_tiles_are_read_off_the_tile_and_the_mma_shape():
