@@ -688,7 +688,7 @@ STALL_CARRIERS = 3
 
 def _carriers(reason: str, hotspots: Sequence[Hotspot]) -> str:
     """The hottest instructions whose top stall reasons include `reason`, most samples of it
-    first ("0x2640 BRA at hopper.cuh:251, 3,911 samples"), or "" when none does."""
+    first ("0x2640 BRA at hopper.cuh:251 (3,888 samples)"), or "" when none does."""
     held = sorted(((n, h) for h in hotspots for r, n in h.reasons if r == reason),
                   key=lambda item: -item[0])[:STALL_CARRIERS]
     return ", ".join(f"0x{h.address:x} {h.opcode}"
@@ -698,7 +698,8 @@ def _carriers(reason: str, hotspots: Sequence[Hotspot]) -> str:
 
 def _stall_reasons(stalls: Sequence[StallShift], hotspots: Sequence[Hotspot]) -> list[Reason]:
     """A (slower) waits much more on a reason than B; the fix points at A's instructions
-    that carry the wait (a full-barrier wait of a TMA ring: operands that arrive late)."""
+    that carry the wait (e.g. the branch of an mbarrier wait loop, where a TMA ring's
+    consumers wait for their operands)."""
     out = []
     for s in stalls:
         if s.delta < STALL_SHIFT_MIN:
