@@ -696,33 +696,26 @@ def _carriers(reason: str, hotspots: Sequence[Hotspot]) -> str:
                      + f" ({n:,} samples)" for n, h in held)
 
 
-def _stall_reasons(stalls: Sequence[StallShift], hotspots: Sequence[Hotspot]) -> list[Reason]:
-    """A (slower) waits much more on a reason than B; the fix points at A's instructions
-    that carry the wait (e.g. the branch of an mbarrier wait loop, where a TMA ring's
-    consumers wait for their operands)."""
+def _stall_claims(stalls: Sequence[StallShift], hotspots: Sequence[Hotspot], cut: bool
+                  ) -> list[Reason]:
+    """The stall reasons whose share moved by STALL_SHIFT_MIN: grown in A (cut False; the fix
+    points at A's instructions that carry the wait, e.g. the branch of an mbarrier wait loop
+    where a TMA ring's consumers wait for their operands), or cut by A (cut True; B's
+    instructions that carried it). `hotspots` are the slower side's."""
     out = []
     for s in stalls:
-        if s.delta < STALL_SHIFT_MIN:
+        if (-s.delta if cut else s.delta) < STALL_SHIFT_MIN:
             continue
         where = _carriers(s.reason, hotspots)
-        fix = (f"Look at A's instructions that carry it: {where}." if where else
-               "See the hotspots: the instructions that carry these stalls.")
-        out.append(Reason(f"{_stall_shift_text(s)}.", None, None, fix, "stalls"))
-    return out
-
-
-def _stall_improvements(stalls: Sequence[StallShift], hotspots: Sequence[Hotspot]
-                        ) -> list[Reason]:
-    """A (faster) waits much less on a reason than B: a wait its change removed, as the
-    stalls say, and B's instructions that carried it."""
-    out = []
-    for s in stalls:
-        if s.delta > -STALL_SHIFT_MIN:
-            continue
-        where = _carriers(s.reason, hotspots)
-        out.append(Reason(f"{_stall_shift_text(s)}: a wait A cut.", None, None,
-                          f"B's instructions that carried it: {where}." if where else "",
-                          "stalls"))
+        if cut:
+            out.append(Reason(f"{_stall_shift_text(s)}: a wait A cut.", None, None,
+                              f"B's instructions that carried it: {where}." if where else "",
+                              "stalls"))
+        else:
+            out.append(Reason(f"{_stall_shift_text(s)}.", None, None,
+                              f"Look at A's instructions that carry it: {where}." if where else
+                              "See the hotspots: the instructions that carry these stalls.",
+                              "stalls"))
     return out
 
 
@@ -785,14 +778,14 @@ def _verdict(draft: ProfileDiff, shapes: tuple[LaunchShape, LaunchShape]
         d = _Direction(b, a, ("B", "A"), (shapes[1], shapes[0]))
         reasons = _reasons(d, draft.gone_findings, draft.only_a, draft.structure, gap)
         reasons += _descriptor_reason(b, a, cut=True) or _descriptor_reason(a, b, cut=False)
-        reasons += _stall_improvements(draft.stalls, b.profile.hotspots)[
+        reasons += _stall_claims(draft.stalls, b.profile.hotspots, cut=True)[
             : max(0, VERDICT_REASONS - len(reasons))]
         return tuple(reasons[:VERDICT_REASONS]), True, gap
     gap = 1 - 1 / cycles_ratio if cycles_ratio else None
     d = _Direction(a, b, ("A", "B"), shapes)
     reasons = _reasons(d, draft.new_findings, draft.only_b, draft.structure, gap)
     reasons += _descriptor_reason(a, b, cut=False)
-    reasons += _stall_reasons(draft.stalls, a.profile.hotspots)[
+    reasons += _stall_claims(draft.stalls, a.profile.hotspots, cut=False)[
         : max(0, VERDICT_REASONS - len(reasons))]
     return tuple(reasons[:VERDICT_REASONS]), False, gap
 

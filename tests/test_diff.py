@@ -471,9 +471,9 @@ def test_a_stall_that_grew_names_the_instructions_that_carry_it():
 
 def test_a_stall_without_hotspots_points_at_them_in_general():
     shift = d.StallShift("barrier", 0.4, 0.1, 3.0, 1.0)
-    (reason,) = d._stall_reasons([shift], ())
+    (reason,) = d._stall_claims([shift], (), cut=False)
     assert reason.fix == "See the hotspots: the instructions that carry these stalls."
-    (cut,) = d._stall_improvements([d.StallShift("barrier", 0.1, 0.4, 1.0, 3.0)], ())
+    (cut,) = d._stall_claims([d.StallShift("barrier", 0.1, 0.4, 1.0, 3.0)], (), cut=True)
     assert cut.fix == "" and cut.sentence.endswith("a wait A cut.")
 
 
