@@ -522,3 +522,26 @@ def test_a_folder_is_named_as_a_folder(tmp_path):
     res = CliRunner().invoke(app, ["sass", str(tmp_path)])
     assert res.exit_code == 2 and res.output.count("\n") == 1
     assert f"{tmp_path} is a folder; name one .cu source or .cubin in it" in res.output
+
+
+def test_fp32_fetch_probe_variants_still_apply_and_compile_as_meant(tmp_path):
+    """The FP32 instruction-fetch probe (reports/.../probes/variants/fp32_fetch_probe.py)
+    waits for a device; its edits to sgemm.cu are string anchors, so a change to the kernel
+    would only show there, after the machine is paid for. Here: every variant still applies,
+    chunk8 halves the k loop (its backward branch spans 1,024 FFMAs, not 2,048) with the
+    same registers and no spill, and l2hint puts the prefetch hint on every copy."""
+    disassembler_or_skip()
+    import importlib.util
+    path = (Path(__file__).resolve().parents[1] / "reports" / "reference" / "h200" / "probes"
+            / "variants" / "fp32_fetch_probe.py")
+    loader = importlib.util.spec_from_file_location("fp32_fetch_probe", path)
+    probe = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(probe)
+    plain = probe.loop_stats(KERNEL_DIR)
+    chunk = probe.loop_stats(probe.variant("chunk8", tmp_path))
+    hint = probe.loop_stats(probe.variant("l2hint", tmp_path))
+    assert plain["ffma"] == 2048 and chunk["ffma"] == 1024
+    assert chunk["longest_backward_branch"] < 0.6 * plain["longest_backward_branch"]
+    assert chunk["registers"] == plain["registers"] and chunk["spill_stores"] == 0
+    assert plain["ldgsts_ltc128b"] == 0 and hint["ldgsts_ltc128b"] > 0
+    assert hint["instructions"] == plain["instructions"]
