@@ -18,7 +18,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from perfscope.build import CompileError, check_known_arch, parse_ptxas_log
@@ -27,6 +27,8 @@ from perfscope.errors import PerfscopeError
 from perfscope.families import FAMILY_BY_KEY, family_of, group_families
 from perfscope.kernels import get_spec, normalize_dtype, stage_info
 from perfscope.kernels.launch import compile_stage
+from perfscope.kernels.spec import KernelSpec
+from perfscope.manifest import RunManifest, manifest_beside
 from perfscope.profile import (
     Identity,
     KernelProfile,
@@ -37,14 +39,20 @@ from perfscope.profile import (
     SpeedOfLight,
     Stalls,
     Traffic,
+    load,
 )
+from perfscope.reader import decompressed, report_stem
 from perfscope.rules import STATIC_REGISTRY, Context, Evaluation, evaluate
-from perfscope.sass.disasm import Disassembly, KernelSass, Tool, disassemble, find_tool
+from perfscope.sass.disasm import KernelSass, Tool, disassemble, find_tool
+from perfscope.sass.embedded import cubin_for, embedded_cubins
 from perfscope.stage import ResourceUsage
 
 log = logging.getLogger(__name__)
 
 NVCC_TIMEOUT_S = 600
+# A target that names an Nsight Compute report: its kernels are audited from the cubins it
+# carries.
+REPORT_RE = re.compile(r"\.ncu-rep(\.xz)?$", re.IGNORECASE)
 
 
 # ---------------------------------------------------------------- static profile
@@ -198,24 +206,122 @@ def audit_file(path: Path, arch: str | None = None, dtype: str | None = None,
             raise PerfscopeError(f"{path.name} names no target architecture; pass --arch")
         notes.append("registers and shared memory from cuobjdump -res-usage (shared includes the "
                      "system-reserved part); spills unknown without ptxas -v")
-    return [_audit_kernel(path, "cu" if suffix == ".cu" else "cubin", arch, k, dtype, tool,
-                          compiler, resources.get(k.name), dis, tuple(notes))
-            for k in dis.kernels]
+    origin = _Origin(path, "cu" if suffix == ".cu" else "cubin", arch, dtype, compiler,
+                     tuple(notes))
+    return [_audit_kernel(origin, k, dis.tool, resources.get(k.name)) for k in dis.kernels]
 
 
-def _audit_kernel(path: Path, kind: str, arch: str, sass: KernelSass, dtype: str | None, tool: Tool,
-                  compiler: str, resources: ResourceUsage | None, dis: Disassembly,
-                  notes: tuple[str, ...]) -> SassAudit:
+@dataclass(frozen=True)
+class _Origin:
+    """Where an audited kernel's SASS came from: what the audit says beside the SASS."""
+
+    target: Path
+    kind: str                        # cu / cubin / report
+    arch: str
+    dtype: str | None
+    compiler: str
+    notes: tuple[str, ...] = ()
+
+
+def _audit_kernel(origin: _Origin, sass: KernelSass, tool: Tool, resources: ResourceUsage | None,
+                  fingerprint: tuple[FingerprintCheck, ...] = ()) -> SassAudit:
+    arch = sass.arch or origin.arch
     return SassAudit(
-        target=str(path), kind=kind, arch=sass.arch or arch, kernel=sass.name, dtype=dtype, label="",
-        tool=dis.tool, compiler=compiler, resources=resources, sass=sass, fingerprint=(),
-        evaluation=_evaluate(sass, sass.arch or arch, resources,
-                             Context(dtype=dtype, resources=resources)),
-        notes=notes)
+        target=str(origin.target), kind=origin.kind, arch=arch, kernel=sass.name,
+        dtype=origin.dtype, label="", tool=tool, compiler=origin.compiler, resources=resources,
+        sass=sass, fingerprint=fingerprint,
+        evaluation=_evaluate(sass, arch, resources,
+                             Context(dtype=origin.dtype, resources=resources)),
+        notes=origin.notes)
 
 
-def audit(target: str, arch: str | None = None, dtype: str | None = None) -> AuditDocument:
-    """``perfscope sass TARGET``: a stage name, a .cu or a .cubin."""
+def _stage_of(manifest: RunManifest | None) -> KernelSpec | None:
+    """The registry stage a run manifest names, when it names one with code of its own."""
+    if manifest is None:
+        return None
+    try:
+        spec = get_spec(manifest.stage)
+    except PerfscopeError:
+        return None
+    return None if spec.is_reference else spec
+
+
+def audit_report(path: Path, arch: str | None = None, dtype: str | None = None,
+                 tool: Tool | None = None, save_to: Path | None = None) -> list[SassAudit]:
+    """Audit every kernel a report profiled from the cubin the report carries: the code
+    that ran (a library's kernels included), with its ``.reuse`` flags; a perfscope stage's
+    kernel is also held to the stage's fingerprint when the run manifest beside the report
+    names the stage. save_to: a folder to write each audited kernel's cubin to
+    (``<report stem>.<content hash>.cubin``), for other tools."""
+    names = list(dict.fromkeys(p.identity.mangled for p in load(path) if p.identity.mangled))
+    plain, private = decompressed(path)
+    try:
+        cubins = embedded_cubins(plain.read_bytes())
+    finally:
+        if private:
+            plain.unlink(missing_ok=True)
+    if not cubins:
+        raise PerfscopeError(f"{path.name} carries no cubin of its kernels (made by another "
+                             "tool, or its bytes were altered); audit the kernel's .cubin or .cu "
+                             "instead")
+    manifest = manifest_beside(path)
+    spec = _stage_of(manifest)
+    dtype = normalize_dtype(dtype) if dtype else (manifest.dtype if manifest else None)
+    tool = tool or find_tool()
+    origin = _Origin(path, "report", arch or "", dtype,
+                     "none (the cubin the report carries: the code that ran; ptxas's spill "
+                     "report is not in it)",
+                     ("registers and shared memory from cuobjdump -res-usage of that cubin "
+                      "(shared includes the system-reserved part); spills unknown without "
+                      "ptxas -v",))
+    out: list[SassAudit] = []
+    for name in names:
+        cubin = cubin_for(cubins, name)
+        if cubin is None:
+            log.warning("no cubin in %s holds %s", path.name, name)
+            continue
+        with tempfile.TemporaryDirectory(prefix="perfscope-sass-") as tmp:
+            file = Path(tmp) / f"{cubin.digest}.cubin"
+            file.write_bytes(cubin.data)
+            dis = disassemble(file, tool, (name,))
+        sass = dis.kernel(name)
+        notes = origin.notes
+        if save_to is not None:
+            notes += (f"its cubin (the whole module, {len(cubin.data):,} bytes): "
+                      f"{_save_cubin(cubin.data, save_to / f'{report_stem(path)}.{cubin.digest}.cubin')}",)
+        if arch is not None and sass.arch and sass.arch != arch:
+            raise PerfscopeError(f"{path.name}'s kernel ran as {sass.arch} code, not {arch}; "
+                                 "leave out --arch for a report")
+        checks = (check_fingerprint(sass, spec.fingerprint, spec.absent)
+                  if spec is not None and spec.entry in name else ())
+        out.append(_audit_kernel(replace(origin, arch=sass.arch or arch or "?", notes=notes),
+                                 sass, dis.tool, None, checks))
+    if not out:
+        raise PerfscopeError(f"none of the cubins in {path.name} holds its kernel"
+                             f"{'s' if len(names) > 1 else ''} ({', '.join(names)})")
+    return out
+
+
+def _save_cubin(data: bytes, file: Path) -> Path:
+    """Write a cubin where the user asked (the folder made if missing); one sentence if not."""
+    try:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        file.write_bytes(data)
+    except OSError as exc:
+        raise PerfscopeError(f"cannot write {file} ({exc.strerror or exc})") from None
+    return file
+
+
+def audit(target: str, arch: str | None = None, dtype: str | None = None,
+          save_cubin: Path | None = None) -> AuditDocument:
+    """``perfscope sass TARGET``: a stage name, a .cu, a .cubin or an Nsight Compute report
+    (save_cubin: a report's only, the folder its kernels' cubins are written to)."""
+    if REPORT_RE.search(target):
+        return AuditDocument(tuple(audit_report(Path(target), arch, dtype, save_to=save_cubin)))
+    if save_cubin is not None:
+        raise PerfscopeError("--save-cubin takes the cubins out of an Nsight Compute report; "
+                             f"{target} is not one (a stage or .cu leaves its cubin in "
+                             "perfscope's cache, a .cubin is one already)")
     if re.search(r"\.(cu|cubin)$", target, re.IGNORECASE) or os.sep in target or Path(target).exists():
         return AuditDocument(tuple(audit_file(Path(target), arch, dtype)))
     return AuditDocument((audit_stage(target, arch, dtype),))

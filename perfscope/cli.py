@@ -152,18 +152,21 @@ def _command_line(ctx: typer.Context) -> str | None:
 
 @app.command()
 def sass(
-    target: str = typer.Argument(..., help="A stage name, a .cu file (compiled with nvcc) or a .cubin."),
+    target: str = typer.Argument(..., help="A stage name, a .cu file (compiled with nvcc), a .cubin, "
+                                 "or a report (.ncu-rep[.xz]): its kernels from the cubins it carries."),
     arch: str | None = typer.Option(None, "--arch", help="Compile target: sm_80, sm_90a, sm_100a, "
                                     "sm_103a... (default: the stage's first; sm_90a for a .cu)."),
     dtype: str | None = typer.Option(None, "--dtype", help="fp32 / fp16 / bf16 (default: the "
                                      "stage's first)."),
     as_json: bool = typer.Option(False, "--json", help="Print the JSON document."),
+    save_cubin: Path | None = typer.Option(None, "--save-cubin", help="For a report: write each "
+                                           "kernel's cubin (the code that ran) to this folder."),
 ) -> None:
     """Static SASS audit, no GPU needed: opcode families, registers and spills, the stage's
     fingerprint, and the rules that need no counters. Exit 1 if a fingerprint fails."""
     from perfscope.audit import audit  # deferred: compiles through NVRTC
 
-    doc = audit(target, arch, dtype)
+    doc = audit(target, arch, dtype, save_cubin)
     _show(doc, _fmt(as_json))
     if not doc.ok:
         raise typer.Exit(1)

@@ -1,0 +1,148 @@
+"""`perfscope sass REPORT`: a static audit of the code that ran, from the cubins a report carries.
+
+On the H200's committed reports (no GPU): cuBLAS's SGEMM (a 14 MB library module holding
+241 kernels), a perfscope stage (its fingerprint from the run manifest beside the report),
+a group of two launches from two modules (cuBLAS + the elementwise pass), and the edge
+cases a real capture cannot produce (altered bytes), each a one-sentence refusal.
+"""
+
+from __future__ import annotations
+
+import json
+import lzma
+import struct
+from pathlib import Path
+
+import pytest
+from conftest import disassembler_or_skip
+from typer.testing import CliRunner
+
+from perfscope.audit import audit
+from perfscope.cli import app
+from perfscope.errors import PerfscopeError
+from perfscope.profile import load
+from perfscope.reader import decompressed
+from perfscope.sass.embedded import EM_CUDA, _elf_length, cubin_for, embedded_cubins
+
+REFERENCE = Path(__file__).resolve().parents[1] / "reports" / "reference" / "h200"
+CUBLAS_SGEMM = REFERENCE / "cublas_sgemm-fp32-4096x4096x4096.ncu-rep.xz"
+PERSISTENT = REFERENCE / "hgemm_tma_wgmma_persistent-bf16-4096x4096x4096.ncu-rep.xz"
+GROUP = REFERENCE / "fused" / "cublas+gelu-bf16-4096x4096x4096.ncu-rep.xz"
+
+pytestmark = pytest.mark.usefixtures("private_cubin_cache")
+
+
+def _plain(path: Path) -> bytes:
+    return decompressed(path)[0].read_bytes()
+
+
+def test_the_report_carries_cublas_whole_module_and_the_profiled_kernel_is_in_it():
+    data = _plain(CUBLAS_SGEMM)
+    cubins = embedded_cubins(data)
+    assert len(cubins) == 1
+    (c,) = cubins
+    # The length the ELF's own headers give is the length of the report's field that holds it
+    # (a protobuf bytes field: its varint length sits just before the image).
+    varint, shift = 0, 0
+    for b in data[c.offset - 4: c.offset]:
+        varint |= (b & 0x7F) << shift
+        shift += 7
+    assert len(c.data) == varint == 14_007_616
+    assert struct.unpack_from("<H", c.data, 0x12)[0] == EM_CUDA
+    mangled = load(CUBLAS_SGEMM)[0].identity.mangled
+    assert cubin_for(cubins, mangled) is c and len(c.functions) > 200
+    assert cubin_for(cubins, "no_such_kernel") is None
+
+
+def test_a_cut_image_or_a_bare_magic_is_not_taken_for_a_cubin():
+    data = _plain(GROUP)
+    (first, second) = embedded_cubins(data)
+    assert _elf_length(first.data, 0) == len(first.data)
+    assert _elf_length(first.data[:-1], 0) is None           # its sections run past the end
+    assert _elf_length(b"\x7fELF" + bytes(60), 0) is None     # not a CUDA ELF
+    # Found anywhere in a byte string, once each, however often it is stored.
+    blob = b"junk\x7fELF" + first.data + bytes(7) + second.data + first.data
+    found = embedded_cubins(blob)
+    assert [c.data for c in found] == [first.data, second.data]
+
+
+def test_sass_of_cublas_report_audits_the_code_that_ran():
+    disassembler_or_skip()
+    (a,) = audit(str(CUBLAS_SGEMM)).audits
+    prof = load(CUBLAS_SGEMM)[0]
+    assert a.kind == "report" and a.kernel == prof.identity.mangled and a.arch == "sm_90a"
+    assert a.dtype == "fp32"                                   # from the run manifest
+    # The same kernel the counters saw: its registers, and its FFMAs with their reuse flags,
+    # which the report's own SASS view drops.
+    assert a.sass.registers == prof.launch.registers_per_thread == 254
+    ffma = [i for i in a.sass.instructions if i.split()[0] == "FFMA"]
+    assert len(ffma) == 1280 and sum(".reuse" in i for i in ffma) > 600
+    assert prof.correlation is not None
+    assert ".reuse" not in prof.correlation.sass_of(min(prof.correlation.pc_samples()))
+    # cuBLAS's copies carry the 128-byte L2 prefetch hint (LDGSTS.E.LTC128B).
+    assert a.families["ldgsts"].get("LDGSTS.E.LTC128B") == 24
+    assert a.fingerprint == () and a.resources is None
+
+
+def test_sass_of_a_stage_report_holds_the_kernel_to_the_stage_fingerprint():
+    disassembler_or_skip()
+    (a,) = audit(str(PERSISTENT)).audits
+    assert a.dtype == "bf16" and a.fingerprint_ok
+    assert {c.name for c in a.fingerprint} >= {"tma", "gmma", "no hmma"}
+
+
+def test_sass_of_a_group_report_audits_both_launches():
+    disassembler_or_skip()
+    audits = audit(str(GROUP)).audits
+    assert [a.kernel for a in audits] == [p.identity.mangled for p in load(GROUP)]
+    assert audits[0].kernel.startswith("nvjet_sm90") and "bias_act_inplace" in audits[1].kernel
+    assert all(a.fingerprint == () for a in audits)   # cublas+gelu is not a stage with code
+
+
+def test_save_cubin_writes_the_module_that_cuobjdump_reads_as_a_cubin(tmp_path):
+    disassembler_or_skip()
+    runner = CliRunner()
+    result = runner.invoke(app, ["sass", str(GROUP), "--save-cubin", str(tmp_path / "out"),
+                                 "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    files = sorted((tmp_path / "out").glob("*.cubin"))
+    assert len(files) == 2 and all(f.name.startswith("cublas+gelu-bf16-4096x4096x4096.") for f in files)
+    assert [d["kind"] for d in doc] == ["report", "report"]
+    assert all(any(str(tmp_path) in n for n in d["notes"]) for d in doc)
+    # The saved file is a cubin like any other: audited as one, the same instructions.
+    again = {a.kernel: a for f in files for a in audit(str(f)).audits}
+    for d in doc:
+        same = again[d["kernel"]]
+        assert sum(same.sass.opcodes.values()) == d["instructions"]
+        assert {k: sum(v.values()) for k, v in same.families.items()} == \
+            {k: v["count"] for k, v in d["families"].items()}
+
+
+def test_bad_input_is_one_sentence_and_exit_2(tmp_path):
+    disassembler_or_skip()
+    runner = CliRunner()
+    # A report whose cubins were altered (a real capture always carries them).
+    altered = tmp_path / "altered.ncu-rep"
+    with lzma.open(GROUP) as src:
+        altered.write_bytes(src.read().replace(b"\x7fELF", b"\x7fELG"))
+    # The wrong --arch for the code that ran; --save-cubin for a stage; no such report.
+    cases = [
+        (["sass", str(altered)], "carries no cubin of its kernels"),
+        (["sass", str(CUBLAS_SGEMM), "--arch", "sm_100a"], "ran as sm_90a code, not sm_100a"),
+        (["sass", "hgemm_bcf", "--save-cubin", str(tmp_path)], "is not one"),
+        (["sass", str(tmp_path / "missing.ncu-rep.xz")], "does not exist"),
+    ]
+    for argv, words in cases:
+        result = runner.invoke(app, argv)
+        assert result.exit_code == 2, (argv, result.output)
+        assert words in result.output and "Traceback" not in result.output
+        assert len(result.output.strip().splitlines()) == 1
+
+
+def test_save_cubin_into_a_file_is_refused_in_a_sentence(tmp_path):
+    disassembler_or_skip()
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    with pytest.raises(PerfscopeError, match="cannot write"):
+        audit(str(GROUP), save_cubin=blocker / "sub")
