@@ -285,13 +285,14 @@ def audit_report(path: Path, arch: str | None = None, dtype: str | None = None,
             file.write_bytes(cubin.data)
             dis = disassemble(file, tool, (name,))
         sass = dis.kernel(name)
-        notes = origin.notes
-        if save_to is not None:
-            notes += (f"its cubin (the whole module, {len(cubin.data):,} bytes): "
-                      f"{_save_cubin(cubin.data, save_to / f'{report_stem(path)}.{cubin.digest}.cubin')}",)
         if arch is not None and sass.arch and sass.arch != arch:
             raise PerfscopeError(f"{path.name}'s kernel ran as {sass.arch} code, not {arch}; "
                                  "leave out --arch for a report")
+        notes = origin.notes
+        if save_to is not None:
+            file = save_to / f"{report_stem(path)}.{cubin.digest}.cubin"
+            notes += (f"its cubin (the whole module, {len(cubin.data):,} bytes): "
+                      f"{_save_cubin(cubin.data, file)}",)
         checks = (check_fingerprint(sass, spec.fingerprint, spec.absent)
                   if spec is not None and spec.entry in name else ())
         out.append(_audit_kernel(replace(origin, arch=sass.arch or arch or "?", notes=notes),

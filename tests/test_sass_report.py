@@ -129,7 +129,8 @@ def test_bad_input_is_one_sentence_and_exit_2(tmp_path):
     # The wrong --arch for the code that ran; --save-cubin for a stage; no such report.
     cases = [
         (["sass", str(altered)], "carries no cubin of its kernels"),
-        (["sass", str(CUBLAS_SGEMM), "--arch", "sm_100a"], "ran as sm_90a code, not sm_100a"),
+        (["sass", str(CUBLAS_SGEMM), "--arch", "sm_100a", "--save-cubin", str(tmp_path / "no")],
+         "ran as sm_90a code, not sm_100a"),
         (["sass", "hgemm_bcf", "--save-cubin", str(tmp_path)], "is not one"),
         (["sass", str(tmp_path / "missing.ncu-rep.xz")], "does not exist"),
     ]
@@ -138,6 +139,7 @@ def test_bad_input_is_one_sentence_and_exit_2(tmp_path):
         assert result.exit_code == 2, (argv, result.output)
         assert words in result.output and "Traceback" not in result.output
         assert len(result.output.strip().splitlines()) == 1
+    assert not (tmp_path / "no").exists()   # refused before anything was written
 
 
 def test_save_cubin_into_a_file_is_refused_in_a_sentence(tmp_path):
