@@ -28,6 +28,7 @@ from perfscope.families import FAMILY_BY_KEY, family_of, group_families
 from perfscope.kernels import get_spec, normalize_dtype, stage_info
 from perfscope.kernels.launch import compile_stage
 from perfscope.kernels.spec import KernelSpec
+from perfscope.listing import hot_listing
 from perfscope.manifest import RunManifest, manifest_beside
 from perfscope.profile import (
     Identity,
@@ -246,14 +247,28 @@ def _stage_of(manifest: RunManifest | None) -> KernelSpec | None:
     return None if spec.is_reference else spec
 
 
+@dataclass(frozen=True)
+class ReportAuditOptions:
+    """What ``perfscope sass REPORT`` adds to the audit: where to write the cubins, whether
+    to list the hot loop."""
+
+    save_to: Path | None = None      # a folder for each audited kernel's cubin
+    listing: bool = False            # the hot loop, instruction by instruction, with counts
+
+
 def audit_report(path: Path, arch: str | None = None, dtype: str | None = None,
-                 tool: Tool | None = None, save_to: Path | None = None) -> list[SassAudit]:
+                 tool: Tool | None = None,
+                 options: ReportAuditOptions = ReportAuditOptions()) -> list[SassAudit]:
     """Audit every kernel a report profiled from the cubin the report carries: the code
     that ran (a library's kernels included), with its ``.reuse`` flags; a perfscope stage's
     kernel is also held to the stage's fingerprint when the run manifest beside the report
-    names the stage. save_to: a folder to write each audited kernel's cubin to
-    (``<report stem>.<content hash>.cubin``), for other tools."""
-    names = list(dict.fromkeys(p.identity.mangled for p in load(path) if p.identity.mangled))
+    names the stage. options: the cubins written to a folder
+    (``<report stem>.<content hash>.cubin``, for other tools) and the hot-loop listing."""
+    profiles: dict[str, KernelProfile] = {}
+    for p in load(path):
+        if p.identity.mangled:
+            profiles.setdefault(p.identity.mangled, p)
+    names = list(profiles)
     plain, private = decompressed(path)
     try:
         cubins = embedded_cubins(plain.read_bytes())
@@ -289,14 +304,17 @@ def audit_report(path: Path, arch: str | None = None, dtype: str | None = None,
             raise PerfscopeError(f"{path.name}'s kernel ran as {sass.arch} code, not {arch}; "
                                  "leave out --arch for a report")
         notes = origin.notes
-        if save_to is not None:
-            file = save_to / f"{report_stem(path)}.{cubin.digest}.cubin"
+        if options.save_to is not None:
+            file = options.save_to / f"{report_stem(path)}.{cubin.digest}.cubin"
             notes += (f"its cubin (the whole module, {len(cubin.data):,} bytes): "
                       f"{_save_cubin(cubin.data, file)}",)
         checks = (check_fingerprint(sass, spec.fingerprint, spec.absent)
                   if spec is not None and spec.entry in name else ())
-        out.append(_audit_kernel(replace(origin, arch=sass.arch or arch or "?", notes=notes),
-                                 sass, dis.tool, None, checks))
+        audited = _audit_kernel(replace(origin, arch=sass.arch or arch or "?", notes=notes),
+                                sass, dis.tool, None, checks)
+        if options.listing:
+            audited = replace(audited, listing=hot_listing(profiles[name], sass.instructions))
+        out.append(audited)
     if not out:
         raise PerfscopeError(f"none of the cubins in {path.name} holds its kernel"
                              f"{'s' if len(names) > 1 else ''} ({', '.join(names)})")
@@ -314,15 +332,18 @@ def _save_cubin(data: bytes, file: Path) -> Path:
 
 
 def audit(target: str, arch: str | None = None, dtype: str | None = None,
-          save_cubin: Path | None = None) -> AuditDocument:
+          report: ReportAuditOptions = ReportAuditOptions()) -> AuditDocument:
     """``perfscope sass TARGET``: a stage name, a .cu, a .cubin or an Nsight Compute report
-    (save_cubin: a report's only, the folder its kernels' cubins are written to)."""
+    (report: what a report's audit adds; refused for any other target)."""
     if REPORT_RE.search(target):
-        return AuditDocument(tuple(audit_report(Path(target), arch, dtype, save_to=save_cubin)))
-    if save_cubin is not None:
+        return AuditDocument(tuple(audit_report(Path(target), arch, dtype, options=report)))
+    if report.save_to is not None:
         raise PerfscopeError("--save-cubin takes the cubins out of an Nsight Compute report; "
                              f"{target} is not one (a stage or .cu leaves its cubin in "
                              "perfscope's cache, a .cubin is one already)")
+    if report.listing:
+        raise PerfscopeError("--listing puts a report's counts on each instruction of the hot "
+                             f"loop; {target} is not a report (.ncu-rep or .ncu-rep.xz)")
     if re.search(r"\.(cu|cubin)$", target, re.IGNORECASE) or os.sep in target or Path(target).exists():
         return AuditDocument(tuple(audit_file(Path(target), arch, dtype)))
     return AuditDocument((audit_stage(target, arch, dtype),))

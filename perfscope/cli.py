@@ -161,12 +161,14 @@ def sass(
     as_json: bool = typer.Option(False, "--json", help="Print the JSON document."),
     save_cubin: Path | None = typer.Option(None, "--save-cubin", help="For a report: write each "
                                            "kernel's cubin (the code that ran) to this folder."),
+    listing: bool = typer.Option(False, "--listing", help="For a report: list the hot loop, "
+                                 "each instruction with its executions, samples and stalls."),
 ) -> None:
     """Static SASS audit, no GPU needed: opcode families, registers and spills, the stage's
     fingerprint, and the rules that need no counters. Exit 1 if a fingerprint fails."""
-    from perfscope.audit import audit  # deferred: compiles through NVRTC
+    from perfscope.audit import ReportAuditOptions, audit  # deferred: compiles through NVRTC
 
-    doc = audit(target, arch, dtype, save_cubin)
+    doc = audit(target, arch, dtype, ReportAuditOptions(save_cubin, listing))
     _show(doc, _fmt(as_json))
     if not doc.ok:
         raise typer.Exit(1)

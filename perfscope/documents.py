@@ -23,8 +23,9 @@ from perfscope.sass.disasm import KernelSass, Tool
 from perfscope.stage import ResourceUsage
 
 if TYPE_CHECKING:
-    # Typing only: importing the rules loads the report reader, which a process that runs
-    # kernels with CuPy must never do.
+    # Typing only: importing the rules (or the listing) loads the report reader, which a
+    # process that runs kernels with CuPy must never do.
+    from perfscope.listing import HotListing
     from perfscope.rules import Evaluation
 
 
@@ -152,6 +153,8 @@ class SassAudit:
     dynamic_smem: int | None = None  # from the KernelSpec, for a stage
     notes: tuple[str, ...] = field(default_factory=tuple)
     change: str = ""                # what the stage changes against its parent
+    # A report's kernel, with --listing: its hot loop with the report's counts per instruction.
+    listing: HotListing | None = None
 
     @property
     def opcodes(self) -> dict[str, int]:

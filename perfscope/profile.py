@@ -426,6 +426,10 @@ class Correlation:
         """Warp-state samples per PC (empty when the report has no sampling)."""
         return self._reader.instances(M_PC_SAMPLES) or {}
 
+    def executed(self) -> dict[int, float]:
+        """Warp-level executions per PC (empty when the report did not collect them)."""
+        return self._reader.instances(M_INST_EXECUTED_PC) or {}
+
     def reason_samples(self, pcs: set[int]) -> dict[str, dict[int, float]]:
         """Samples per stall reason at the given PCs: reason -> PC -> samples (reasons with
         no sample anywhere in the kernel are left out: reading their PCs costs time)."""

@@ -17,7 +17,7 @@ import pytest
 from conftest import disassembler_or_skip
 from typer.testing import CliRunner
 
-from perfscope.audit import audit
+from perfscope.audit import ReportAuditOptions, audit
 from perfscope.cli import app
 from perfscope.errors import PerfscopeError
 from perfscope.profile import load
@@ -147,4 +147,55 @@ def test_save_cubin_into_a_file_is_refused_in_a_sentence(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("")
     with pytest.raises(PerfscopeError, match="cannot write"):
-        audit(str(GROUP), save_cubin=blocker / "sub")
+        audit(str(GROUP), report=ReportAuditOptions(save_to=blocker / "sub"))
+
+
+# ------------------------------------------------------------------ --listing
+
+
+def test_listing_puts_the_reports_counts_on_the_cubins_instructions():
+    disassembler_or_skip()
+    (a,) = audit(str(CUBLAS_SGEMM), report=ReportAuditOptions(listing=True)).audits
+    listing = a.listing
+    prof = load(CUBLAS_SGEMM)[0]
+    # The hot loop as the profile counts it, every row the cubin's own text at its offset.
+    assert listing.note is None and len(listing.rows) == prof.hot_loop.instructions == 1154
+    executed = [r.executed for r in listing.rows]
+    assert min(executed) >= listing.hot_share * max(executed)
+    for r in listing.rows[:50]:
+        assert a.sass.instructions[r.address // 16] == r.sass
+    assert sum(r.sass.split()[0] == "FFMA" for r in listing.rows) == 1024
+    assert sum(".reuse" in r.sass for r in listing.rows) > 500
+    assert 0.9 * listing.total_samples < listing.samples <= listing.total_samples
+    # Stall reasons per instruction, "selected" (issuing) never among them.
+    assert all(k != "selected" for r in listing.rows for k, _ in r.reasons)
+    assert any(k == "short_scoreboard" for r in listing.rows for k, _ in r.reasons)
+
+
+def test_listing_refuses_code_that_does_not_line_up_and_counts_that_were_not_collected():
+    from perfscope.listing import hot_listing
+    prof = load(CUBLAS_SGEMM)[0]
+    shifted = ["NOP"] + [f"FFMA R{i}, R1, R2, R3" for i in range(20000)]
+    out = hot_listing(prof, shifted)
+    assert out.rows == () and "does not line up" in out.note and "not the code that ran" in out.note
+
+    class NoCounts:
+        correlation = None
+    out = hot_listing(NoCounts(), [])
+    assert out.rows == () and out.note.startswith("not collected")
+
+
+def test_listing_in_json_and_refused_for_a_stage(tmp_path):
+    disassembler_or_skip()
+    runner = CliRunner()
+    result = runner.invoke(app, ["sass", str(PERSISTENT), "--listing", "--json"])
+    assert result.exit_code == 0, result.output
+    (doc,) = json.loads(result.output)
+    rows = doc["listing"]["rows"]
+    assert len(rows) == 59 and {"address", "sass", "executed", "samples", "reasons"} <= set(rows[0])
+    assert sum(r["sass"].startswith("HGMMA") for r in rows) == 4
+    text = runner.invoke(app, ["sass", str(PERSISTENT), "--listing"]).output
+    assert "hot loop: 59 instructions" in text and "HGMMA.64x256x16.F32.BF16" in text
+    result = runner.invoke(app, ["sass", "hgemm_bcf", "--listing"])
+    assert result.exit_code == 2 and "is not a report" in result.output
+    assert len(result.output.strip().splitlines()) == 1

@@ -40,6 +40,7 @@ from perfscope.render.summary import (
 if TYPE_CHECKING:
     from perfscope.diff import DiffDocument
     from perfscope.documents import AuditDocument, BenchSummary, KernelsTable, ProfileSummary
+    from perfscope.listing import HotListing
     from perfscope.manifest import Spread
     from perfscope.profile import KernelProfile
     from perfscope.record import DiagnoseDocument
@@ -317,8 +318,25 @@ def _audit(doc: AuditDocument, color: bool = False, width: int | None = None) ->
             out.append(f"  silent: {', '.join(a.evaluation.silent)}")
         for note in a.notes:
             out.append(f"note: {note}")
+        if a.listing is not None:
+            out += ["", *_listing(a.listing)]
         out.append("")
     return "\n".join(out).rstrip() + "\n"
+
+
+def _listing(listing: HotListing) -> list[str]:
+    """The hot loop, one instruction a line: offset, executions, samples, stalls, SASS."""
+    if not listing.rows:
+        return [f"hot loop: no listing ({listing.note})"]
+    share = listing.samples / listing.total_samples if listing.total_samples else 0.0
+    out = [f"hot loop: {len(listing.rows):,} instructions executed at least "
+           f"{listing.hot_share:.0%} as often as the most executed; {listing.samples:,} of the "
+           f"kernel's {listing.total_samples:,} warp samples ({share:.0%})",
+           f"  {'offset':>8} {'executed':>12} {'samples':>8}  {'top stalls':<34} instruction"]
+    for r in listing.rows:
+        stalls = ", ".join(f"{k} {v}" for k, v in r.reasons)
+        out.append(f"  {r.address:#8x} {r.executed:>12,} {r.samples:>8,}  {stalls:<34} {r.sass}")
+    return out
 
 
 RENDERERS: dict[str, Callable[..., str]] = {

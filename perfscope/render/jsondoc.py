@@ -292,6 +292,9 @@ def audit_dict(a: SassAudit) -> dict[str, Any]:
         "not_evaluated": [dataclasses.asdict(n) for n in a.evaluation.not_evaluated],
         "silent": list(a.evaluation.silent),
         "notes": list(a.notes),
+        **({"listing": {"total_samples": a.listing.total_samples, "note": a.listing.note,
+                        "rows": [dataclasses.asdict(r) for r in a.listing.rows]}}
+           if a.listing is not None else {}),
     }
 
 

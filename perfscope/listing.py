@@ -1,0 +1,95 @@
+"""The hot loop of a profiled kernel, instruction by instruction: the cubin's SASS, the report's counts.
+
+    listing = hot_listing(profile, sass.instructions)   # sass: the kernel out of the cubin
+    for row in listing.rows:                              # the report carries (sass/embedded.py)
+        print(hex(row.address), row.executed, row.samples, row.reasons, row.sass)
+
+What a kernel engineer reads Nsight Compute's Source page for, in a terminal or as JSON:
+every instruction of the main loop (the PCs executed at least HOT_LOOP_SHARE as often as
+the most executed one, as ``KernelProfile.hot_loop`` counts them) with its warp-level
+executions, its warp-state samples and its top stall reasons, each instruction written as
+the cubin's own disassembly writes it: with the ``.reuse`` flags of its register operands,
+which the report's SASS text (``IAction.sass_by_pc``) leaves out. Instruction i of the
+cubin's listing sits at offset 16 i; the report's PCs are absolute, and its lowest executed
+PC is the kernel's first instruction (every launched thread runs it). The two are checked
+against each other opcode by opcode before a row is written: a cubin that is not the
+code that ran gives a note, never a listing of other code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from perfscope.profile import HOT_LOOP_SHARE, KernelProfile
+
+INSTRUCTION_BYTES = 16   # every SASS instruction from Volta on
+TOP_REASONS = 2          # stall reasons named per instruction
+
+
+@dataclass(frozen=True)
+class ListingRow:
+    """One instruction of the hot loop."""
+
+    address: int                            # offset from the kernel's first instruction
+    sass: str                               # as the cubin's disassembly writes it
+    executed: int                           # warp-level executions
+    samples: int                            # warp-state samples at it ("selected" included)
+    reasons: tuple[tuple[str, int], ...]    # its top stall reasons ("selected" left out)
+
+
+@dataclass(frozen=True)
+class HotListing:
+    """A kernel's hot loop; ``note`` says why there is no row when there is none."""
+
+    rows: tuple[ListingRow, ...]
+    total_samples: int                      # the kernel's, over every PC
+    note: str | None = None
+    hot_share: float = HOT_LOOP_SHARE       # a row executed at least this share of the top
+
+    @property
+    def samples(self) -> int:
+        """Samples at the hot loop's instructions."""
+        return sum(r.samples for r in self.rows)
+
+
+def _opcode(text: str) -> str:
+    words = text.replace(".reuse", "").split()
+    if words and words[0].startswith("@"):
+        words = words[1:]
+    return words[0].rstrip(";") if words else ""
+
+
+def _top(counts: Mapping[str, float]) -> tuple[tuple[str, int], ...]:
+    ranked = sorted(((k, int(v)) for k, v in counts.items() if v and k != "selected"),
+                    key=lambda kv: (-kv[1], kv[0]))
+    return tuple(ranked[:TOP_REASONS])
+
+
+def hot_listing(profile: KernelProfile, instructions: Sequence[str]) -> HotListing:
+    """The hot loop of a profiled kernel, each instruction as ``instructions`` (the cubin's
+    disassembly of the same kernel, in address order) writes it, with the report's counts."""
+    corr = profile.correlation
+    executed = corr.executed() if corr is not None else {}
+    if not executed:
+        return HotListing((), 0, "not collected: executions per instruction "
+                                 "(sass__inst_executed per PC)")
+    samples = corr.pc_samples()
+    base, top = min(executed), max(executed.values())
+    hot = sorted(pc for pc, n in executed.items() if n >= HOT_LOOP_SHARE * top)
+    for pc in hot:
+        i = (pc - base) // INSTRUCTION_BYTES
+        theirs = _opcode(corr.sass_of(pc))
+        ours = _opcode(instructions[i]) if 0 <= i < len(instructions) else ""
+        if (pc - base) % INSTRUCTION_BYTES or theirs != ours:
+            return HotListing((), int(sum(samples.values())),
+                              f"the cubin's code does not line up with the report's at offset "
+                              f"{pc - base:#x} ({ours or 'nothing'} against {theirs}): not the "
+                              "code that ran")
+    reasons = corr.reason_samples(set(hot))
+    rows = tuple(
+        ListingRow(address=pc - base, sass=instructions[(pc - base) // INSTRUCTION_BYTES],
+                   executed=int(executed[pc]), samples=int(samples.get(pc, 0)),
+                   reasons=_top({r: per.get(pc, 0.0) for r, per in reasons.items()}))
+        for pc in hot)
+    return HotListing(rows, int(sum(samples.values())))
