@@ -28,7 +28,7 @@ from perfscope.families import FAMILY_BY_KEY, family_of, group_families
 from perfscope.kernels import get_spec, normalize_dtype, stage_info
 from perfscope.kernels.launch import compile_stage
 from perfscope.kernels.spec import KernelSpec
-from perfscope.listing import hot_listing
+from perfscope.listing import NOT_COLLECTED, code_check, hot_listing
 from perfscope.manifest import RunManifest, manifest_beside
 from perfscope.profile import (
     Identity,
@@ -44,8 +44,8 @@ from perfscope.profile import (
 )
 from perfscope.reader import decompressed, report_stem
 from perfscope.rules import STATIC_REGISTRY, Context, Evaluation, evaluate
-from perfscope.sass.disasm import KernelSass, Tool, disassemble, find_tool
-from perfscope.sass.embedded import cubin_for, embedded_cubins
+from perfscope.sass.disasm import Disassembly, KernelSass, Tool, disassemble, find_tool
+from perfscope.sass.embedded import EmbeddedCubin, cubins_for, embedded_cubins
 from perfscope.stage import ResourceUsage
 
 log = logging.getLogger(__name__)
@@ -291,19 +291,16 @@ def audit_report(path: Path, arch: str | None = None, dtype: str | None = None,
                       "ptxas -v",))
     out: list[SassAudit] = []
     for name in names:
-        cubin = cubin_for(cubins, name)
-        if cubin is None:
+        found = _code_that_ran(cubins_for(cubins, name), name, profiles[name], tool)
+        if found is None:
             log.warning("no cubin in %s holds %s", path.name, name)
             continue
-        with tempfile.TemporaryDirectory(prefix="perfscope-sass-") as tmp:
-            file = Path(tmp) / f"{cubin.digest}.cubin"
-            file.write_bytes(cubin.data)
-            dis = disassemble(file, tool, (name,))
+        cubin, dis, which = found
         sass = dis.kernel(name)
         if arch is not None and sass.arch and sass.arch != arch:
             raise PerfscopeError(f"{path.name}'s kernel ran as {sass.arch} code, not {arch}; "
                                  "leave out --arch for a report")
-        notes = origin.notes
+        notes = origin.notes + ((which,) if which else ())
         if options.save_to is not None:
             file = options.save_to / f"{report_stem(path)}.{cubin.digest}.cubin"
             notes += (f"its cubin (the whole module, {len(cubin.data):,} bytes): "
@@ -319,6 +316,45 @@ def audit_report(path: Path, arch: str | None = None, dtype: str | None = None,
         raise PerfscopeError(f"none of the cubins in {path.name} holds its kernel"
                              f"{'s' if len(names) > 1 else ''} ({', '.join(names)})")
     return out
+
+
+def _disassemble_one(cubin: EmbeddedCubin, name: str, tool: Tool) -> Disassembly:
+    with tempfile.TemporaryDirectory(prefix="perfscope-sass-") as tmp:
+        file = Path(tmp) / f"{cubin.digest}.cubin"
+        file.write_bytes(cubin.data)
+        return disassemble(file, tool, (name,))
+
+
+def _code_that_ran(candidates: tuple[EmbeddedCubin, ...], name: str, profile: KernelProfile,
+                   tool: Tool) -> tuple[EmbeddedCubin, Disassembly, str | None] | None:
+    """Of the modules holding a kernel of this name, the one whose code is the report's
+    (code_check: opcode for opcode at every PC the report executed), its disassembly, and a
+    note when that could not be told; None when no module holds the name."""
+    if not candidates:
+        return None
+    first: tuple[EmbeddedCubin, Disassembly] | None = None
+    why = None
+    for cubin in candidates:
+        dis = _disassemble_one(cubin, name, tool)
+        why = code_check(profile, dis.kernel(name).instructions)
+        if why is None:
+            return cubin, dis, None
+        first = first or (cubin, dis)
+        if why == NOT_COLLECTED:
+            break   # nothing to tell them apart by: the first is as good as any
+    assert first is not None   # candidates is not empty
+    n = len(candidates)
+    if why == NOT_COLLECTED:
+        note = (None if n == 1 else
+                f"{n} modules in the report hold a kernel of this name, and without "
+                "per-instruction executions in the report which one ran cannot be told: the "
+                "first is shown")
+    elif n == 1:
+        note = f"its module's code does not line up with the report's own SASS ({why})"
+    else:
+        note = (f"none of the {n} modules in the report holding a kernel of this name lines "
+                f"up with the report's own SASS ({why}); the first is shown")
+    return first[0], first[1], note
 
 
 def _save_cubin(data: bytes, file: Path) -> Path:

@@ -66,26 +66,42 @@ def _top(counts: Mapping[str, float]) -> tuple[tuple[str, int], ...]:
     return tuple(ranked[:TOP_REASONS])
 
 
-def hot_listing(profile: KernelProfile, instructions: Sequence[str]) -> HotListing:
-    """The hot loop of a profiled kernel, each instruction as ``instructions`` (the cubin's
-    disassembly of the same kernel, in address order) writes it, with the report's counts."""
+NOT_COLLECTED = "not collected: executions per instruction (sass__inst_executed per PC)"
+
+
+def code_check(profile: KernelProfile, instructions: Sequence[str]) -> str | None:
+    """None when ``instructions`` (a disassembly in address order) are the code the report
+    profiled, opcode for opcode at every PC it executed; else why not, in a sentence
+    (NOT_COLLECTED when the report holds no executions to check them against). A report
+    can carry several modules with a kernel of the same name (Triton's autotuner compiles
+    one per configuration): this tells which one ran."""
     corr = profile.correlation
     executed = corr.executed() if corr is not None else {}
     if not executed:
-        return HotListing((), 0, "not collected: executions per instruction "
-                                 "(sass__inst_executed per PC)")
-    samples = corr.pc_samples()
-    base, top = min(executed), max(executed.values())
-    hot = sorted(pc for pc, n in executed.items() if n >= HOT_LOOP_SHARE * top)
-    for pc in hot:
+        return NOT_COLLECTED
+    base = min(executed)
+    for pc in sorted(executed):
         i = (pc - base) // INSTRUCTION_BYTES
         theirs = _opcode(corr.sass_of(pc))
         ours = _opcode(instructions[i]) if 0 <= i < len(instructions) else ""
         if (pc - base) % INSTRUCTION_BYTES or theirs != ours:
-            return HotListing((), int(sum(samples.values())),
-                              f"the cubin's code does not line up with the report's at offset "
-                              f"{pc - base:#x} ({ours or 'nothing'} against {theirs}): not the "
-                              "code that ran")
+            return (f"the cubin's code does not line up with the report's at offset "
+                    f"{pc - base:#x} ({ours or 'nothing'} against {theirs}): not the code "
+                    "that ran")
+    return None
+
+
+def hot_listing(profile: KernelProfile, instructions: Sequence[str]) -> HotListing:
+    """The hot loop of a profiled kernel, each instruction as ``instructions`` (the cubin's
+    disassembly of the same kernel, in address order) writes it, with the report's counts."""
+    why = code_check(profile, instructions)
+    corr = profile.correlation
+    samples = corr.pc_samples() if corr is not None else {}
+    if why is not None:
+        return HotListing((), int(sum(samples.values())), why)
+    executed = corr.executed()
+    base, top = min(executed), max(executed.values())
+    hot = sorted(pc for pc, n in executed.items() if n >= HOT_LOOP_SHARE * top)
     reasons = corr.reason_samples(set(hot))
     rows = tuple(
         ListingRow(address=pc - base, sass=instructions[(pc - base) // INSTRUCTION_BYTES],

@@ -22,12 +22,13 @@ from perfscope.cli import app
 from perfscope.errors import PerfscopeError
 from perfscope.profile import load
 from perfscope.reader import decompressed
-from perfscope.sass.embedded import EM_CUDA, _elf_length, cubin_for, embedded_cubins
+from perfscope.sass.embedded import EM_CUDA, _elf_length, cubins_for, embedded_cubins
 
 REFERENCE = Path(__file__).resolve().parents[1] / "reports" / "reference" / "h200"
 CUBLAS_SGEMM = REFERENCE / "cublas_sgemm-fp32-4096x4096x4096.ncu-rep.xz"
 PERSISTENT = REFERENCE / "hgemm_tma_wgmma_persistent-bf16-4096x4096x4096.ncu-rep.xz"
 GROUP = REFERENCE / "fused" / "cublas+gelu-bf16-4096x4096x4096.ncu-rep.xz"
+TRITON = Path(__file__).resolve().parent / "fixtures" / "external" / "triton_64x64.ncu-rep.xz"
 
 pytestmark = pytest.mark.usefixtures("private_cubin_cache")
 
@@ -50,8 +51,8 @@ def test_the_report_carries_cublas_whole_module_and_the_profiled_kernel_is_in_it
     assert len(c.data) == varint == 14_007_616
     assert struct.unpack_from("<H", c.data, 0x12)[0] == EM_CUDA
     mangled = load(CUBLAS_SGEMM)[0].identity.mangled
-    assert cubin_for(cubins, mangled) is c and len(c.functions) > 200
-    assert cubin_for(cubins, "no_such_kernel") is None
+    assert cubins_for(cubins, mangled) == (c,) and len(c.functions) > 200
+    assert cubins_for(cubins, "no_such_kernel") == ()
 
 
 def test_a_cut_image_or_a_bare_magic_is_not_taken_for_a_cubin():
@@ -199,3 +200,23 @@ def test_listing_in_json_and_refused_for_a_stage(tmp_path):
     result = runner.invoke(app, ["sass", "hgemm_bcf", "--listing"])
     assert result.exit_code == 2 and "is not a report" in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_of_several_modules_with_the_kernels_name_the_one_that_ran_is_taken():
+    """Triton's autotuner compiles tiled_matmul_kernel once per configuration and the
+    capture carries every module; only the report's SASS says which one ran (the first in
+    the file is not it)."""
+    disassembler_or_skip()
+    from perfscope.listing import code_check
+    prof = load(TRITON)[0]
+    candidates = cubins_for(embedded_cubins(_plain(TRITON)), prof.identity.mangled)
+    assert len(candidates) > 1
+    (a,) = audit(str(TRITON), report=ReportAuditOptions(listing=True)).audits
+    assert code_check(prof, a.sass.instructions) is None
+    assert a.listing.note is None and len(a.listing.rows) == prof.hot_loop.instructions
+    assert not any("modules" in n for n in a.notes)
+    # The first module's code is another configuration's: it does not line up.
+    from perfscope.audit import _disassemble_one
+    from perfscope.sass.disasm import find_tool
+    other = _disassemble_one(candidates[0], prof.identity.mangled, find_tool())
+    assert "does not line up" in code_check(prof, other.kernel().instructions)

@@ -9,7 +9,7 @@ section and program headers (an image whose headers point past the file is not o
 its functions from the names of its ``.text.<function>`` sections.
 
     cubins = embedded_cubins(plain_report_bytes)
-    cubin = cubin_for(cubins, "_Z14sgemm_pipe_dynIf...")   # None if no module holds it
+    candidates = cubins_for(cubins, "_Z14sgemm_pipe_dynIf...")   # () if no module holds it
 
 Checked on the H200's reports: cuBLAS's SGEMM report carries libcublas's whole sm_90
 module (14,007,616 bytes, the length its protobuf field gives too), a perfscope stage's
@@ -112,6 +112,8 @@ def embedded_cubins(data: bytes) -> tuple[EmbeddedCubin, ...]:
     return tuple(out)
 
 
-def cubin_for(cubins: tuple[EmbeddedCubin, ...], function: str) -> EmbeddedCubin | None:
-    """The first cubin whose code holds ``function`` (a mangled name), or None."""
-    return next((c for c in cubins if function in c.functions), None)
+def cubins_for(cubins: tuple[EmbeddedCubin, ...], function: str) -> tuple[EmbeddedCubin, ...]:
+    """Every cubin whose code holds ``function`` (a mangled name), in file order: more than
+    one where a program compiled the same kernel name several times (Triton's autotuner,
+    one module per configuration); which one ran, only the report's SASS can tell."""
+    return tuple(c for c in cubins if function in c.functions)
