@@ -264,11 +264,8 @@ def audit_report(path: Path, arch: str | None = None, dtype: str | None = None,
     kernel is also held to the stage's fingerprint when the run manifest beside the report
     names the stage. options: the cubins written to a folder
     (``<report stem>.<content hash>.cubin``, for other tools) and the hot-loop listing."""
-    profiles: dict[str, KernelProfile] = {}
-    for p in load(path):
-        if p.identity.mangled:
-            profiles.setdefault(p.identity.mangled, p)
-    names = list(profiles)
+    launches = [p for p in load(path) if p.identity.mangled]
+    names = list(dict.fromkeys(p.identity.mangled for p in launches))
     plain, private = decompressed(path)
     try:
         cubins = embedded_cubins(plain.read_bytes())
@@ -290,12 +287,20 @@ def audit_report(path: Path, arch: str | None = None, dtype: str | None = None,
                       "(shared includes the system-reserved part); spills unknown without "
                       "ptxas -v",))
     out: list[SassAudit] = []
-    for name in names:
-        found = _code_that_ran(cubins_for(cubins, name), name, profiles[name], tool)
+    seen: set[tuple[str, str]] = set()
+    disassemble_once = _DisassemblyCache(tool)
+    # Launch by launch: two launches of one name may have run two modules' code (a Triton
+    # report of several autotuned configurations); each module a kernel ran is audited once.
+    for launch in launches:
+        name = launch.identity.mangled
+        found = _code_that_ran(cubins_for(cubins, name), name, launch, disassemble_once)
         if found is None:
             log.warning("no cubin in %s holds %s", path.name, name)
             continue
         cubin, dis, which = found
+        if (name, cubin.digest) in seen:
+            continue
+        seen.add((name, cubin.digest))
         sass = dis.kernel(name)
         if arch is not None and sass.arch and sass.arch != arch:
             raise PerfscopeError(f"{path.name}'s kernel ran as {sass.arch} code, not {arch}; "
@@ -310,7 +315,7 @@ def audit_report(path: Path, arch: str | None = None, dtype: str | None = None,
         audited = _audit_kernel(replace(origin, arch=sass.arch or arch or "?", notes=notes),
                                 sass, dis.tool, None, checks)
         if options.listing:
-            audited = replace(audited, listing=hot_listing(profiles[name], sass.instructions))
+            audited = replace(audited, listing=hot_listing(launch, sass.instructions))
         out.append(audited)
     if not out:
         raise PerfscopeError(f"none of the cubins in {path.name} holds its kernel"
@@ -325,8 +330,23 @@ def _disassemble_one(cubin: EmbeddedCubin, name: str, tool: Tool) -> Disassembly
         return disassemble(file, tool, (name,))
 
 
+class _DisassemblyCache:
+    """One kernel of one module disassembled once, however many launches ask for it."""
+
+    def __init__(self, tool: Tool) -> None:
+        self.tool = tool
+        self._done: dict[tuple[str, str], Disassembly] = {}
+
+    def __call__(self, cubin: EmbeddedCubin, name: str) -> Disassembly:
+        key = (cubin.digest, name)
+        if key not in self._done:
+            self._done[key] = _disassemble_one(cubin, name, self.tool)
+        return self._done[key]
+
+
 def _code_that_ran(candidates: tuple[EmbeddedCubin, ...], name: str, profile: KernelProfile,
-                   tool: Tool) -> tuple[EmbeddedCubin, Disassembly, str | None] | None:
+                   disassemble_once: _DisassemblyCache
+                   ) -> tuple[EmbeddedCubin, Disassembly, str | None] | None:
     """Of the modules holding a kernel of this name, the one whose code is the report's
     (code_check: opcode for opcode at every PC the report executed), its disassembly, and a
     note when that could not be told; None when no module holds the name."""
@@ -335,7 +355,7 @@ def _code_that_ran(candidates: tuple[EmbeddedCubin, ...], name: str, profile: Ke
     first: tuple[EmbeddedCubin, Disassembly] | None = None
     why = None
     for cubin in candidates:
-        dis = _disassemble_one(cubin, name, tool)
+        dis = disassemble_once(cubin, name)
         why = code_check(profile, dis.kernel(name).instructions)
         if why is None:
             return cubin, dis, None

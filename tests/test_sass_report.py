@@ -220,3 +220,13 @@ def test_of_several_modules_with_the_kernels_name_the_one_that_ran_is_taken():
     from perfscope.sass.disasm import find_tool
     other = _disassemble_one(candidates[0], prof.identity.mangled, find_tool())
     assert "does not line up" in code_check(prof, other.kernel().instructions)
+
+
+def test_each_module_a_kernel_ran_is_audited_once_however_many_launches():
+    disassembler_or_skip()
+    fixtures = Path(__file__).resolve().parent / "fixtures" / "h200"
+    many = audit(str(fixtures / "many_launches.ncu-rep.xz")).audits   # 24 launches, 4 kernels
+    assert [a.kernel for a in many] == ["ps_strided_copy", "ps_float4_copy", "ps_smem_transpose",
+                                        "ps_regs_capped"]
+    (mlp,) = audit(str(fixtures / "torch_mlp.ncu-rep.xz")).audits      # 6 launches of one
+    assert mlp.kernel.startswith("nvjet_sm90")
