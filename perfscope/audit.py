@@ -25,10 +25,10 @@ from perfscope.build import CompileError, check_known_arch, parse_ptxas_log
 from perfscope.documents import AuditDocument, FingerprintCheck, SassAudit
 from perfscope.errors import PerfscopeError
 from perfscope.families import FAMILY_BY_KEY, family_of, group_families
+from perfscope.hotloop import NOT_COLLECTED, code_check, hot_listing
 from perfscope.kernels import get_spec, normalize_dtype, stage_info
 from perfscope.kernels.launch import compile_stage
 from perfscope.kernels.spec import KernelSpec
-from perfscope.listing import NOT_COLLECTED, code_check, hot_listing
 from perfscope.manifest import RunManifest, manifest_beside
 from perfscope.profile import (
     Identity,

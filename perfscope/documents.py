@@ -25,7 +25,7 @@ from perfscope.stage import ResourceUsage
 if TYPE_CHECKING:
     # Typing only: importing the rules (or the listing) loads the report reader, which a
     # process that runs kernels with CuPy must never do.
-    from perfscope.listing import HotListing
+    from perfscope.hotloop import HotListing
     from perfscope.rules import Evaluation
 
 

@@ -29,7 +29,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
      "hardware", "tensormaps"),
     ("reader", "manifest", "sass", "sass.disasm", "sass.loops", "sass.embedded", "kernels.spec",
      "kernels.weights", "kernels.tcgen05", "bandwidth"),
-    ("profile", "source", "structure", "listing"),
+    ("profile", "source", "structure", "hotloop"),
     ("rules", "rules.*"),
     ("record", "diff", "documents"),
     ("kernels", "kernels.registry", "kernels.fused_specs", "kernels.epilogue", "kernels.fp8",
@@ -44,7 +44,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
 # What the analysis must never reach for.
 ANALYSIS = ("rules", "rules.*", "record", "diff", "review", "render", "render.*", "profile",
             "reader", "manifest", "metrics", "families", "documents", "export", "stage", "source",
-            "structure", "digest", "hardware", "calibration", "bandwidth", "tensormaps", "listing")
+            "structure", "digest", "hardware", "calibration", "bandwidth", "tensormaps", "hotloop")
 PROFILER_SIDE = ("kernels", "kernels.*", "build", "ncu", "profiling", "runner", "bench",
                  "collection", "verify", "timing", "environment", "tune", "tune.*", "audit", "cli",
                  "mapcapture")

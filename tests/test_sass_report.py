@@ -174,7 +174,7 @@ def test_listing_puts_the_reports_counts_on_the_cubins_instructions():
 
 
 def test_listing_refuses_code_that_does_not_line_up_and_counts_that_were_not_collected():
-    from perfscope.listing import hot_listing
+    from perfscope.hotloop import hot_listing
     prof = load(CUBLAS_SGEMM)[0]
     shifted = ["NOP"] + [f"FFMA R{i}, R1, R2, R3" for i in range(20000)]
     out = hot_listing(prof, shifted)
@@ -207,7 +207,7 @@ def test_of_several_modules_with_the_kernels_name_the_one_that_ran_is_taken():
     capture carries every module; only the report's SASS says which one ran (the first in
     the file is not it)."""
     disassembler_or_skip()
-    from perfscope.listing import code_check
+    from perfscope.hotloop import code_check
     prof = load(TRITON)[0]
     candidates = cubins_for(embedded_cubins(_plain(TRITON)), prof.identity.mangled)
     assert len(candidates) > 1

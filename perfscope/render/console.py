@@ -40,7 +40,7 @@ from perfscope.render.summary import (
 if TYPE_CHECKING:
     from perfscope.diff import DiffDocument
     from perfscope.documents import AuditDocument, BenchSummary, KernelsTable, ProfileSummary
-    from perfscope.listing import HotListing
+    from perfscope.hotloop import HotListing
     from perfscope.manifest import Spread
     from perfscope.profile import KernelProfile
     from perfscope.record import DiagnoseDocument
