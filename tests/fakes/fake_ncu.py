@@ -15,6 +15,7 @@ the report. Every argv it receives is appended to FAKE_NCU_LOG.
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -109,6 +110,11 @@ def write_stems(out, profiled):
 
 def interrupted(out, stems, staging, source):
     """Profile the first kernel, write it, then wait for the SIGINT a Ctrl-C sends."""
+    # ncu handles SIGINT itself. Python does not when it starts with SIGINT ignored, as
+    # every command a non-interactive shell puts in the background does (`pytest &`), and
+    # that disposition is inherited: without this the fake would sleep through perfscope's
+    # SIGINT until it is killed 20 s later.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     if staging is not None:
         (staging / f"{stems[0]}.json").write_text(json.dumps({"verification": {"verdict": "ok"}}))
     shutil.copyfile(source, out)
