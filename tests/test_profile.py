@@ -228,3 +228,33 @@ def test_load_many_filters_and_expands_folders(tmp_path):
     # cublas_hgemm_4096, cublas_bgemm_4096, torch_mlp's six GEMM launches, and the GEMM of
     # each cublas+gelu group in fused/ (a subfolder: folders are searched recursively).
     assert len(profiles) == 10
+
+
+def test_a_report_loaded_again_is_not_read_again(tmp_path, monkeypatch):
+    """The report reader leaks every report it reads per-instruction metrics from
+    (IMetric.correlation_ids), so a process gets the profiles it already has for the same
+    file: not opened again, equal launches, a list of its own; another path to the same
+    bytes, a changed file or another kernel filter is read anew."""
+    import os
+    import shutil
+
+    from perfscope import profile as prof_mod
+
+    src = tmp_path / "float4_copy.ncu-rep.xz"
+    shutil.copyfile(report("float4_copy"), src)
+    first = prof_mod.load(src)
+    opened = []
+    real = prof_mod.open_report
+    monkeypatch.setattr(prof_mod, "open_report", lambda p: opened.append(p) or real(p))
+    again = prof_mod.load(src)
+    assert opened == [] and again == first and again is not first
+    again.clear()
+    assert prof_mod.load(src) == first                      # the cache keeps its own list
+    other = tmp_path / "copy.ncu-rep.xz"
+    shutil.copyfile(src, other)
+    assert prof_mod.load(other)[0].identity.source == str(other) and opened == [other]
+    st = src.stat()
+    os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    prof_mod.load(src)
+    prof_mod.load(src, kernel="no_such_kernel")
+    assert opened == [other, src, src]
