@@ -165,7 +165,8 @@ def sass(
                                  "each instruction with its executions, samples and stalls."),
 ) -> None:
     """Static SASS audit, no GPU needed: opcode families, registers and spills, the stage's
-    fingerprint, and the rules that need no counters. Exit 1 if a fingerprint fails."""
+    fingerprint, and the rules that need no counters; of a report, the code that ran. Exit 1
+    if a fingerprint fails."""
     from perfscope.audit import ReportAuditOptions, audit  # deferred: compiles through NVRTC
 
     doc = audit(target, arch, dtype, ReportAuditOptions(save_cubin, listing))
