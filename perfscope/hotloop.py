@@ -18,12 +18,14 @@ code that ran gives a note, never a listing of other code.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from perfscope.profile import HOT_LOOP_SHARE, KernelProfile
+from perfscope.sass.disasm import opcode_with_modifiers
+from perfscope.sass.loops import INSTRUCTION_BYTES
+from perfscope.source import top_reasons
 
-INSTRUCTION_BYTES = 16   # every SASS instruction from Volta on
 TOP_REASONS = 2          # stall reasons named per instruction
 
 
@@ -54,16 +56,7 @@ class HotListing:
 
 
 def _opcode(text: str) -> str:
-    words = text.replace(".reuse", "").split()
-    if words and words[0].startswith("@"):
-        words = words[1:]
-    return words[0].rstrip(";") if words else ""
-
-
-def _top(counts: Mapping[str, float]) -> tuple[tuple[str, int], ...]:
-    ranked = sorted(((k, int(v)) for k, v in counts.items() if v and k != "selected"),
-                    key=lambda kv: (-kv[1], kv[0]))
-    return tuple(ranked[:TOP_REASONS])
+    return opcode_with_modifiers(text).rstrip(";")
 
 
 NOT_COLLECTED = "not collected: executions per instruction (sass__inst_executed per PC)"
@@ -106,6 +99,7 @@ def hot_listing(profile: KernelProfile, instructions: Sequence[str]) -> HotListi
     rows = tuple(
         ListingRow(address=pc - base, sass=instructions[(pc - base) // INSTRUCTION_BYTES],
                    executed=int(executed[pc]), samples=int(samples.get(pc, 0)),
-                   reasons=_top({r: per.get(pc, 0.0) for r, per in reasons.items()}))
+                   reasons=top_reasons({r: per.get(pc, 0.0) for r, per in reasons.items()},
+                                       TOP_REASONS))
         for pc in hot)
     return HotListing(rows, int(sum(samples.values())))

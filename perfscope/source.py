@@ -235,12 +235,14 @@ def _context(lines: list[str] | None, number: int) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _top(counts: Mapping[str, float]) -> tuple[tuple[str, int], ...]:
+def top_reasons(counts: Mapping[str, float], n: int = TOP_REASONS) -> tuple[tuple[str, int], ...]:
+    """The n stall reasons with the most samples, most first (the source view's and the
+    hot-loop listing's)."""
     # "selected" samples are warps issuing, not stalled: the line's samples count them, its
     # stall reasons do not. Ties broken by name, never by a dict's insertion history.
     ranked = sorted(((k, int(v)) for k, v in counts.items() if v and k != "selected"),
                     key=lambda kv: (-kv[1], kv[0]))
-    return tuple(ranked[:TOP_REASONS])
+    return tuple(ranked[:n])
 
 
 def source_view(profile: KernelProfile, compile: CompileInfo | None = None, *,
@@ -291,9 +293,9 @@ def source_view(profile: KernelProfile, compile: CompileInfo | None = None, *,
         out.append(SourceLine(
             file=info.shown, line=number, text=_text(text, number),
             context=_context(text, number), samples=n_line,
-            share=n_line / total, reasons=_top(line_reasons),
+            share=n_line / total, reasons=top_reasons(line_reasons),
             sass=tuple(SassLine(int(pc - base), corr.sass_of(pc), int(samples[pc]),
-                                _top({r: v.get(pc, 0.0) for r, v in reasons.items()})[:2])
+                                top_reasons({r: v.get(pc, 0.0) for r, v in reasons.items()}, 2))
                        for pc in shown),
             other_sass=len(left), other_samples=int(sum(samples[pc] for pc in left))))
     return SourceView(tuple(out), tuple(f for f, _ in files.values()), total, line_samples)

@@ -29,7 +29,6 @@ the first instruction of each 128-byte line of code against the others.
 
 import dataclasses
 import json
-import re
 import shutil
 import sys
 from pathlib import Path
@@ -96,14 +95,13 @@ def loop_stats(folder: Path) -> dict:
     loop became: the instructions its longest backward branch spans, its FFMAs, the copies
     with the L2 prefetch hint, registers and spills."""
     from perfscope.audit import compile_stage, disassemble, find_tool
+    from perfscope.sass.loops import loops
     spec = dataclasses.replace(get_spec(STAGE), kernel_dir=folder)
     module = compile_stage(spec, "fp32", spec.archs[0])
     mangled = module.mangled(spec.name_expression("fp32"))
     texts = disassemble(module.cubin_path, find_tool()).kernel(mangled).instructions
     res = module.resources[mangled]
-    spans = [i - int(m.group(1), 16) // 16 for i, t in enumerate(texts)
-             if (m := re.search(r"BRA (?:[A-Z.]+ )?0x([0-9a-f]+)", t))
-             and int(m.group(1), 16) // 16 < i]
+    spans = [loop.last - loop.first for loop in loops(texts)]
     return dict(registers=res.registers, spill_stores=res.spill_stores,
                 instructions=len(texts),
                 ffma=sum(1 for t in texts if t.split()[0].startswith("FFMA")),
