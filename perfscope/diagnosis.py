@@ -28,7 +28,7 @@ from perfscope.locations import LOCAL_ROOT
 from perfscope.manifest import RunManifest, manifest_beside, manifest_path
 from perfscope.profile import KernelProfile, compile_kernel_regex, load
 from perfscope.reader import REPORT_SUFFIXES, find_reports, report_stem
-from perfscope.record import Catalogue, Diagnosed, as_group, machine_settings
+from perfscope.record import Catalogue, Diagnosed, as_group, machine_settings, machine_settings_by_device
 from perfscope.rules import Context, evaluate
 from perfscope.stage import OperandRead, StageInfo
 from perfscope.tensormaps import reads_for
@@ -154,10 +154,11 @@ def diagnose(paths: Iterable[str | os.PathLike[str]], kernel: str | None = None,
             continue
         loaded += [(path, profiles) for path in find_reports([arg])
                    if (profiles := load_checked(path, kernel))]
-    machine = machine_settings(kp for _, profiles in loaded for kp in profiles)
+    machines = machine_settings_by_device(kp for _, profiles in loaded for kp in profiles)
     out: list[Diagnosed] = []
     for path, profiles in loaded:
-        out += diagnose_profiles(path, profiles, catalogue, machine=machine)
+        out += diagnose_profiles(path, profiles, catalogue,
+                                 machine=machines[profiles[0].identity.device])
     if not out:
         raise PerfscopeError(f"no kernel matches {kernel!r} in the given reports." if kernel
                              else "no kernel launch in the given reports.")

@@ -71,6 +71,9 @@ M_SPILL_INST = "sass__inst_executed_register_spilling"
 M_L2_SECTORS = "lts__t_sectors_srcunit_tex.sum"
 # The same, reads only: the operand bytes L2 sends to the SMs (tile reuse is judged on it).
 M_L2_READ_SECTORS = "lts__t_sectors_srcunit_tex_op_read.sum"
+# The requests those sectors came in (MemoryWorkloadAnalysis_Tables): a TMA box row of 128
+# bytes that starts on a line is one request of 4 sectors, one that straddles two lines two.
+M_L2_READ_REQUESTS = "lts__t_requests_srcunit_tex_op_read.sum"
 # Sectors the crossbar delivers into each SM's L1TEX / shared memory (TMA tiles, multicast
 # ones once per receiving CTA, cp.async, loads), as a share of its peak rate; with the L1TEX
 # cycles and that rate (hardware.XBAR_TO_L1_SECTORS_PER_SM_CLOCK) the count itself. Both sit

@@ -129,8 +129,10 @@ class DiagnoseDocument:
 
 
 # Launch attributes a machine may set for every launch: (metric, what it is, what sets it).
-# One value on every launch judged together is the machine's setting, reported once
-# (machine_notes), and never a kernel's finding.
+# One value on every launch of one GPU model judged together is the machine's setting,
+# reported once (machine_notes), and never a kernel's finding. Each model counts apart: the
+# driver's default carve-out is the H200's 11.25 MiB and the H100's 9.375 MiB, so captures
+# of both judged together would otherwise make each look like a kernel's choice.
 MACHINE_ATTRIBUTES = (
     (M_PERSISTING, "persisting L2 carve-out", "cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize)"),
 )
@@ -146,20 +148,33 @@ def machine_settings(profiles: Iterable[KernelProfile]) -> dict[str, float]:
     return {name: next(iter(v)) for name, v in seen.items() if len(v) == 1 and None not in v}
 
 
+def machine_settings_by_device(profiles: Iterable[KernelProfile]) -> dict[str | None, dict[str, float]]:
+    """machine_settings of each GPU model's launches, by the device name ncu recorded."""
+    groups: dict[str | None, list[KernelProfile]] = {}
+    for kp in profiles:
+        groups.setdefault(kp.identity.device, []).append(kp)
+    return {device: machine_settings(group) for device, group in groups.items()}
+
+
 def machine_notes(records: Sequence[Diagnosed]) -> tuple[str, ...]:
-    """One sentence per non-zero machine setting of the launches judged together (two or
-    more: one launch cannot show that a value is not its own)."""
-    if len(records) < 2:
-        return ()
-    settings = machine_settings(r.profile for r in records)
+    """One sentence per non-zero machine setting of each GPU model's launches judged
+    together (two or more: one launch cannot show that a value is not its own)."""
+    groups: dict[str | None, list[Diagnosed]] = {}
+    for r in records:
+        groups.setdefault(r.profile.identity.device, []).append(r)
     notes = []
-    for name, what, setter in MACHINE_ATTRIBUTES:
-        value = settings.get(name)
-        if value:
-            mib = value / 2**20
-            notes.append(f"{what} {mib:.4g} MiB on all {len(records)} launches here: set for "
-                         f"the whole device ({setter} or the driver's default), not by a "
-                         "kernel, so no kernel is judged for it")
+    for device, group in groups.items():
+        if len(group) < 2:
+            continue
+        settings = machine_settings(r.profile for r in group)
+        where = f"{device} launches here" if len(groups) > 1 and device else "launches here"
+        for name, what, setter in MACHINE_ATTRIBUTES:
+            value = settings.get(name)
+            if value:
+                mib = value / 2**20
+                notes.append(f"{what} {mib:.4g} MiB on all {len(group)} {where}: set for the "
+                             f"whole device ({setter} or the driver's default), not by a "
+                             "kernel, so no kernel is judged for it")
     return tuple(notes)
 
 

@@ -12,6 +12,7 @@ from perfscope.cli import app
 from perfscope.export import to_dataframe, to_json
 from perfscope.render.jsondoc import DIAGNOSE_SCHEMA as SCHEMA
 
+REFERENCE = FIXTURES.parents[2] / "reports" / "reference" / "h200"
 runner = CliRunner()
 
 KERNEL_KEYS = {"name", "duration_ns", "sol", "stalls", "memory", "launch", "opcodes",
@@ -210,6 +211,24 @@ def test_a_setting_that_differs_between_launches_is_no_machine_setting():
     assert machine_settings([first]) == {"launch__persisting_l2_cache_size": 11.25 * 2**20}
     mixed = [records[0], dataclasses.replace(records[1], profile=own)]
     assert machine_notes(mixed) == ()
+
+
+def test_each_gpu_model_has_its_own_machine_settings():
+    """An H100's driver default carve-out is 9.375 MiB, an H200's 11.25: captures of both
+    judged together (the probes folder holds two H100 reports beside the H200's) leave each
+    model's launches their own machine setting, so none gets PS161 for it, and the notes
+    name the model when there are several."""
+    from perfscope.diagnosis import diagnose
+    from perfscope.record import machine_notes
+
+    h100 = REFERENCE / "probes" / "column-split-h100.ncu-rep.xz"
+    records = diagnose([report("torch_mlp"), h100, h100.with_name("column-split-aligned-h100.ncu-rep.xz")])
+    assert {r.profile.identity.device for r in records} == {"NVIDIA H200", "NVIDIA H100 80GB HBM3"}
+    assert not any(f.code == "PS161" for r in records for f in r.evaluation.findings)
+    notes = machine_notes(records)
+    assert len(notes) == 2
+    assert notes[0].startswith("persisting L2 carve-out 11.25 MiB on all 6 NVIDIA H200 launches")
+    assert notes[1].startswith("persisting L2 carve-out 9.375 MiB on all 2 NVIDIA H100 80GB HBM3")
 
 
 def test_one_launch_by_the_id_every_view_prints():

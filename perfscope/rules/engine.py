@@ -166,7 +166,10 @@ def evaluate(profile: KernelProfile, manifest: RunManifest | None = None,
     combined = combine([(f.group, f.estimated_gain) for f in findings
                         if f.estimated_gain is not None and f.tag != CORRECTNESS_TAG])
     if combined is not None:
-        combined = round(min([combined, *(c for c, _ in caps)]), 4)
+        # Rounded down when a cap holds it, as the findings are: never above the cap.
+        cap = min((c for c, _ in caps), default=None)
+        combined = (math.floor(cap * 1e4) / 1e4 if cap is not None and cap <= combined
+                    else round(combined, 4))
     notes = (no_warning,) if no_warning and findings else ()
     return Evaluation(findings=tuple(findings), not_evaluated=tuple(skipped), silent=tuple(silent),
                       headroom=room, combined_gain=combined, reference_cap=ref_cap, notes=notes)

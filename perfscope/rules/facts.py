@@ -136,6 +136,15 @@ def saturated_unit(p: KernelProfile) -> tuple[str, float] | None:
     return None
 
 
+def need_reads(inputs: Inputs):
+    """How the run read its operands by TMA (tuple of OperandRead), or NotCollected."""
+    if inputs.context.reads is None:
+        raise NotCollected("the operands' TMA boxes (a report does not hold a tensor map: "
+                           "perfscope plans its own stages' from their run manifest, and "
+                           "`perfscope profile --tensor-maps -- COMMAND` records a program's)")
+    return inputs.context.reads
+
+
 def need_opcodes(p: KernelProfile) -> None:
     """NotCollected unless the report has the executed opcode histogram."""
     if not p.opcodes.executed:

@@ -29,6 +29,7 @@ from perfscope.rules.launch import SMALL_GRID, TAIL, TILE_WASTE, UNEVEN_SMS
 from perfscope.rules.memory import (
     BANK_CONFLICTS_LOADS,
     BANK_CONFLICTS_STORES,
+    MISALIGNED_TMA,
     NO_DATA_REUSE,
     SCALAR_LOADS,
     SMALL_TILE,
@@ -48,6 +49,7 @@ REGISTRY: tuple[Rule, ...] = (
     NO_DATA_REUSE,           # PS103
     SMALL_TILE,              # PS104
     STORE_INEFFICIENCY,      # PS105
+    MISALIGNED_TMA,          # PS106
     BANK_CONFLICTS_LOADS,    # PS110
     BANK_CONFLICTS_STORES,   # PS111
     UNCOALESCED_SHARED,      # PS112

@@ -12,8 +12,8 @@ from __future__ import annotations
 from perfscope.hardware import DRAM_PRACTICAL_SHARE
 from perfscope.metrics import M_DRAM_READ, M_DRAM_WRITE, SECTOR_BYTES, SOL_METRICS
 from perfscope.rules.bounds import dram_peak, headroom, work_of
-from perfscope.rules.facts import MIN_EXCESS, gemm_or_other
-from perfscope.rules.model import Evidence, Hit, Inputs, NotCollected, Rule, need
+from perfscope.rules.facts import MIN_EXCESS, gemm_or_other, need_reads
+from perfscope.rules.model import Evidence, Hit, Inputs, Rule, need
 
 # -- thresholds --
 # Below this share of the practical DRAM rate there is bandwidth worth a finding. cuBLAS's
@@ -162,11 +162,7 @@ SHORT_RUN_LOSS = 0.015
 
 def _short_runs(inputs: Inputs, work_bytes: float):
     """The operands the run streamed in short runs, and their share of the compulsory bytes."""
-    reads = inputs.context.reads
-    if reads is None:
-        raise NotCollected("the operands' TMA boxes (a report does not hold a tensor map: "
-                           "perfscope plans its own stages' from their run manifest, and "
-                           "`perfscope profile --tensor-maps -- COMMAND` records a program's)")
+    reads = need_reads(inputs)
     short = tuple(r for r in reads if r.run_bytes <= SHORT_RUN_BYTES < r.row_bytes
                   and r.bytes >= STREAMED_SHARE * work_bytes)
     # At most all of them: a program's map may span more than the work reads of it.
