@@ -559,8 +559,8 @@ def _check_misaligned_tma(inputs: Inputs) -> Hit | None:
     Data Copies using the Tensor Memory Accelerator."""
     p = inputs.profile
     need_opcodes(p)
-    if not p.opcodes.has("tma"):
-        return None
+    if not p.opcodes.executed.get("UTMALDG"):
+        return None     # no tensor-map loads (TMA stores or 1D bulk copies alone are not this)
     sectors = need(p.metric(M_L2_READ_SECTORS), M_L2_READ_SECTORS)
     requests = need(p.metric(M_L2_READ_REQUESTS), M_L2_READ_REQUESTS)
     if not sectors or not requests:
