@@ -20,9 +20,10 @@ from perfscope.rules import rule_metrics
 # Both come
 # with MemoryWorkloadAnalysis, so the version-3 captures committed hold them already and the
 # rule reads them there (tests/test_rules.py checks the count against the tiles' bytes).
-# 5: lts__t_requests_srcunit_tex_op_read.sum asked for by name (PS106: the sectors per L2
-# request of TMA box rows). It comes with MemoryWorkloadAnalysis_Tables, so every version-4
-# capture committed holds it already (all but the narrow fixture, which holds no table).
+# 5: lts__t_requests_srcunit_tex_op_read.sum and smsp__pcsamp_warps_issue_stalled_long_scoreboard
+# asked for by name (PS106: the sectors per L2 request of TMA box rows, and the main loop's
+# operand waits). They come with MemoryWorkloadAnalysis_Tables and SourceCounters, so every
+# version-4 capture committed holds them already (all but the narrow fixture).
 COLLECTION_VERSION = 5
 
 SECTIONS: tuple[str, ...] = (

@@ -45,6 +45,7 @@ STALL_METRICS: tuple[str, ...] = tuple(
 STALL_AVG_RE = re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
 STALL_SAMPLE_RE = re.compile(r"^smsp__pcsamp_warps_issue_stalled_(\w+)$")
 M_PC_SAMPLES = "smsp__pcsamp_sample_count"
+M_LONG_SCOREBOARD_SAMPLES = "smsp__pcsamp_warps_issue_stalled_long_scoreboard"
 # Warp-level executions per SASS instruction (SourceCounters, instanced by PC).
 M_INST_EXECUTED_PC = "inst_executed"
 M_ELIGIBLE = "smsp__warps_eligible.avg.per_cycle_active"

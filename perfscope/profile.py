@@ -58,6 +58,7 @@ from perfscope.metrics import (
     M_LOCAL_LD_SECT,
     M_LOCAL_ST_REQ,
     M_LOCAL_ST_SECT,
+    M_LONG_SCOREBOARD_SAMPLES,
     M_MEM_CLOCK,
     M_OPCODES,
     M_OPCODES_MOD,
@@ -331,6 +332,10 @@ class HotLoop:
 
     instructions: int                 # PCs executed at least HOT_LOOP_SHARE of the most
     families: Mapping[str, int]       # perfscope.families key -> PCs of that family in it
+    # Long-scoreboard samples at its PCs over all warp samples: the main loop's warps
+    # waiting for their operands (a warp-specialised kernel's consumers at the full
+    # barrier; its producer's waits for a free slot lie outside it). None if not sampled.
+    operand_waits: float | None = None
 
 
 @dataclass(frozen=True)
@@ -772,7 +777,13 @@ def _hot_loop(r: _Reader, sass: _Sass) -> HotLoop | None:
     hot = [pc for pc, n in executed.items() if n >= HOT_LOOP_SHARE * top]
     # Each PC counts once: the loop's static mix, not its executions.
     families = group_families((sass.opcode(pc), 1) for pc in hot)
-    return HotLoop(instructions=len(hot), families={k: int(v) for k, v in families.items()})
+    samples = r.instances(M_PC_SAMPLES)
+    waits = None
+    if samples and sum(samples.values()) > 0:
+        at = r.instances_at(M_LONG_SCOREBOARD_SAMPLES, set(hot))
+        waits = sum(at.values()) / sum(samples.values())
+    return HotLoop(instructions=len(hot), families={k: int(v) for k, v in families.items()},
+                   operand_waits=waits)
 
 
 _MSG_TYPES = {0: "none", 1: "ok", 2: "optimization", 3: "warning", 4: "error"}

@@ -31,6 +31,7 @@ from perfscope.metrics import (
     M_L2_READ_REQUESTS,
     M_L2_READ_SECTORS,
     M_L2_SECTORS,
+    M_LONG_SCOREBOARD_SAMPLES,
     M_OPCODES,
     M_SHARED_IDEAL,
     M_SHARED_WAVEFRONTS,
@@ -514,17 +515,23 @@ STORE_INEFFICIENCY = Rule(
 )
 
 
-def _tma_rows(inputs: Inputs) -> tuple[int, str]:
-    """The bytes of the narrowest TMA box row the run read (up to a line), and the boxes."""
-    reads = need_reads(inputs)
+def _tma_rows(inputs: Inputs, per_request: float) -> tuple[int, str]:
+    """The bytes of the narrowest TMA box row the run read (up to a line), and the boxes;
+    with the boxes unknown, a line when the requests carry more than 2 sectors (rows of 64
+    bytes or fewer cannot: such a row is one request of at most 2 sectors, or 2 of 3)."""
+    reads = inputs.context.reads
+    if reads is None:
+        if per_request <= 2:
+            need_reads(inputs)      # raises: narrow rows and split ones look alike
+        return LINE_BYTES, ("unknown (no tensor map recorded); over 2 sectors a request "
+                            "means rows wider than 64 B, taken as a line")
     if not reads:
         raise NotCollected("the operands' TMA boxes (the run manifest names none)")
     row = min(min(r.box_row_bytes, LINE_BYTES) for r in reads)
     if row < 2 * SECTOR_BYTES:
         raise NotCollected(f"a TMA box row of at least {2 * SECTOR_BYTES} bytes (the narrowest "
                            f"is {row} B, too few sectors to tell a straddling row)")
-    boxes = "; ".join(f"{r.operand} {r.box_rows} x {r.box_row_bytes} B" for r in reads)
-    return row, boxes
+    return row, "; ".join(f"{r.operand} {r.box_rows} x {r.box_row_bytes} B" for r in reads)
 
 
 def _check_misaligned_tma(inputs: Inputs) -> Hit | None:
@@ -533,24 +540,28 @@ def _check_misaligned_tma(inputs: Inputs) -> Hit | None:
     two requests.
     Why: TMA asks L2 for a box row one line at a time. A row of 128 bytes that starts on a
     line is one request of 4 sectors; one that starts 16 or 32 bytes into a line is two
-    requests and 5 sectors, so the k loop's operands take more L2 requests to arrive and
-    the consumers wait longer at the full barriers. Box coordinates not on a multiple of
-    the line (a piece of N that starts on a multiple of 8 columns, not 64), or a leading
-    dimension that is not a multiple of 128 bytes, do this. Measured on an H100: the
+    requests and 5 sectors, so the k loop's operands take more L2 requests to arrive. Box
+    coordinates not on a multiple of the line (a piece of N that starts on a multiple of 8
+    columns, not 64), or a leading dimension that is not a multiple of 128 bytes, do this.
+    What it costs depends on whether the main loop then waits for its operands: the
     column-split probe with its pieces' first columns rounded down to 64 (the same widths
-    and math) ran 1.153x faster at 4096^3 and 1.094x at 8192^3.
+    and math) ran 1.153x faster at 4096^3 (H100); cuBLAS's nvjet with A's rows 8,080 bytes
+    apart made twice the requests of the same GEMM at 8,192 and ran 1.004-1.021x slower.
     Fix: start every box on a line: cut pieces of an N-major operand at multiples of
     64 bf16 columns (its 128-byte swizzle atom), keep the weight K-major (N x K) where
     pieces must be narrower, pad leading dimensions to a multiple of 128 bytes.
-    Without the boxes (a program's or cuBLAS's kernel whose maps were not recorded) the
-    rule still clears a kernel whose requests carry STRADDLE_RATIO_MAX of a line or more:
-    no box row, however wide, leaves rows straddling then; below that it cannot tell
-    narrow rows from split ones and says it was not evaluated.
-    Estimate: the share of stall cycles waiting on loads (long scoreboard, where the
-    consumers wait at the mbarriers) times the share of the L2 read requests that the
-    straddling rows add (a row of e sectors, split, is two requests of e + 1: from R
-    requests and S sectors, (e R - S) / (e - 1) rows split). The probe's H200 report: 0.49
-    of the stalls, 35% of the requests, 17% of the time, where aligning saved 13% (H100).
+    Without the boxes (cuBLAS passes its maps through a pointer; a program's are recorded
+    only with `profile --tensor-maps`) the rule clears a kernel whose requests carry
+    STRADDLE_RATIO_MAX of a line or more, takes rows of a line where they carry over 2
+    sectors (narrower rows cannot), and is not evaluated at 2 or fewer.
+    Estimate: the main loop's operand waits (long-scoreboard samples at its PCs over all
+    samples: a warp-specialised kernel's consumers at the full barrier, not its producer
+    waiting for a free slot) times the share of the L2 read requests the straddling rows
+    add (a row of e sectors, split, is two requests of e + 1: from R requests and S
+    sectors, (e R - S) / (e - 1) rows split). Measured: 0.079 on the split's H100 report
+    where aligning saved 0.136 (its pieces' own k loops, run in the last round only, lie
+    outside the main loop), 0.017 on cuBLAS's at lda 4040 where padding saved 0.004-0.024.
+    All long-scoreboard stalls instead of the main loop's said 0.180 and 0.120.
     Example:
         before: n0 = 8 * (j * units8 / per_row);    // pieces 224-232 columns, any multiple of 8
         after:  n0 = 64 * (j * units64 / per_row);  // pieces on the 128-byte swizzle atom
@@ -569,30 +580,32 @@ def _check_misaligned_tma(inputs: Inputs) -> Hit | None:
     if other > OTHER_LOADS_SHARE_MAX * sectors:
         raise NotCollected(f"L2 reads carried by TMA alone (global loads read {other / sectors:.0%} "
                            "of the sectors, in requests of their own size)")
-    if inputs.context.reads is None and sectors / requests >= STRADDLE_RATIO_MAX * LINE_SECTORS:
+    per_request = sectors / requests
+    if inputs.context.reads is None and per_request >= STRADDLE_RATIO_MAX * LINE_SECTORS:
         return None     # whatever its boxes, requests that full leave no rows to straddle
-    row, boxes = _tma_rows(inputs)
+    row, boxes = _tma_rows(inputs, per_request)
     per_row = row / SECTOR_BYTES
-    ratio = sectors / requests / per_row
-    if ratio >= STRADDLE_RATIO_MAX:
+    if per_request / per_row >= STRADDLE_RATIO_MAX:
         return None
     split = max(0.0, (per_row * requests - sectors) / (per_row - 1))
     added = min(1.0, split / requests)
-    wait = stall_share(p, ("long_scoreboard",))
+    waits = need(p.hot_loop.operand_waits if p.hot_loop else None,
+                 f"the main loop's per-PC stall samples ({M_LONG_SCOREBOARD_SAMPLES})")
     return Hit((
-        Evidence(f"{M_L2_READ_SECTORS} / {M_L2_READ_REQUESTS}", round(sectors / requests, 2),
+        Evidence(f"{M_L2_READ_SECTORS} / {M_L2_READ_REQUESTS}", round(per_request, 2),
                  f"< {STRADDLE_RATIO_MAX * per_row:.2f} ({STRADDLE_RATIO_MAX} x the {per_row:g} "
                  f"sectors of a {row}-byte box row; boxes {boxes})"),
         Evidence("L2 read requests the straddling rows add / all", round(added, 3), "-"),
-        Evidence("stall share of long_scoreboard (waiting on the loads)", round(wait, 3), "-"),
-    ), wait * added, fix_args=(("row", str(row)),))
+        Evidence("long_scoreboard samples in the main loop / all samples (its warps waiting "
+                 "for operands)", round(waits, 3), "-"),
+    ), waits * added, fix_args=(("row", str(row)),))
 
 
 MISALIGNED_TMA = Rule(
     code="PS106", tag="misaligned-tma", title="TMA box rows straddle 128-byte lines",
     severity="warning",
     metrics=(M_L2_READ_SECTORS, M_L2_READ_REQUESTS, *OPCODE_METRICS, *TRAFFIC_METRICS_GLOBAL,
-             *STALL_METRICS),
+             M_LONG_SCOREBOARD_SAMPLES),
     check=_check_misaligned_tma,
     fix="Start every TMA box row on a 128-byte line: box coordinates along the contiguous "
         "dimension on multiples of 128 bytes (64 columns of a 16-bit N-major operand, the "
