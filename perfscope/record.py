@@ -148,25 +148,28 @@ def machine_settings(profiles: Iterable[KernelProfile]) -> dict[str, float]:
     return {name: next(iter(v)) for name, v in seen.items() if len(v) == 1 and None not in v}
 
 
-def machine_settings_by_device(profiles: Iterable[KernelProfile]) -> dict[str | None, dict[str, float]]:
-    """machine_settings of each GPU model's launches, by the device name ncu recorded."""
+def _by_device(profiles: Iterable[KernelProfile]) -> dict[str | None, list[KernelProfile]]:
+    """The launches of each GPU model, by the device name ncu recorded, in their order."""
     groups: dict[str | None, list[KernelProfile]] = {}
     for kp in profiles:
         groups.setdefault(kp.identity.device, []).append(kp)
-    return {device: machine_settings(group) for device, group in groups.items()}
+    return groups
+
+
+def machine_settings_by_device(profiles: Iterable[KernelProfile]) -> dict[str | None, dict[str, float]]:
+    """machine_settings of each GPU model's launches."""
+    return {device: machine_settings(group) for device, group in _by_device(profiles).items()}
 
 
 def machine_notes(records: Sequence[Diagnosed]) -> tuple[str, ...]:
     """One sentence per non-zero machine setting of each GPU model's launches judged
     together (two or more: one launch cannot show that a value is not its own)."""
-    groups: dict[str | None, list[Diagnosed]] = {}
-    for r in records:
-        groups.setdefault(r.profile.identity.device, []).append(r)
+    groups = _by_device(r.profile for r in records)
     notes = []
     for device, group in groups.items():
         if len(group) < 2:
             continue
-        settings = machine_settings(r.profile for r in group)
+        settings = machine_settings(group)
         where = f"{device} launches here" if len(groups) > 1 and device else "launches here"
         for name, what, setter in MACHINE_ATTRIBUTES:
             value = settings.get(name)

@@ -28,6 +28,7 @@ from perfscope.metrics import (
 from perfscope.profile import KernelProfile, OpcodeTraffic, Traffic
 from perfscope.rules.bounds import sass_flops, work_of
 from perfscope.rules.model import Evidence, Inputs, NotCollected, need
+from perfscope.stage import OperandRead
 
 # A unit running at this share of its peak may be what bounds the kernel ...
 BUSY_PCT = 60.0
@@ -136,8 +137,8 @@ def saturated_unit(p: KernelProfile) -> tuple[str, float] | None:
     return None
 
 
-def need_reads(inputs: Inputs):
-    """How the run read its operands by TMA (tuple of OperandRead), or NotCollected."""
+def need_reads(inputs: Inputs) -> tuple[OperandRead, ...]:
+    """How the run read its operands by TMA, or NotCollected."""
     if inputs.context.reads is None:
         raise NotCollected("the operands' TMA boxes (a report does not hold a tensor map: "
                            "perfscope plans its own stages' from their run manifest, and "

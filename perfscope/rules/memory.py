@@ -576,7 +576,7 @@ def _check_misaligned_tma(inputs: Inputs) -> Hit | None:
     requests = need(p.metric(M_L2_READ_REQUESTS), M_L2_READ_REQUESTS)
     if not sectors or not requests:
         return None
-    other = sum(o.actual for o in p.memory.global_.by_opcode if not is_store(o))
+    other = sum(o.actual for o in by_opcode(p.memory.global_, "global sectors") if not is_store(o))
     if other > OTHER_LOADS_SHARE_MAX * sectors:
         raise NotCollected(f"L2 reads carried by TMA alone (global loads read {other / sectors:.0%} "
                            "of the sectors, in requests of their own size)")
