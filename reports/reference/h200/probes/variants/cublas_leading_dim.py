@@ -10,7 +10,7 @@ contiguous, so its rows start 8,080 bytes apart and all but one in eight start i
 dimension 4096, which cuBLAS takes as it is), every row on a line. Same math, same
 values, only where A's rows start differs.
 
-``time`` checks the two agree and times them in alternating rounds with CUDA events
+``time`` checks the two give the same C and times them in alternating rounds with CUDA events
 (9 rounds of 20 launches after a warm-up), writing the medians and
 ``aligned_over_straddling`` (ld4040's time over ld4096's: above 1, the aligned rows are
 faster). ``run`` launches one form twice, then once inside the NVTX range
@@ -21,6 +21,7 @@ faster). ``run`` launches one form twice, then once inside the NVTX range
 import json
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -41,46 +42,56 @@ def operands() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     return {"ld4040": (a, b), "ld4096": (padded, b)}
 
 
-def _ms(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> float:
+Launch = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], object]
+
+
+def cublas(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
+    """One GEMM through torch.matmul (cuBLAS), into c."""
+    torch.matmul(a, b, out=c)
+
+
+def _ms(launch: Launch, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> float:
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(RUNS):
-        torch.matmul(a, b, out=c)
+        launch(a, b, c)
     end.record()
     end.synchronize()
     return start.elapsed_time(end) / RUNS
 
 
-def time_both(out: Path) -> None:
-    """Alternating rounds of the two forms; the medians and their ratio to OUT."""
+def time_both(out: Path, launch: Launch = cublas, extra: dict | None = None) -> None:
+    """Alternating rounds of the two forms (after checking their C is the same); the
+    medians and their ratio to OUT, with ``extra`` (what else identifies the kernel)."""
     forms = operands()
-    c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
-    results = {name: torch.matmul(a, b) for name, (a, b) in forms.items()}
-    assert torch.equal(results["ld4040"], results["ld4096"]), "the two forms disagree"
-    for a, b in forms.values():
-        _ms(a, b, c)
+    c = {name: torch.empty(M, N, device="cuda", dtype=torch.bfloat16) for name in forms}
+    for name, (a, b) in forms.items():
+        launch(a, b, c[name])
+    assert torch.equal(c["ld4040"], c["ld4096"]), "the two forms disagree"
+    for name, (a, b) in forms.items():
+        _ms(launch, a, b, c[name])
     times: dict[str, list[float]] = {name: [] for name in forms}
     for _ in range(ROUNDS):
         for name, (a, b) in forms.items():
-            times[name].append(_ms(a, b, c))
+            times[name].append(_ms(launch, a, b, c[name]))
     med = {name: statistics.median(t) for name, t in times.items()}
     row = {"shape": f"{M}x{N}x{K}", "dtype": "bf16", "gpu": torch.cuda.get_device_name(),
-           "torch": torch.__version__, "cuda": torch.version.cuda, "ms": med, "rounds": times,
-           "aligned_over_straddling": med["ld4040"] / med["ld4096"],
+           "torch": torch.__version__, "cuda": torch.version.cuda, **(extra or {}), "ms": med,
+           "rounds": times, "aligned_over_straddling": med["ld4040"] / med["ld4096"],
            "round_ratios": [x / y for x, y in zip(times["ld4040"], times["ld4096"], strict=True)]}
     out.write_text(json.dumps(row, indent=1))
     print(json.dumps({k: row[k] for k in ("ms", "aligned_over_straddling")}))
 
 
-def run(form: str) -> None:
+def run(form: str, launch: Launch = cublas) -> None:
     """Two launches, then one inside the form's NVTX range."""
     a, b = operands()[form]
     c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
     for _ in range(2):
-        torch.matmul(a, b, out=c)
+        launch(a, b, c)
     torch.cuda.synchronize()
     torch.cuda.nvtx.range_push(f"{form}-bf16-{M}x{N}x{K}")
-    torch.matmul(a, b, out=c)
+    launch(a, b, c)
     torch.cuda.nvtx.range_pop()
     torch.cuda.synchronize()
 
