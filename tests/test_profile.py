@@ -11,7 +11,7 @@ import math
 import re
 
 import pytest
-from conftest import csv_number, raw_csv, report
+from conftest import FIXTURES, csv_number, raw_csv, report
 
 import perfscope
 from perfscope.metrics import OCCUPANCY_LIMITS, SOL_METRICS
@@ -258,3 +258,20 @@ def test_a_report_loaded_again_is_not_read_again(tmp_path, monkeypatch):
     prof_mod.load(src)
     prof_mod.load(src, kernel="no_such_kernel")
     assert opened == [other, src, src]
+
+
+def test_main_loop_operand_waits_tell_a_shallow_ring_from_a_deep_one():
+    """HotLoop.operand_waits: long-scoreboard samples at the main loop's PCs over all samples
+    (the consumers at the full barrier). The persistent stage's 3-stage ring waits 0.31; its
+    4-stage tuned configuration 0.043, as cuBLAS's nvjet (0.037); no samples, None."""
+    from perfscope.profile import load
+
+    ref = FIXTURES.parents[2] / "reports" / "reference" / "h200"
+    waits = {name: load(path)[0].hot_loop.operand_waits for name, path in (
+        ("default", ref / "hgemm_tma_wgmma_persistent-bf16-4096x4096x4096.ncu-rep.xz"),
+        ("tuned", ref / "probes" / "hgemm_tma_wgmma_persistent@BOXES=1,DEFER=1,STAGES=4-bf16-"
+                                   "4096x4096x4096.ncu-rep.xz"),
+        ("cublas", ref / "cublas_bgemm-bf16-4096x4096x4096.ncu-rep.xz"))}
+    assert 0.30 < waits["default"] < 0.32
+    assert 0.03 < waits["tuned"] < 0.05 and 0.03 < waits["cublas"] < 0.05
+    assert load(report("narrow_sol_only"))[0].hot_loop is None
