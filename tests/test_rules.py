@@ -358,6 +358,9 @@ CASES: tuple[Case, ...] = (
          lambda: (one("cublas_sgemm_4096"), {})),
     Case("PS120", True, "real", "Triton's 1-stage loop: long scoreboard 54%, L1 78% with no throttle",
          lambda: external("triton_one_stage")),
+    Case("PS120", False, "real", "hgemm_small_m at 256 x 4096^2: 0.31 of its stalls on long scoreboard, "
+         "but its consumers wait 0.27 of the samples; the rest is its producer waiting for free "
+         "slots", lambda: fused("hgemm_small_m@AROWS=128,BM=128,BN=64-bf16-256x4096x4096")),
     Case("PS120", False, "real", "the persistent wgmma stage: long scoreboard 48% but the tensor pipe at 89%",
          lambda: reference("hgemm_tma_wgmma_persistent", "bf16")),
     Case("PS120", False, "real", "hgemm_small_m at M = 64 waits on its weight stream (52% long "
@@ -952,6 +955,21 @@ def test_misaligned_tma_estimate_against_what_aligning_saved():
         assert "PS106" in evaluate(aligned, **akw).silent
         saved = 1 - aligned.sol.duration_ns / kp.sol.duration_ns
         assert low < f.estimated_gain < high and f.estimated_gain < saved < 2 * f.estimated_gain, bad
+
+
+def test_loads_not_overlapped_reads_a_warp_specialised_kernels_consumers():
+    """PS120 on cuBLASLt's GELU_BIAS at M = 256, a warp-specialised nvjet: 0.70 of its stalls
+    are long scoreboard, but its main loop's operand waits are 0.34 of the samples; the
+    estimate reads the latter (raw 0.28, not 0.58). A kernel without warp roles keeps the
+    stall share (hgemm_bcf's 0.37)."""
+    kp, kw = external("cublaslt_gelu_bias_m256_4096")
+    (f,) = [f for f in evaluate(kp, **kw).findings if f.code == "PS120"]
+    assert f.evidence[0].metric.startswith("long_scoreboard samples in the main loop")
+    assert f.evidence[0].value == round(kp.hot_loop.operand_waits, 3) and 0.33 < f.evidence[0].value < 0.35
+    assert 0.27 < f.raw_gain < 0.30
+    kp, kw = reference("hgemm_bcf", "bf16")
+    (f,) = [f for f in evaluate(kp, **kw).findings if f.code == "PS120"]
+    assert f.evidence[0].metric == "stall share of long_scoreboard" and 0.36 < f.evidence[0].value < 0.38
 
 
 def test_a_combined_estimate_at_its_cap_is_rounded_down_to_it():
