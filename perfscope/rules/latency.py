@@ -122,11 +122,10 @@ def _check_loads_not_overlapped(inputs: Inputs) -> Hit | None:
     Source: seed 000 §3.1-3.2, §6.1 trap 2, §6.3 row 2; seed 002 §4."""
     p = inputs.profile
     share, what = stall_share(p, ("long_scoreboard",)), "stall share of long_scoreboard"
-    if p.opcodes.executed and is_warp_specialised(p) and p.hot_loop is not None \
-            and p.hot_loop.operand_waits is not None:
-        share, what = p.hot_loop.operand_waits, ("long_scoreboard samples in the main loop / all "
-                                                 "samples (the consumers; the producer's waits "
-                                                 "for free slots are its design)")
+    waits = p.hot_loop.operand_waits if p.hot_loop is not None else None
+    if waits is not None and p.opcodes.executed and is_warp_specialised(p):
+        share, what = waits, ("long_scoreboard samples in the main loop / all samples (the "
+                              "consumers; the producer's waits for free slots are its design)")
     if share < LONG_SCOREBOARD_MIN or not is_gemm_like(p):
         return None
     if is_memory_bound(inputs):
