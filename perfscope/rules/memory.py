@@ -519,12 +519,10 @@ def _tma_rows(inputs: Inputs, per_request: float) -> tuple[int, str]:
     """The bytes of the narrowest TMA box row the run read (up to a line), and the boxes;
     with the boxes unknown, a line when the requests carry more than 2 sectors (rows of 64
     bytes or fewer cannot: such a row is one request of at most 2 sectors, or 2 of 3)."""
-    reads = inputs.context.reads
-    if reads is None:
-        if per_request <= 2:
-            need_reads(inputs)      # raises: narrow rows and split ones look alike
+    if inputs.context.reads is None and per_request > 2:
         return LINE_BYTES, ("unknown (no tensor map recorded); over 2 sectors a request "
                             "means rows wider than 64 B, taken as a line")
+    reads = need_reads(inputs)      # at 2 or fewer, narrow rows and split ones look alike
     if not reads:
         raise NotCollected("the operands' TMA boxes (the run manifest names none)")
     row = min(min(r.box_row_bytes, LINE_BYTES) for r in reads)
