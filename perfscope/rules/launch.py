@@ -139,7 +139,11 @@ def _check_uneven_sms(inputs: Inputs) -> Hit | None:
     grids of several waves, and a grid under one wave leaves whole SMs without a CTA (PS152):
     this rule reads only grids of exactly one wave, where every SM has work.
     Fix: split the last, partial round of tiles by k iterations across all CTAs (stream-K),
-    or a tile shape whose tile count is a multiple of the CTA count. Unless the SMs' spread
+    or a tile shape whose tile count is a multiple of the CTA count. Where the run manifest
+    gives the tile, the finding says how finely: r tiles on P CTAs cut into fewer than
+    ceil(P / (P - r)) equal pieces each, or shared within clusters of fewer CTAs, leave some
+    CTA a whole tile (split_pieces: 9 at 4096^3 in 128 x 256 tiles on 132 CTAs, 3 at
+    8192^3), so halves and 2-CTA pairs shorten nothing there. Unless the SMs' spread
     has the other shape: the idlest SM close to the average and the busiest far above it
     (the busiest's excess over the average larger than the idlest's shortfall below it).
     Then every SM works nearly to the end and a few run on: the shares are equal in count
@@ -184,7 +188,27 @@ def _check_uneven_sms(inputs: Inputs) -> Hit | None:
     if rounds is not None:
         ev.append(Evidence("rounds of tiles over the CTAs (run manifest)", round(rounds, 2),
                            "a whole number"))
+        grid = inputs.profile.launch.grid_size
+        pieces = split_pieces(round(rounds * grid), grid) if grid else None
+        if pieces is not None and how == IDLE_AT_END:
+            rest = round(rounds * grid) % grid
+            ev.append(Evidence("equal pieces per last-round tile before that round shortens",
+                               pieces, f"ceil({grid} CTAs / {grid - rest} it leaves idle)"))
+            how += SPLIT_PIECES.format(rest=rest, ctas=grid, pieces=pieces)
     return Hit(tuple(ev), idle, (("how", how),))
+
+
+def split_pieces(tiles: int, ctas: int) -> int | None:
+    """The fewest equal pieces each tile of the last, partial round must be cut into (by
+    rows, columns or k) before that round takes less than a whole tile's time: with r tiles
+    on P CTAs, s pieces each leave the busiest CTA ceil(r s / P) pieces, fewer than s only
+    when s >= P / (P - r). The same number bounds a split kept inside clusters: clusters of
+    c CTAs shorten the round only if none holds c of its tiles, c >= P / (P - r). None when
+    the tiles make whole rounds."""
+    rest = tiles % ctas
+    if rest == 0 or tiles < ctas:
+        return None
+    return math.ceil(ctas / (ctas - rest))
 
 
 IDLE_AT_END = (
@@ -193,6 +217,16 @@ IDLE_AT_END = (
     "H200 from about 8: below that the cut pieces cost more than the idle SMs, each measured "
     "at about 6 k tiles of math beyond its own). Or pick a tile shape whose tile count is a "
     "multiple of the CTA count.")
+# Appended to IDLE_AT_END where the run manifest gives the rounds. Why: the tempting fixes
+# for a last round of r tiles on P CTAs (cut each tile in two, or share tiles within a
+# cluster) shorten nothing until the pieces number P / (P - r): 9 at 4096^3 on 132 CTAs
+# (116 tail tiles), where the persistent stage's column split into pieces of about 232
+# columns did not pay even with its boxes aligned (0.96-0.97 of the unsplit kernel, H100).
+SPLIT_PIECES = (
+    " Here the last round holds {rest} tiles for {ctas} CTAs: cut into fewer than {pieces} "
+    "equal pieces each (by columns, rows or k), or shared only within clusters of fewer than "
+    "{pieces} CTAs, some CTA still gets a whole tile's work and the round is no shorter; only "
+    "k iterations shared over all CTAs (stream-K) or {pieces} pieces or more shorten it.")
 STRAGGLERS = (
     "Every SM works nearly to the end and a few run on past it: the CTAs' shares are equal in "
     "count but not in cost. If the kernel splits tiles (stream-K, split-K), the CTAs with cut "
