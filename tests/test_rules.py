@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 from collections import ChainMap
 from collections.abc import Mapping
 from functools import cache
@@ -23,6 +24,7 @@ from perfscope.metrics import M_SM_ACTIVE_AVG, M_SM_ACTIVE_MAX, VIEW_METRICS
 from perfscope.profile import KernelProfile, OpcodeTraffic, Stall, Traffic, load
 from perfscope.rules import BY_CODE, REGISTRY, SEVERITIES, TAGS, Context, evaluate
 from perfscope.rules.engine import combine
+from perfscope.rules.launch import split_pieces
 from perfscope.rules.model import DOC_SECTIONS
 
 ISSUE_TAGS = {
@@ -331,6 +333,14 @@ CASES: tuple[Case, ...] = (
          "sectors a request, twice the aligned GEMM's requests", lambda: probe("cublas-ld4040-h100")),
     Case("PS106", False, "real", "the same GEMM with A's rows 8,192 bytes apart: 3.96",
          lambda: probe("cublas-ld4096-h100")),
+    Case("PS106", True, "real", "the split's pair again on the H200: 2.90 sectors a request",
+         lambda: probe("column-split-h200")),
+    Case("PS106", False, "real", "its aligned pieces on the H200: 4.15",
+         lambda: probe("column-split-aligned-h200")),
+    Case("PS106", True, "real", "Triton's TMA matmul with A's rows 8,080 bytes apart (H200): 2.21 "
+         "sectors a request, its rows taken as a line", lambda: probe("triton-ld4040-h200")),
+    Case("PS106", False, "real", "the same Triton GEMM with A's rows 8,192 apart: 4.17",
+         lambda: probe("triton-ld4096-h200")),
     Case("PS106", False, "real", "Triton's TMA matmul, its maps not recorded: 3.90 sectors a "
          "request leave no row straddling, whatever its boxes", lambda: external("triton_tma")),
     Case("PS110", True, "real", "the transpose's LDS read 32x the ideal wavefronts",
@@ -593,6 +603,43 @@ def test_tail_effect_fix_follows_the_shape_of_the_spread(name, stragglers):
     (f,) = [f for f in evaluate(kp, **kw).findings if f.code == "PS153"]
     assert f.fix.startswith("Every SM works nearly to the end") == stragglers, f.fix
     assert ("Share the last, partial round" in f.fix) != stragglers
+
+
+@pytest.mark.parametrize("tiles, ctas, pieces", [
+    (512, 132, 9),      # 4096^3 in 128 x 256 tiles: 116 in the last round, 16 CTAs idle
+    (2048, 132, 3),     # 8192^3: 68 in the last round, 64 idle
+    (256, 132, 17),     # 1024 x 8192^2: 124 in the last round, 8 idle
+    (264, 132, None),   # whole rounds: nothing to split
+    (100, 132, None)])  # fewer tiles than CTAs: PS152's, not a round to split
+def test_split_pieces_is_the_fewest_equal_cut_that_shortens_the_last_round(tiles, ctas, pieces):
+    assert split_pieces(tiles, ctas) == pieces
+    if pieces is not None:
+        rest = tiles % ctas
+        # s pieces each: the busiest CTA holds ceil(rest s / ctas) of them; fewer than s
+        # (the round shortened) first at `pieces`, never before.
+        shorter = [s for s in range(1, 40) if math.ceil(rest * s / ctas) < s]
+        assert shorter[0] == pieces
+
+
+@pytest.mark.parametrize("name, pieces", [
+    ("hgemm_tma_wgmma_persistent-bf16-4096x4096x4096", 9),
+    ("hgemm_tma_wgmma_persistent-bf16-1024x8192x8192", 17)])
+def test_tail_effect_says_how_finely_the_last_round_must_be_cut(name, pieces):
+    # Halves, or a split kept inside 2-CTA clusters, leave some CTA a whole tile at 4096^3:
+    # the finding says so with the number, so nobody builds the split that cannot pay.
+    kp, kw = tail_split(name)
+    (f,) = [f for f in evaluate(kp, **kw).findings if f.code == "PS153"]
+    (ev,) = [e for e in f.evidence if e.metric.startswith("equal pieces per last-round tile")]
+    assert ev.value == pieces
+    assert f"fewer than {pieces} equal pieces" in f.fix
+
+
+def test_tail_effect_without_the_rounds_names_no_piece_count():
+    # cuBLAS's persistent grid has no manifest tile: the rule cannot count its last round.
+    kp, kw = one("cublas_bgemm_4096"), {}
+    (f,) = [f for f in evaluate(kp, **kw).findings if f.code == "PS153"]
+    assert not any(e.metric.startswith("equal pieces") for e in f.evidence)
+    assert "equal pieces each" not in f.fix
 
 
 # ------------------------------------------------------------------- the table itself
@@ -948,6 +995,7 @@ def test_misaligned_tma_estimate_against_what_aligning_saved():
     ncu and 0.004 / 0.020 by events. Reading every long-scoreboard stall instead of the main
     loop's said 0.180 and 0.120: cuBLAS's are its producer waiting for free slots."""
     for bad, good, low, high in (("column-split-h100", "column-split-aligned-h100", 0.07, 0.09),
+                                 ("column-split-h200", "column-split-aligned-h200", 0.065, 0.085),
                                  ("cublas-ld4040-h100", "cublas-ld4096-h100", 0.012, 0.022)):
         kp, kw = probe(bad)
         (f,) = [f for f in evaluate(kp, **kw).findings if f.code == "PS106"]
@@ -955,6 +1003,27 @@ def test_misaligned_tma_estimate_against_what_aligning_saved():
         assert "PS106" in evaluate(aligned, **akw).silent
         saved = 1 - aligned.sol.duration_ns / kp.sol.duration_ns
         assert low < f.estimated_gain < high and f.estimated_gain < saved < 2 * f.estimated_gain, bad
+
+
+def test_misaligned_tma_gives_no_estimate_without_register_roles():
+    """Triton's TMA matmul (no setmaxnreg: its warps load and multiply alike) with A's rows
+    8,080 bytes apart on the H200: twice the requests, operand waits 0.34 of the samples
+    against 0.19 aligned, and 1.022-1.026x the time by events (probes/triton-leading-dim-h200*):
+    waits x added requests would say 0.20, eight times what padding saved. The finding
+    stands, with its evidence, and no estimate; a kernel with roles keeps one."""
+    kp, kw = probe("triton-ld4040-h200")
+    (f,) = [f for f in evaluate(kp, **kw).findings if f.code == "PS106"]
+    assert f.estimated_gain is None and f.severity == "optimization"
+    ev = {e.metric: e.value for e in f.evidence}
+    assert ev["register roles (setmaxnreg) in the SASS"] == "none"
+    assert 0.3 < ev["long_scoreboard samples in the main loop / all samples (its warps waiting "
+                    "for operands)"] < 0.4
+    aligned, akw = probe("triton-ld4096-h200")
+    assert "PS106" in evaluate(aligned, **akw).silent
+    assert 0.02 < 1 - aligned.sol.duration_ns / kp.sol.duration_ns < 0.04   # 186.6 / 191.7 us
+    roles, rkw = probe("cublas-ld4040-h100")
+    (g,) = [g for g in evaluate(roles, **rkw).findings if g.code == "PS106"]
+    assert g.estimated_gain is not None
 
 
 def test_loads_not_overlapped_reads_a_warp_specialised_kernels_consumers():
