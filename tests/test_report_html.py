@@ -6,8 +6,11 @@ import dataclasses
 import importlib.util
 import json
 import logging
+import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -209,6 +212,36 @@ def test_committed_reference_page_is_regenerated_unchanged():
 
     _assert_unchanged(index, reference_page(REFERENCE),
                       "perfscope.render.html.reference_page (benchmarks/reference_run.py)")
+
+
+@pytest.mark.slow
+def test_a_page_with_charts_leaves_matplotlib_out_of_the_reading_process():
+    """The reader kills the process on a metric's unit once matplotlib is loaded (the GPU
+    machine's write_index died so, 2026-12-05): the charts are drawn in a worker, so the
+    process that reads the reports never imports it, before or after a page."""
+    code = ("import sys; from perfscope.render.html import reference_page; "
+            f"html = reference_page({str(REFERENCE)!r}); "
+            "assert '<svg' in html, 'no chart'; "
+            "print(sorted(m for m in ('matplotlib', 'kiwisolver', 'PIL') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"
+
+
+def test_charts_are_drawn_here_when_no_worker_can_start(monkeypatch, caplog):
+    from perfscope.render import plots
+
+    class NoProcesses:
+        def __init__(self, *args, **kwargs):
+            raise OSError("fork refused")
+
+    monkeypatch.setattr(plots, "ProcessPoolExecutor", NoProcesses)
+    monkeypatch.setattr(plots, "_worker", None)
+    with caplog.at_level(logging.WARNING, logger="perfscope.render.plots"):
+        svg = plots.ladder("k", "title", "TFLOP/s", [plots.Bar("stage", 1.0)], [])
+    assert svg.startswith("<svg") and "stage" in svg
+    assert "no worker: fork refused" in caplog.text
 
 
 @pytest.mark.slow

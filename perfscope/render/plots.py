@@ -9,26 +9,31 @@ output is deterministic: the SVG hash salt is fixed, the date and creator metada
 dropped, text is kept as text (no per-glyph paths that vary with the font cache), and
 every id is prefixed with the figure's own key so that several SVGs can live inline in
 one HTML page without their ids colliding.
+
+The figures are drawn in a worker process, never in the one that reads reports: Nsight
+Compute's report reader (ncu-report 2025.3, and the copy in the GPU machine's Nsight
+Compute install) kills the process on a string call, such as a metric's unit, once
+matplotlib's C++ extensions are loaded, and a page is built from reports read lazily (the
+device's reference run died so in write_index, at the first metric read after a page's
+charts). The worker imports matplotlib and nothing of the reader.
 """
 
 from __future__ import annotations
 
+import atexit
 import io
+import logging
+import multiprocessing
 import re
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from typing import Any
 
 from markupsafe import Markup
 
-from perfscope.reader import load_reader_first
-
-# Nsight Compute's report reader (ncu-report 2025.3) crashes the process when matplotlib
-# was loaded before it, and a page is made of reports: load the reader first.
-load_reader_first()
-
-import matplotlib  # noqa: E402
-from matplotlib.backends.backend_svg import FigureCanvasSVG  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+log = logging.getLogger(__name__)
 
 # Colours: one accent per meaning, the same in every figure of a report.
 INK = "#1f2933"
@@ -72,7 +77,10 @@ _BETWEEN_TAGS = re.compile(r">\n+<")
 _PATH_END = re.compile(r'\s*\n"')
 
 
-def _to_svg(fig: Figure, key: str) -> Markup:
+def _to_svg(fig: Any, key: str) -> str:
+    import matplotlib
+    from matplotlib.backends.backend_svg import FigureCanvasSVG
+
     buf = io.StringIO()
     with matplotlib.rc_context(_RC):
         FigureCanvasSVG(fig).print_svg(buf, metadata={"Date": None, "Creator": None})
@@ -87,14 +95,39 @@ def _to_svg(fig: Figure, key: str) -> Markup:
     text = _GROUP_ID.sub(lambda m: m.group(0) if m.group(1) in used else "<g>", text)
     text = _INDENT.sub("\n", _LONG_NUMBER.sub(r"\1", text))
     text = _BETWEEN_TAGS.sub("><", _PATH_END.sub('"', _PATH_BREAK.sub(" ", text)))
-    # The SVG is generated here from escaped text (matplotlib escapes <, > and &), so it
-    # may go into the page unescaped.
-    return Markup(text.strip())
+    return text.strip()
 
 
-def _figure(width: float, height: float) -> Figure:
+def _figure(width: float, height: float) -> Any:
+    import matplotlib
+    from matplotlib.figure import Figure
+
     with matplotlib.rc_context(_RC):
         return Figure(figsize=(width, height), dpi=72, layout="constrained")
+
+
+# The drawing process: one per process that asks, started on the first figure (spawned,
+# so it inherits nothing of the reader) and reused for the next.
+_worker: ProcessPoolExecutor | None = None
+
+
+def _draw(fn: Any, *args: Any) -> Markup:
+    global _worker
+    try:
+        if _worker is None:
+            _worker = ProcessPoolExecutor(max_workers=1,
+                                          mp_context=multiprocessing.get_context("spawn"))
+            atexit.register(_worker.shutdown)
+        svg = _worker.submit(fn, *args).result()
+    except (BrokenProcessPool, OSError) as exc:
+        # No second process (a sandbox that forbids it): draw here, which is safe as long
+        # as no report is read after it; say so once.
+        log.warning("charts drawn in this process (no worker: %s)", exc)
+        _worker = None
+        svg = fn(*args)
+    # matplotlib escapes <, > and & in the text it writes, so the SVG may go into the page
+    # unescaped.
+    return Markup(svg)
 
 
 def _style(ax) -> None:
@@ -130,6 +163,12 @@ class Line:
 
 def ladder(key: str, title: str, unit: str, bars: Sequence[Bar], lines: Sequence[Line]) -> Markup:
     """Horizontal bars, one per stage (top to bottom in ladder order), with reference lines."""
+    return _draw(_ladder_svg, key, title, unit, tuple(bars), tuple(lines))
+
+
+def _ladder_svg(key: str, title: str, unit: str, bars: Sequence[Bar], lines: Sequence[Line]) -> str:
+    import matplotlib
+
     with matplotlib.rc_context(_RC):
         fig = _figure(7.6, 0.9 + 0.24 * max(1, len(bars)))
         ax = fig.add_subplot()
