@@ -188,10 +188,11 @@ def _check_uneven_sms(inputs: Inputs) -> Hit | None:
     if rounds is not None:
         ev.append(Evidence("rounds of tiles over the CTAs (run manifest)", round(rounds, 2),
                            "a whole number"))
-        grid = inputs.profile.launch.grid_size
-        pieces = split_pieces(round(rounds * grid), grid) if grid else None
+        grid = inputs.profile.launch.grid_size or 0
+        tiles = round(rounds * grid)
+        pieces = split_pieces(tiles, grid) if grid else None
         if pieces is not None and how == IDLE_AT_END:
-            rest = round(rounds * grid) % grid
+            rest = tiles % grid
             ev.append(Evidence("equal pieces per last-round tile before that round shortens",
                                pieces, f"ceil({grid} CTAs / {grid - rest} it leaves idle)"))
             how += SPLIT_PIECES.format(rest=rest, ctas=grid, pieces=pieces)
