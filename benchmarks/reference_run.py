@@ -316,8 +316,10 @@ def environment_lines() -> list[str]:
 
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
-    # write_index ended in a segmentation fault on the H200 machine twice on 2026-12-05, after
-    # the bench files were written (not reproduced here): the next one prints where it was.
+    # write_index ended in a segmentation fault on the H200 machine on 2026-12-05 (03:05,
+    # 03:08, and 11:45 with this handler: the reader's first metric unit read with
+    # matplotlib's extensions loaded; the charts are now drawn in a worker process,
+    # perfscope.render.plots). Kept so that any other fault prints where it was.
     faulthandler.enable()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=ROOT / "reports" / "reference" / "h200")

@@ -221,8 +221,8 @@ IDLE_AT_END = (
 # Appended to IDLE_AT_END where the run manifest gives the rounds. Why: the tempting fixes
 # for a last round of r tiles on P CTAs (cut each tile in two, or share tiles within a
 # cluster) shorten nothing until the pieces number P / (P - r): 9 at 4096^3 on 132 CTAs
-# (116 tail tiles), where the persistent stage's column split into pieces of about 232
-# columns did not pay even with its boxes aligned (0.96-0.97 of the unsplit kernel, H100).
+# (116 tail tiles), so 64-column pieces (4 a tile, the finest an N-major B's swizzle atom
+# allows) leave the round as long as it was.
 SPLIT_PIECES = (
     " Here the last round holds {rest} tiles for {ctas} CTAs: cut into fewer than {pieces} "
     "equal pieces each (by columns, rows or k), or shared only within clusters of fewer than "
