@@ -11,11 +11,11 @@ every id is prefixed with the figure's own key so that several SVGs can live inl
 one HTML page without their ids colliding.
 
 The figures are drawn in a worker process, never in the one that reads reports: Nsight
-Compute's report reader (ncu-report 2025.3, and the copy in the GPU machine's Nsight
-Compute install) kills the process on a string call, such as a metric's unit, once
-matplotlib's C++ extensions are loaded, and a page is built from reports read lazily (the
-device's reference run died so in write_index, at the first metric read after a page's
-charts). The worker imports matplotlib and nothing of the reader.
+Compute's report reader kills the process on a string call, such as a metric's unit, once
+matplotlib's C++ extensions are loaded (the ncu-report 2025.3 wheel when they were loaded
+before it; the GPU machine's Nsight Compute install even when they came after it, its
+reference run dying so in write_index at its first page's first metric unit), and a page
+is built from reports read lazily. The worker imports matplotlib and nothing of the reader.
 """
 
 from __future__ import annotations
