@@ -121,7 +121,7 @@ def _draw(fn: Any, *args: Any) -> Markup:
         svg = _worker.submit(fn, *args).result()
     except (BrokenProcessPool, OSError) as exc:
         # No second process (a sandbox that forbids it): draw here, which is safe as long
-        # as no report is read after it; say so once.
+        # as no report is read after it, and say so (the next figure tries a worker again).
         log.warning("charts drawn in this process (no worker: %s)", exc)
         _worker = None
         svg = fn(*args)

@@ -216,6 +216,13 @@ def is_warp_specialised(p: KernelProfile) -> bool:
     return warpgroups >= 2 or ops.has("setmaxreg") or (p.launch.cluster_size or 1) > 1
 
 
+def has_register_roles(p: KernelProfile) -> bool:
+    """Producer and consumer warps told apart by setmaxnreg (registers moved to the
+    consumers): stricter than is_warp_specialised, which also takes a cooperative kernel
+    whose warpgroups load and multiply alike (Triton's TMA matmul)."""
+    return p.opcodes.has("setmaxreg")
+
+
 def compute_capability(p: KernelProfile) -> tuple[int, int]:
     """The device's compute capability as (major, minor)."""
     cc = need(p.identity.compute_capability, "the compute capability (device attributes)")

@@ -188,9 +188,9 @@ def _check_uneven_sms(inputs: Inputs) -> Hit | None:
     if rounds is not None:
         ev.append(Evidence("rounds of tiles over the CTAs (run manifest)", round(rounds, 2),
                            "a whole number"))
-        grid = inputs.profile.launch.grid_size or 0
+        grid = inputs.profile.launch.grid_size or 0     # known: the rounds need it
         tiles = round(rounds * grid)
-        pieces = split_pieces(tiles, grid) if grid else None
+        pieces = split_pieces(tiles, grid)
         if pieces is not None and how == IDLE_AT_END:
             rest = tiles % grid
             ev.append(Evidence("equal pieces per last-round tile before that round shortens",

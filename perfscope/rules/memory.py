@@ -55,6 +55,7 @@ from perfscope.rules.facts import (
     by_opcode,
     dram_bytes,
     family,
+    has_register_roles,
     has_tensor_cores,
     is_gemm_like,
     is_shared_load,
@@ -605,7 +606,7 @@ def _check_misaligned_tma(inputs: Inputs) -> Hit | None:
           Evidence("long_scoreboard samples in the main loop / all samples (its warps waiting "
                    "for operands)", round(waits, 3), "-")]
     estimate: float | None = waits * added
-    if not p.opcodes.has("setmaxreg"):
+    if not has_register_roles(p):
         # The estimate held on kernels with producer and consumer roles and said 8x too much
         # on one without (Triton's TMA matmul, the docstring): not estimated there.
         estimate = None

@@ -25,7 +25,6 @@ PS106's per-request model cannot be made general.
 
 import dataclasses
 import json
-import shutil
 import statistics
 import sys
 from collections import defaultdict
@@ -37,7 +36,9 @@ from perfscope.kernels.spec import KERNEL_DIR, parse_shape
 from perfscope.verify import make_inputs
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[5] / "benchmarks"))
 from column_split_align_probe import ANCHOR
+from probed_copy import patched, patched_kernel_dir
 
 UNITS = 8   # probe rows per CTA (3-4 tiles and at most 2 pieces at these shapes)
 PROBE_DECL = ('extern "C" __device__ unsigned long long ps_probe[160][8][5];\n'
@@ -69,23 +70,14 @@ _END_PROBED = _END.replace(
 SHAPES = ("4096x4096x4096", "8192x8192x8192")
 
 
-def _once(text: str, anchor: str, repl: str) -> str:
-    if text.count(anchor) != 1:
-        raise ValueError(f"probe anchor not found once: {anchor.strip()[:60]}")
-    return text.replace(anchor, repl)
-
-
-def probed_kernels(folder: Path, aligned: bool) -> Path:
+def probed_kernels(aligned: bool) -> Path:
     """A copy of the kernels with the probes, and the pieces aligned when asked."""
-    shutil.copytree(KERNEL_DIR, folder, dirs_exist_ok=True)
-    text = (folder / "hopper.cuh").read_text()
-    for anchor, repl in (('#include "tma.cuh"\n', '#include "tma.cuh"\n' + PROBE_DECL),
-                         (_START, _START_PROBED), (_MATH, _MATH_PROBED), (_END, _END_PROBED)):
-        text = _once(text, anchor, repl)
+    edits = [('#include "tma.cuh"\n', '#include "tma.cuh"\n' + PROBE_DECL),
+             (_START, _START_PROBED), (_MATH, _MATH_PROBED), (_END, _END_PROBED)]
     if aligned:
-        text = _once(text, ANCHOR, ANCHOR + "        n0 = n0 / 64 * 64;\n")
-    (folder / "hopper.cuh").write_text(text)
-    return folder
+        edits.append((ANCHOR, ANCHOR + "        n0 = n0 / 64 * 64;\n"))
+    text = patched((KERNEL_DIR / "hopper.cuh").read_text(), edits)
+    return patched_kernel_dir({"hopper.cuh": text}, "cta-probe-")
 
 
 def summary(rows: list, kt: int) -> dict:
@@ -109,8 +101,8 @@ def summary(rows: list, kt: int) -> dict:
 def main() -> None:
     """Both forms at both shapes, or with --check only their builds (no GPU needed)."""
     base = get_spec("hgemm_tma_wgmma_persistent").with_params(STREAMK=4)
-    forms = {name: dataclasses.replace(base, kernel_dir=probed_kernels(
-        Path(f"/tmp/cta-probe/{name}"), name == "aligned")) for name in ("split", "aligned")}
+    forms = {name: dataclasses.replace(base, kernel_dir=probed_kernels(name == "aligned"))
+             for name in ("split", "aligned")}
     if "--check" in sys.argv:
         for name, spec in forms.items():
             compile_stage(spec, "bf16", "sm_90a")
