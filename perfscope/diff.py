@@ -82,7 +82,8 @@ class Row:
 
 @dataclass(frozen=True)
 class StallShift:
-    """One stall reason's share of all stall cycles in A and in B."""
+    """One stall reason's share of all stall cycles in A and in B, and its cycles per issued
+    instruction, the parked warps' waits left out (KernelProfile.working_stall_cycles)."""
 
     reason: str
     share_a: float | None
@@ -696,6 +697,13 @@ def _carriers(reason: str, hotspots: Sequence[Hotspot]) -> str:
                      + f" ({n:,} samples)" for n, h in held)
 
 
+def _working_hotspots(kp: KernelProfile) -> tuple[Hotspot, ...]:
+    """The hotspots less the instructions where warps are parked: not where a wait of the
+    work sits."""
+    parked = {a for p in kp.parked for a in p.addresses}
+    return tuple(h for h in kp.hotspots if h.address not in parked)
+
+
 def _stall_claims(stalls: Sequence[StallShift], hotspots: Sequence[Hotspot], cut: bool
                   ) -> list[Reason]:
     """The stall reasons whose share moved by STALL_SHIFT_MIN: grown in A (cut False; the fix
@@ -778,14 +786,14 @@ def _verdict(draft: ProfileDiff, shapes: tuple[LaunchShape, LaunchShape]
         d = _Direction(b, a, ("B", "A"), (shapes[1], shapes[0]))
         reasons = _reasons(d, draft.gone_findings, draft.only_a, draft.structure, gap)
         reasons += _descriptor_reason(b, a, cut=True) or _descriptor_reason(a, b, cut=False)
-        reasons += _stall_claims(draft.stalls, b.profile.hotspots, cut=True)[
+        reasons += _stall_claims(draft.stalls, _working_hotspots(b.profile), cut=True)[
             : max(0, VERDICT_REASONS - len(reasons))]
         return tuple(reasons[:VERDICT_REASONS]), True, gap
     gap = 1 - 1 / cycles_ratio if cycles_ratio else None
     d = _Direction(a, b, ("A", "B"), shapes)
     reasons = _reasons(d, draft.new_findings, draft.only_b, draft.structure, gap)
     reasons += _descriptor_reason(a, b, cut=False)
-    reasons += _stall_claims(draft.stalls, a.profile.hotspots, cut=False)[
+    reasons += _stall_claims(draft.stalls, _working_hotspots(a.profile), cut=False)[
         : max(0, VERDICT_REASONS - len(reasons))]
     return tuple(reasons[:VERDICT_REASONS]), False, gap
 
@@ -830,11 +838,11 @@ def compare(a: Diagnosed, b: Diagnosed, flops: int | None = None) -> ProfileDiff
     only_a = tuple(f for f in fams if pa.opcodes.has(f) and not pb.opcodes.has(f))
     only_b = tuple(f for f in fams if pb.opcodes.has(f) and not pa.opcodes.has(f))
     reasons = sorted({s.reason for s in pa.stalls.reasons} | {s.reason for s in pb.stalls.reasons})
-    by_a = {s.reason: s for s in pa.stalls.reasons}
-    by_b = {s.reason: s for s in pb.stalls.reasons}
-    stalls = sorted((StallShift(r, pa.stalls.share(r), pb.stalls.share(r),
-                                getattr(by_a.get(r), "cycles_per_issue", None),
-                                getattr(by_b.get(r), "cycles_per_issue", None)) for r in reasons),
+    # The warps' waits at work: a clustered kernel's parked warps (KernelProfile.parked)
+    # would otherwise make its exit barrier the largest stall it has over the other.
+    cyc_a, cyc_b = pa.working_stall_cycles(), pb.working_stall_cycles()
+    stalls = sorted((StallShift(r, pa.working_stall_share(r), pb.working_stall_share(r),
+                                cyc_a.get(r), cyc_b.get(r)) for r in reasons),
                     key=lambda s: -abs(s.delta))
     # A group of launches (cuBLAS, then its epilogue pass) counts every launch's time.
     time_rows = _rows([("duration ns", _total(a, _duration), _total(b, _duration)),

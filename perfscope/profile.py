@@ -16,6 +16,9 @@ derived from the raw metrics once, at load:
 - ``hotspots``: the instructions with the most warp-state samples;
 - ``hot_loop``: the most executed instructions (the main loop as the counters see it):
   how many, and how many of each opcode family;
+- ``parked``: instructions outside the main loop where warps wait out the kernel (a
+  producer warpgroup's spare warps at a cluster's exit barrier), whose samples every stall
+  share counts as if they were waits of the work;
 - ``ncu_rules``: Nsight Compute's own rule results.
 
 A metric the report lacks (another chip, another ncu version, a narrow section set) is
@@ -96,6 +99,7 @@ load_reader_first()
 log = logging.getLogger(__name__)
 
 HOTSPOT_COUNT = 10
+WARP_SIZE = 32
 
 
 # ----------------------------------------------------------------------------- views
@@ -338,6 +342,36 @@ class HotLoop:
     operand_waits: float | None = None
 
 
+# Warps are parked at a source line when its waiting instructions lie outside the main loop,
+# each warp passes each of them at most once, and their samples add up to at least this many
+# whole warp lives per CTA (the kernel's samples over the warps it launched). In the H200's
+# committed reports our clustered stages park 2.0-3.2 warps per CTA at their exit barrier (a
+# producer warpgroup's three spare warps; 19-37% of their samples, 14 launches); none of the
+# other 144, cuBLAS's 2-CTA clusters among them, parks any.
+PARKED_WARPS_MIN = 1.0
+# ... counting, at one source line, the instructions whose samples are mostly waits of these
+# kinds, each holding at least this share of the kernel's samples.
+PARKED_REASONS = ("barrier", "membar", "sleeping")
+PARKED_PC_MIN = 0.01
+
+
+@dataclass(frozen=True)
+class Parked:
+    """Where warps wait out the kernel: a source line's waiting instructions outside the
+    main loop, each passed at most once per warp, holding at least PARKED_WARPS_MIN whole
+    warp lives of samples per CTA between them."""
+
+    address: int                            # its most sampled instruction (from the first)
+    opcode: str                             # ... and that instruction's opcode
+    file: str | None
+    line: int | None
+    samples: int                            # warp-state samples at them ("selected" included)
+    passes: int                             # warp-level executions of the most passed one
+    warps_per_cta: float                    # their samples in whole warp lives, per CTA
+    reasons: tuple[tuple[str, int], ...]    # every stall reason's samples at them, most first
+    addresses: tuple[int, ...] = ()         # every one of them, from the first instruction
+
+
 @dataclass(frozen=True)
 class NcuRule:
     """One of Nsight Compute's own rule results, as Nsight Compute said it, its markup
@@ -499,6 +533,8 @@ class KernelProfile:
     correlation: Correlation | None = field(default=None, repr=False, compare=False, hash=False)
     # None where the report has no per-instruction execution counts (or a static profile).
     hot_loop: HotLoop | None = None
+    # Empty where no warp is parked, or the report lacks per-instruction samples or counts.
+    parked: tuple[Parked, ...] = ()
 
     @property
     def name(self) -> str:
@@ -509,6 +545,43 @@ class KernelProfile:
     def duration_ns(self) -> float | None:
         """The kernel's duration in nanoseconds, None when not collected."""
         return self.sol.duration_ns
+
+    @property
+    def parked_samples(self) -> int:
+        """Warp-state samples at the instructions where warps are parked."""
+        return sum(p.samples for p in self.parked)
+
+    @property
+    def parked_share(self) -> float | None:
+        """The parked warps' part of all warp-state samples (0..1); None without samples."""
+        total = self.stalls.total_samples
+        return self.parked_samples / total if total else None
+
+    def working_stall_cycles(self) -> dict[str, float]:
+        """Stall cycles per issued instruction by reason, the parked warps' waits left out.
+        Samples fall on a warp's states in proportion to the cycles it spends in them, so
+        each reason keeps the share of its samples that do not sit at a parked instruction;
+        with no warp parked these are the stalls as collected."""
+        parked: dict[str, int] = {}
+        for p in self.parked:
+            for r, n in p.reasons:
+                parked[r] = parked.get(r, 0) + n
+        out: dict[str, float] = {}
+        for s in self.stalls.reasons:
+            if s.cycles_per_issue is None:
+                continue
+            away = parked.get(s.reason, 0) / s.samples if s.samples else 0.0
+            out[s.reason] = s.cycles_per_issue * max(0.0, 1 - away)
+        return out
+
+    def working_stall_share(self, reason: str) -> float | None:
+        """This reason's part of working_stall_cycles (0..1), None if not collected: what
+        stalls.share says once the parked warps' waits are left out."""
+        if not self.parked:
+            return self.stalls.share(reason)
+        cycles = self.working_stall_cycles()
+        total = sum(cycles.values())
+        return cycles[reason] / total if reason in cycles and total else None
 
     def metric(self, name: str) -> float | None:
         """One numeric metric by name, None when the report lacks it."""
@@ -533,6 +606,13 @@ class _Reader:
     def __init__(self, action: Any) -> None:
         self.action = action
         self.names = set(action.metric_names())
+        # Per-instruction metrics are read by several views (hotspots, hot loop, parked
+        # warps): once each while they are built, since every read leaks a correlation-id
+        # metric (see load); forget() lets them go once the views hold what they need.
+        self._instances: dict[str, dict[Any, float] | None] = {}
+
+    def forget(self) -> None:
+        self._instances.clear()
 
     def raw(self, name: str) -> Any:
         if name not in self.names:
@@ -559,6 +639,11 @@ class _Reader:
 
     def instances(self, name: str) -> dict[Any, float] | None:
         """Instanced metric: correlation id (PC or opcode) -> value."""
+        if name not in self._instances:
+            self._instances[name] = self._read_instances(name)
+        return self._instances[name]
+
+    def _read_instances(self, name: str) -> dict[Any, float] | None:
         m = self.raw(name)
         if m is None or not m.num_instances():
             return None
@@ -743,28 +828,84 @@ def _opcodes(r: _Reader) -> Opcodes:
                    families=group_families(executed or with_mod))
 
 
+def _reasons_at(r: _Reader, pcs: set[int]) -> dict[int, tuple[tuple[str, int], ...]]:
+    """Every stall reason's samples at each of a few PCs, most first (ties by name: the
+    metric names come as a set, whose order changes per process)."""
+    per_reason: dict[str, dict[int, float]] = {}
+    for name in r.names:
+        m = STALL_SAMPLE_RE.match(name)
+        if m is not None and not name.endswith("_not_issued"):
+            per_reason[_stall_key(m.group(1))] = r.instances_at(name, pcs)
+    return {pc: tuple(sorted(((k, int(v[pc])) for k, v in per_reason.items() if v.get(pc)),
+                             key=lambda kv: (-kv[1], kv[0]))) for pc in pcs}
+
+
+def _base_pc(r: _Reader, samples: Mapping[int, float]) -> int:
+    starts = r.instances("launch__function_pcs")
+    return int(min(starts.values()) if starts else min(samples))
+
+
 def _hotspots(r: _Reader, sass: _Sass, count: int = HOTSPOT_COUNT) -> tuple[Hotspot, ...]:
     samples = r.instances(M_PC_SAMPLES)
     if not samples:
         return ()
     top = sorted(samples.items(), key=lambda kv: -kv[1])[:count]
-    wanted = {pc for pc, _ in top}
-    per_reason: dict[str, dict[int, float]] = {}
-    for name in r.names:
-        m = STALL_SAMPLE_RE.match(name)
-        if m is not None and not name.endswith("_not_issued"):
-            per_reason[_stall_key(m.group(1))] = r.instances_at(name, wanted)
-    starts = r.instances("launch__function_pcs")
-    base = min(starts.values()) if starts else min(samples)
+    reasons = _reasons_at(r, {pc for pc, _ in top})
+    base = _base_pc(r, samples)
     out = []
     for pc, n in top:
-        # Ties broken by name: per_reason follows a set's order, which changes per process.
-        reasons = sorted(((k, int(v[pc])) for k, v in per_reason.items() if v.get(pc)),
-                         key=lambda kv: (-kv[1], kv[0]))[:3]
         file, line = sass.source(pc)
         out.append(Hotspot(address=int(pc - base), sass=sass.text(pc), opcode=sass.opcode(pc),
-                           file=file, line=line, samples=int(n), reasons=tuple(reasons)))
+                           file=file, line=line, samples=int(n), reasons=reasons[pc][:3]))
     return tuple(out)
+
+
+def _parked(r: _Reader, sass: _Sass, launch: Launch) -> tuple[Parked, ...]:
+    """The source lines where warps wait out the kernel (PARKED_WARPS_MIN): samples and
+    executions per PC against the warps launched, so a one-wave kernel's warp life is its
+    samples over its warps. A line's waiting instructions count together: a cluster
+    barrier's fence, arrive and wait (ERRBAR, UCGABAR_ARV, UCGABAR_WAIT) share its wait."""
+    samples = r.instances(M_PC_SAMPLES)
+    executed = r.instances(M_INST_EXECUTED_PC)
+    grid, block = launch.grid_size, launch.block_size
+    if not samples or not executed or not grid or not block:
+        return ()
+    warps = grid * -(-block // WARP_SIZE)
+    total = sum(samples.values())
+    life = total / warps                        # samples per warp over its life
+    top = max(executed.values())
+    if life <= 0 or top <= 0:
+        return ()
+    # Outside the main loop, passed at most once per warp, and enough samples to matter.
+    outside = {pc: n for pc, n in samples.items()
+               if 0 < executed.get(pc, 0.0) <= warps and executed[pc] < HOT_LOOP_SHARE * top
+               and n >= PARKED_PC_MIN * total}
+    if sum(outside.values()) / life / grid < PARKED_WARPS_MIN:
+        return ()
+    reasons = _reasons_at(r, set(outside))
+    lines: dict[tuple[str | None, int | None] | int, list[int]] = {}
+    for pc in outside:
+        if reasons[pc] and reasons[pc][0][0] in PARKED_REASONS:
+            file, line = sass.source(pc)
+            lines.setdefault((file, line) if line else pc, []).append(pc)
+    base = _base_pc(r, samples)
+    out = []
+    for pcs in lines.values():
+        held = sum(outside[pc] for pc in pcs)
+        if held / life / grid < PARKED_WARPS_MIN:
+            continue
+        head = max(pcs, key=lambda pc: (outside[pc], -pc))
+        merged: dict[str, int] = {}
+        for pc in pcs:
+            for k, n in reasons[pc]:
+                merged[k] = merged.get(k, 0) + n
+        file, line = sass.source(head)
+        out.append(Parked(address=int(head - base), opcode=sass.opcode(head), file=file,
+                          line=line, samples=int(held), passes=int(max(executed[pc] for pc in pcs)),
+                          warps_per_cta=held / life / grid,
+                          addresses=tuple(sorted(int(pc - base) for pc in pcs)),
+                          reasons=tuple(sorted(merged.items(), key=lambda kv: (-kv[1], kv[0])))))
+    return tuple(sorted(out, key=lambda p: -p.samples))
 
 
 def _hot_loop(r: _Reader, sass: _Sass) -> HotLoop | None:
@@ -814,13 +955,16 @@ def profile_from_action(action: Any, where: Where,
     """Build the KernelProfile of one ncu_report action (a profiled launch)."""
     r = _Reader(action)
     sass = _Sass(action)
-    return KernelProfile(
+    launch = _launch(r)
+    profile = KernelProfile(
         identity=_identity(r, where, version), sol=_sol(r), stalls=_stalls(r),
-        memory=_memory(r, sass), launch=_launch(r), opcodes=_opcodes(r),
+        memory=_memory(r, sass), launch=launch, opcodes=_opcodes(r),
         hotspots=_hotspots(r, sass), ncu_rules=_ncu_rules(action),
         metrics=RawMetrics(handle, action), correlation=Correlation(handle, r, sass),
-        hot_loop=_hot_loop(r, sass),
+        hot_loop=_hot_loop(r, sass), parked=_parked(r, sass, launch),
     )
+    r.forget()      # the source view (Correlation) reads again what a page needs
+    return profile
 
 
 # --------------------------------------------------------------------------- loading

@@ -3,6 +3,7 @@ printed as what they are (issue 16, items 13, 14 and 15)."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -134,3 +135,25 @@ def test_counts_print_as_integers_and_clocks_in_ghz():
     assert ".0 " not in regs and re.search(r"│ \d+\s", regs.split("registers", 1)[1])
     clock = next(line for line in text.splitlines() if "SM clock" in line)
     assert "GHz" in clock and " Hz" not in clock and "," not in clock
+
+
+def test_parked_warps_are_shown_and_answer_nsight_computes_barrier_rule(tmp_path):
+    """diagnose shows where warps are parked (KernelProfile.parked) and what the stall shares
+    are without them, marks that hotspot, and answers Nsight Compute's Barrier Stalls rule,
+    which counts them as lost time (hgemm_small_m's pairs at 256 x 8192^2: 60% of its
+    barrier samples), in the console, the Markdown and the JSON; a kernel with none shows
+    none of it."""
+    pairs = str(ROOT / "reports" / "reference" / "h200" / "fused" /
+                "hgemm_small_m@AROWS=128,BM=128,MPAIR=2,STAGES=6-bf16-256x8192x8192.ncu-rep.xz")
+    text = _at(400, "diagnose", pairs)
+    assert "Parked warps" in text and "3.0 warps per CTA" in text
+    assert "barrier 23% (not 42%), membar 0% (not 2%) of the stall cycles" in text
+    assert re.search(r"UCGABAR_WAIT +1,047 samples \[barrier\] at fused\.cu:899 \(parked warps", text)
+    assert "perfscope: 60% of these barrier samples are warps parked at 0x6cf0 UCGABAR_WAIT" in text
+    md = _at(400, "diagnose", "--markdown", pairs)
+    assert "*perfscope: 60% of these barrier samples" in md and "**Parked warps**" in md
+    doc = json.loads(_at(400, "diagnose", "--json", pairs))
+    (parked,) = doc["kernels"][0]["parked"]
+    assert parked["opcode"] == "UCGABAR_WAIT" and parked["passes"] == 512
+    plain = _at(400, "diagnose", str(report("smem_transpose")))
+    assert "Parked warps" not in plain and "parked" not in plain

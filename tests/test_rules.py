@@ -212,6 +212,12 @@ SMALL_M_SPLIT = "hgemm_small_m@BN=64-bf16-64x4096x4096"
 SMALL_M_SPLIT_OLD = "hgemm_small_m-bf16-64x8192x8192"
 
 
+def _unparked(kp: KernelProfile, kw: dict):
+    """The same launch as if the report could not tell where warps are parked: every stall
+    counted as a wait of the work (KernelProfile.parked empty)."""
+    return dataclasses.replace(kp, parked=()), kw
+
+
 def _balanced(kp: KernelProfile, kw: dict):
     """The same launch with its average SM active 99% of the busiest one's cycles."""
     return with_metric(kp, M_SM_ACTIVE_AVG, 0.99 * kp.metric(M_SM_ACTIVE_MAX)), kw
@@ -414,11 +420,15 @@ CASES: tuple[Case, ...] = (
          "the scale", lambda: fp8("cublaslt_fp8gemm")),
     Case("PS125", False, "real", "hgemm_fused_bias_act's bias + GELU: 7 per element, an "
          "epilogue (PS124's)", lambda: fused("hgemm_fused_bias_act-bf16-4096x4096x4096")),
-    Case("PS126", True, "real", "hgemm_small_m pulling its split-K partial between two cluster "
-         "barriers at 64x4096x4096: 13.2% membar stalls at ERRBAR and UCGABAR_ARV",
+    Case("PS126", True, "synthetic", "hgemm_small_m pulling its split-K partial at "
+         "64x4096x4096 with its parked warps unknown: 13.2% membar stalls, all counted as "
+         "waits of the work", lambda: _unparked(*fused(SMALL_M_SPLIT))),
+    Case("PS126", False, "real", "the same report: its membar stalls are the producer "
+         "warpgroup's, parked at its exit barrier (fused.cu:618); 2.8% without them",
          lambda: fused(SMALL_M_SPLIT)),
-    Case("PS126", True, "real", "the 2-CTA split-K hgemm_small_m of 2026-12-01 at 64x8192x8192: "
-         "7.1% membar stalls at its cluster barrier", lambda: fused_fixture(SMALL_M_SPLIT_OLD)),
+    Case("PS126", False, "real", "the 2-CTA split-K hgemm_small_m of 2026-12-01 at 64x8192x8192: "
+         "7.1% membar stalls, 1.7% without its parked producer warps (fused.cu:361)",
+         lambda: fused_fixture(SMALL_M_SPLIT_OLD)),
     Case("PS126", False, "real", "the same shape with the partial pushed by st.async onto an "
          "mbarrier: no membar stalls", lambda: probe(SMALL_M_SPLIT)),
     Case("PS126", False, "real", "cuBLAS's decode GEMM (split over K as well): 0% membar",
@@ -1153,17 +1163,27 @@ def test_small_tile_leaves_a_multicasting_kernel_unjudged():
     assert "PS104" not in {f.code for f in evaluate(multicast, **extra).findings}
 
 
-def test_fence_estimate_bounds_the_pushed_partials_saving_from_above():
-    """PS126's estimate on the pulled kernel (64x4096x4096) against what pushing the
-    partial measured at that shape (fused/probe-push.json, alternating rounds): above it, as
-    an upper bound must be, and within 2.5x of it (the receiver still waits for the bytes)."""
+def test_fence_stalls_of_parked_warps_are_not_a_finding():
+    """The pulled kernel (64x4096x4096, 2026-12-02) had PS126 fire at 13.2% membar stalls
+    with an estimate of 0.107 against the 0.057 that pushing the partial saved
+    (fused/probe-push.json). Those stalls sit at fused.cu:618, the producer warpgroup's
+    cluster barrier (its fence ERRBAR, arrive and wait, 3 and 4 warp passes per CTA), where
+    the warps wait out the kernel: without them 2.8%, and PS126 is silent. Read as if the
+    report could not say where warps park, it fires, names the cluster barrier's fence,
+    and its estimate is no bound worth the name (1.9x the saving)."""
     import json
 
     kp, kw = fused(SMALL_M_SPLIT)
-    f = next(f for f in evaluate(kp, **kw).findings if f.code == "PS126")
+    (parked,) = kp.parked
+    assert parked.line == 618 and len(parked.addresses) == 3
+    assert dict(parked.reasons)["membar"] > 0.8 * sum(s.samples or 0 for s in kp.stalls.reasons
+                                                       if s.reason == "membar")
+    assert "PS126" not in {f.code for f in evaluate(kp, **kw).findings}
+    assert 0.02 < kp.working_stall_share("membar") < 0.035 < 0.13 < kp.stalls.share("membar")
+    f = next(f for f in evaluate(_unparked(kp, kw)[0], **kw).findings if f.code == "PS126")
     rows = json.loads((REFERENCE / "fused" / "probe-push.json").read_text())["rows"]
     saved = 1 - next(r["time_ratio"] for r in rows if r["shape"] == "64x4096x4096")
-    assert saved < f.raw_gain < 2.5 * saved, (f.raw_gain, saved)
+    assert 1.5 * saved < f.raw_gain < 2.5 * saved, (f.raw_gain, saved)
     assert "st.async" in f.fix and "UCGABAR_ARV" in f.fix
 
 
@@ -1171,7 +1191,7 @@ def test_fence_fix_for_a_fence_of_its_own():
     """A membar-stalled kernel with no cluster barrier among its hotspots gets the scoping
     advice, not the push (synthetic: the pulled kernel's hotspots without its cluster
     barriers; no capture shows a __threadfence() wait)."""
-    kp, kw = fused(SMALL_M_SPLIT)
+    kp, kw = _unparked(*fused(SMALL_M_SPLIT))
     kp = dataclasses.replace(kp, hotspots=tuple(h for h in kp.hotspots
                                                 if not h.opcode.startswith("UCGABAR")))
     f = next(f for f in evaluate(kp, **kw).findings if f.code == "PS126")
@@ -1183,7 +1203,7 @@ def test_fence_without_pc_sampling_names_both_fixes():
     """A report without PC sampling cannot say where the fence sits: PS126 says so in its
     evidence and gives both fixes, never the plain fence's alone (synthetic: the pulled
     kernel's report with its hotspots removed)."""
-    kp, kw = fused(SMALL_M_SPLIT)
+    kp, kw = _unparked(*fused(SMALL_M_SPLIT))
     f = next(f for f in evaluate(dataclasses.replace(kp, hotspots=()), **kw).findings
              if f.code == "PS126")
     assert "st.async" in f.fix and "fence.acq_rel.cluster" in f.fix

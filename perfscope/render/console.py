@@ -32,6 +32,7 @@ from perfscope.render.summary import (
     evidence_value,
     finding_texts,
     headroom_text,
+    ncu_remark,
     not_evaluated_text,
     sections,
     summary_row,
@@ -157,6 +158,9 @@ def kernel_panel(kp: KernelProfile, evaluation: Evaluation | None = None,
             line.append(f"{r.identifier}: {r.title}{sp}")
             parts.append(line)
             parts.append(Text(f"      {r.message}", style="dim"))
+            remark = ncu_remark(kp, r.identifier, r.title)
+            if remark:
+                parts.append(Text(f"      {remark}"))
     ident = kp.identity
     # FILE#ID: the name diff and the summary rows use for this launch.
     title = f"{kp.name}  [{ident.source}#{ident.launch_index}]"

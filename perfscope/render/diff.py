@@ -13,6 +13,9 @@ SAME_CYCLES = 0.02
 COUNT_ROWS = ("duration ns", "cycles", "registers", "shared bytes per block", "cluster size", "local bytes",
               "shared excess wavefronts", "global excess sectors")
 CLOCK_ROWS = {"SM clock Hz": "SM clock"}
+# The stall shares leave out the waits of warps parked until the kernel ends; this row
+# gives the share of the samples they held.
+PARKED_ROW = "parked warps (left out)"
 
 
 def _num(v: float | None) -> str:
@@ -54,6 +57,10 @@ def table_rows(diff: ProfileDiff) -> list[tuple[str, str, str, str]]:
     for s in diff.stalls[:6]:
         out.append((s.reason, "" if s.share_a is None else f"{s.share_a:.0%}",
                     "" if s.share_b is None else f"{s.share_b:.0%}", f"{s.delta:+.0%}"))
+    pa, pb = diff.a.profile, diff.b.profile
+    if pa.parked or pb.parked:
+        out.append((PARKED_ROW, *("" if p.parked_share is None else f"{p.parked_share:.0%}"
+                                  for p in (pa, pb)), ""))
     out.append((f"[opcode families per {diff.unit}]", "", "", ""))
     for f in sorted(diff.families, key=lambda f: -max(f.a or 0, f.b or 0)):
         ratio = "" if not f.a or not f.b else f"{f.a / f.b:.2f}x"

@@ -47,10 +47,12 @@ from perfscope.render.diff import (
 )
 from perfscope.render.summary import (
     NOT_COLLECTED,
+    PARKED_MARK,
     Section,
     clock,
     duration,
     finding_texts,
+    ncu_remark,
     not_evaluated_text,
     num,
     sections,
@@ -343,10 +345,12 @@ def _far(ratio: str) -> bool:
 
 def _hotspot_rows(kp) -> list[dict[str, str]]:
     total = kp.stalls.total_samples
+    parked = {a for p in kp.parked for a in p.addresses}
     return [{"address": f"0x{h.address:04x}", "sass": h.sass or h.opcode,
              "samples": f"{h.samples:,}",
              "share": "" if not total else f"{100 * h.samples / total:.1f}%",
-             "reasons": ", ".join(f"{r} {n:,}" for r, n in h.reasons),
+             "reasons": ", ".join(f"{r} {n:,}" for r, n in h.reasons)
+             + (f" ({PARKED_MARK})" if h.address in parked else ""),
              "source": f"{h.file.rsplit('/', 1)[-1]}:{h.line}" if h.file and h.line else ""}
             for h in kp.hotspots]
 
@@ -501,6 +505,7 @@ def _entry_view(report: Review, e: Entry, index: int) -> dict[str, Any]:
                        # a link is followed by the reader, nothing is fetched by the page).
                        "links": [(label, url) for label, url in r.links
                                  if label in _abridged(r.message)],
+                       "remark": ncu_remark(kp, r.identifier, r.title) or "",
                        "speedup": "" if r.speedup_pct is None else
                        f"est. {r.speedup_pct:.1f}% {r.speedup_type or ''}".rstrip()} for r in rules],
         "manifest": _manifest_rows(e.manifest) if e.manifest is not None else [],

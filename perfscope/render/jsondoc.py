@@ -33,6 +33,8 @@ Schemas, versioned by name (a field that changes bumps the version):
               "opcodes": {opcode: count}, "opcodes_with_modifiers": {opcode: count},
               "opcode_families": {family: count},
               "hotspots": [{address, sass, opcode, file, line, samples, reasons: [[r, n]]}],
+              "parked": [{address, opcode, file, line, samples, passes, warps_per_cta,
+                          reasons: [[r, n]], addresses: [int]}],   # profile.Parked
               "ncu_rules": [{identifier, section, title, type, message (plain text),
                              speedup_pct, speedup_type, links: [[label, url]]}],
               "launch_id": "FILE#ID",           # these five when rules were evaluated
@@ -64,7 +66,9 @@ Schemas, versioned by name (a field that changes bumps the version):
 - ``perfscope.diff/1`` (``diff --json``): ``a``/``b`` (label, report, name, demangled,
   manifest, hotspots), ``fields`` (every gateable number), ``time``/``sol``/``memory``/
   ``launch``/``loop`` rows ``{name, a, b, ratio}`` (``loop``: the main loops, empty unless
-  both reports have per-instruction execution counts), ``stalls``, ``families``, ``only_a``/``only_b``,
+  both reports have per-instruction execution counts), ``stalls`` (each reason's share of
+  the stall cycles with parked warps left out), ``parked`` (their share of each side's
+  samples), ``families``, ``only_a``/``only_b``,
   ``new_findings``/``gone_findings`` (FINDING), ``verdict`` (each with its ``kind``),
   ``improved``, ``gap``, ``remaining``, ``structure`` (launch aspects A/B), ``warnings``,
   ``gate_failures``.
@@ -151,6 +155,9 @@ def kernel_dict(kp: KernelProfile) -> dict[str, Any]:
         "opcode_families": dict(kp.opcodes.families),
         "hotspots": [{**dataclasses.asdict(h), "reasons": [list(r) for r in h.reasons]}
                      for h in kp.hotspots],
+        "parked": [{**dataclasses.asdict(p), "reasons": [list(r) for r in p.reasons],
+                    "addresses": list(p.addresses)}
+                   for p in kp.parked],
         "ncu_rules": [dataclasses.asdict(r) for r in kp.ncu_rules],
     }
 
@@ -239,6 +246,7 @@ def diff_document(diff: ProfileDiff, gate_failures: Sequence[str] = ()) -> dict[
         "fields": diff.fields(), "time": rows(diff.time), "sol": rows(diff.sol),
         "memory": rows(diff.memory), "launch": rows(diff.launch), "loop": rows(diff.loop),
         "stalls": [dataclasses.asdict(s) | {"delta": s.delta} for s in diff.stalls],
+        "parked": {"a": diff.a.profile.parked_share, "b": diff.b.profile.parked_share},
         "unit": diff.unit, "families": [dataclasses.asdict(f) for f in diff.families],
         "only_a": list(diff.only_a), "only_b": list(diff.only_b),
         "new_findings": [finding_dict(f) for f in diff.new_findings],

@@ -28,6 +28,7 @@ from perfscope.render.summary import (
     gain,
     headroom_text,
     md_cell,
+    ncu_remark,
     not_evaluated_text,
     pct,
     sections,
@@ -83,8 +84,9 @@ def kernel_markdown(kp: KernelProfile, evaluation: Evaluation | None = None,
         lines += ["<details><summary>Nsight Compute's own findings</summary>", ""]
         for r in rules:
             sp = "" if r.speedup_pct is None else f" (est. {r.speedup_pct:.1f}% {r.speedup_type})"
+            remark = ncu_remark(kp, r.identifier, r.title)
             lines.append(f"- **{r.type}** {md_cell(r.identifier)}: {md_cell(r.title)}{sp}: "
-                         f"{md_cell(r.message)}")
+                         f"{md_cell(r.message)}" + (f" *{md_cell(remark)}*" if remark else ""))
         lines += ["", "</details>", ""]
     return "\n".join(lines)
 

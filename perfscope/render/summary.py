@@ -146,6 +146,8 @@ def sections(kp: KernelProfile, hotspots: int = 5,
                               + ("" if st.samples is None else f", {st.samples:,} samples"))
                   for st in top]
     out.append(Section("Top stalls", tuple(stall_rows) or (("stalls", NOT_COLLECTED),)))
+    if kp.parked:
+        out.append(Section("Parked warps", tuple(parked_rows(kp))))
     out.append(Section("Memory", (
         *_traffic_rows("shared", "wavefronts", m.shared),
         ("shared bank conflicts (raw ld/st)",
@@ -172,13 +174,67 @@ def sections(kp: KernelProfile, hotspots: int = 5,
     fam_rows = tuple((FAMILY_BY_KEY[k].label, num(v) + ("" if not total else f" ({100 * v / total:.1f}%)"))
                      for k, v in sorted(fams.items(), key=lambda kv: -kv[1]))
     out.append(Section("Opcode families", fam_rows or (("opcodes", NOT_COLLECTED),)))
+    parked = {a for p in kp.parked for a in p.addresses}
     hot_rows = tuple(
         (f"0x{h.address:04x} {h.opcode}",
          f"{h.samples:,} samples" + (f" [{', '.join(r for r, _ in h.reasons)}]" if h.reasons else "")
-         + (f" at {h.file.rsplit('/', 1)[-1]}:{h.line}" if h.file and h.line else ""))
+         + (f" at {h.file.rsplit('/', 1)[-1]}:{h.line}" if h.file and h.line else "")
+         + (f" ({PARKED_MARK})" if h.address in parked else ""))
         for h in kp.hotspots[:hotspots])
     out.append(Section("Hotspots", hot_rows or (("hotspots", NOT_COLLECTED),)))
     return out
+
+
+# A hotspot where warps are parked, as the hotspot lists mark it.
+PARKED_MARK = "parked warps: not a wait of the work"
+
+
+def _where(file: str | None, line: int | None) -> str:
+    return f" at {file.rsplit('/', 1)[-1]}:{line}" if file and line else ""
+
+
+def parked_rows(kp: KernelProfile) -> list[tuple[str, str]]:
+    """One row per instruction where warps wait out the kernel, then what the stall shares
+    become without them."""
+    total = kp.stalls.total_samples
+    ctas = kp.launch.grid_size or 1     # known: parked warps are counted per CTA
+    rows = []
+    for p in kp.parked:
+        share = f"{p.samples / total:.0%} of the samples" if total else f"{p.samples:,} samples"
+        top = p.reasons[0][0] if p.reasons else "stall"
+        rows.append((f"0x{p.address:04x} {p.opcode}",
+                     f"{share} [{top}]{_where(p.file, p.line)}: the equivalent of "
+                     f"{p.warps_per_cta:.1f} warps per CTA waiting there for the whole kernel "
+                     f"(outside the main loop, passed {p.passes / ctas:.0f} times per CTA). "
+                     "Warps with nothing left to do (a producer warpgroup's spare warps) wait "
+                     "there at no cost to the kernel, yet every stall share above counts them"))
+    reasons = sorted({r for p in kp.parked for r, _ in p.reasons},
+                     key=lambda r: -(kp.stalls.share(r) or 0.0))
+    kept = [f"{r} {kp.working_stall_share(r):.0%} (not {kp.stalls.share(r):.0%})" for r in reasons
+            if kp.stalls.share(r) is not None and kp.working_stall_share(r) is not None]
+    if kept:
+        rows.append(("stall shares without them", ", ".join(kept) + " of the stall cycles"))
+    return rows
+
+
+def ncu_remark(kp: KernelProfile, identifier: str, title: str) -> str | None:
+    """perfscope's word on one of Nsight Compute's stall rules (CPIStall) where the reason
+    it names is mostly warps parked until the kernel ends, which it counts as lost time."""
+    if identifier != "CPIStall" or not kp.parked:
+        return None
+    reason = title.lower().removesuffix(" stalls").strip().replace(" ", "_")
+    by_reason = {s.reason: s for s in kp.stalls.reasons}
+    stall = by_reason.get(reason)
+    parked = sum(n for p in kp.parked for r, n in p.reasons if r == reason)
+    if stall is None or not stall.samples or 2 * parked < stall.samples:
+        return None
+    raw, working = kp.stalls.share(reason), kp.working_stall_share(reason)
+    after = (f": without them {reason} is {working:.0%} of the stall cycles, not {raw:.0%}"
+             if raw is not None and working is not None else "")
+    where = ", ".join(f"0x{p.address:04x} {p.opcode}" for p in kp.parked)
+    return (f"perfscope: {parked / stall.samples:.0%} of these {reason} samples are warps parked "
+            f"at {where}, outside the main loop, where they wait out the kernel rather than "
+            f"for work{after} (see Parked warps).")
 
 
 # ------------------------------------------------------------ one row per kernel

@@ -70,10 +70,14 @@ def pct(x: float) -> str:
 
 
 def stall_share(p: KernelProfile, reasons: Iterable[str]) -> float:
-    """The listed reasons' part of all warp stall cycles (0..1)."""
-    total = need(p.stalls.total_cycles_per_issue, "warp stall reasons (WarpStateStats)")
+    """The listed reasons' part of the warps' stall cycles (0..1), the waits of warps parked
+    until the kernel ends left out (KernelProfile.parked: a clustered kernel's spare producer
+    warps at its exit barrier, whose fence and barrier waits are no wait of the work)."""
+    need(p.stalls.total_cycles_per_issue, "warp stall reasons (WarpStateStats)")
+    cycles = p.working_stall_cycles()
+    total = sum(cycles.values())
     wanted = set(reasons)
-    part = sum(s.cycles_per_issue or 0.0 for s in p.stalls.reasons if s.reason in wanted)
+    part = sum(v for r, v in cycles.items() if r in wanted)
     return part / total if total else 0.0
 
 

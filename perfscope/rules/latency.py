@@ -268,9 +268,11 @@ BARRIER_BOUND = Rule(
 )
 
 
-# Fence waits (membar stalls) from this share of stall time on: a fence on the critical path
-# (hgemm_small_m's pulled split-K reduction: 13.2% at 64 x 4096^2 and 7.1% at 64 x 8192^2 on
-# the H200; no other committed capture, ladder, fused or external, reaches 3.5%).
+# Fence waits (membar stalls) of working warps from this share of their stall time on: a
+# fence on the critical path. No committed capture (ladder, fused or external) reaches 3.5%
+# once parked warps are left out; hgemm_small_m's pulled split-K reduction read 13.2% (64 x
+# 4096^2) and 7.1% (64 x 8192^2) with its producer warpgroup's fence at its exit barrier
+# counted, 2.8% and 1.7% without.
 MEMBAR_MIN = 0.05
 # The SASS that waits for a fence: a memory barrier, its error barrier, and a cluster
 # barrier's arrive (release semantics unless .relaxed).
@@ -317,19 +319,24 @@ def _check_fence_bound(inputs: Inputs) -> Hit | None:
     (st.async into the receiver's shared memory, completing on its mbarrier), and keep the
     barriers that order nothing relaxed; for a fence of its own, scope it to the data that
     crosses (cluster or CTA scope, release/acquire on the flag).
+    Not a wait of the work: a fence in the arrive of warps parked at a barrier until the
+    kernel ends (KernelProfile.parked: a producer warpgroup's spare warps at a cluster's
+    exit barrier), which stall_share leaves out. hgemm_small_m's pulled split-K reduction
+    (64 x 4096^2, H200) read 13.2% membar stalls, nearly all at its producer warpgroup's
+    exit barrier, and this rule fired on them; without them 2.8%, and silent. Pushing the
+    partial saved 5.2-5.7% at 16 and 64 x 4096^2 all the same: its consumers' two cluster
+    barriers around the reduction (1.28 us between the last k tile and the epilogue, per-CTA
+    probes) are a wait no rule reads yet.
     Estimate: the membar share of stall time x the idle issue fraction (1 - issue active):
-    the fence waits while the scheduler has nothing else to issue. It bounds the saving from
-    above, since the receiver still waits for the partial's bytes: hgemm_small_m's pushed
-    partial saved 5.2-5.7% of the time at 16 and 64 x 4096^2 where this reads 10.7% on the
-    pulled kernel's report (64 x 4096^2, H200).
+    the fence waits while the scheduler has nothing else to issue; an upper bound, since the
+    receiver still waits for the partial's bytes.
     Example:
         before: barrier.cluster.arrive; wait; ld.shared::cluster partial; add; arrive; wait
         after:  split 1: st.async partial -> split 0's smem (complete_tx on its mbarrier)
                 split 0: mbarrier wait (tx bytes); add
     Source: hgemm_small_m's pushed partial (fused.cu PUSH, 2026-12-04: 0.943-0.948 of the
-    pulled kernel's time at 16 and 64 x 4096^2, membar stalls 13.2% -> 0%), which no rule
-    named before this one; seed 000 §6.2 (split-K reductions), §7.1 (small inference
-    shapes)."""
+    pulled kernel's time at 16 and 64 x 4096^2); the PTX ISA's barrier.cluster (.release by
+    default); seed 000 §6.2 (split-K reductions), §7.1 (small inference shapes)."""
     p = inputs.profile
     share = stall_share(p, ("membar",))
     if share < MEMBAR_MIN:
