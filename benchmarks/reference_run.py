@@ -46,6 +46,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+# The report reader before numpy (perfscope.bench -> perfscope.timing imports it): the Nsight
+# Compute install's ncu_report, which the GPU machine reads reports with, crashes at its
+# first metric unit when numpy's extension was loaded before it
+# (perfscope.reader.INSTALL_READER_CONFLICTS).
+from perfscope.reader import load_reader_first  # noqa: E402
+
+load_reader_first()
+
 from bench_h200 import LARGE_SHAPE  # noqa: E402
 from calibrate import LARGE_DIR  # noqa: E402
 
@@ -319,7 +327,9 @@ def main() -> int:
     # write_index ended in a segmentation fault on the H200 machine on 2026-12-05 (03:05,
     # 03:08, and 11:45 with this handler: the reader's first metric unit read with
     # matplotlib's extensions loaded; the charts are now drawn in a worker process,
-    # perfscope.render.plots). Kept so that any other fault prints where it was.
+    # perfscope.render.plots), and again on an H100 machine at 14:06 without matplotlib,
+    # numpy's extension loaded before the reader: the imports above now load it first.
+    # Kept so that any other fault prints where it was.
     faulthandler.enable()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=ROOT / "reports" / "reference" / "h200")

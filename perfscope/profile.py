@@ -89,7 +89,7 @@ from perfscope.reader import (
     find_reports,
     load_reader_first,
     open_report,
-    reader_version,
+    reader_label,
 )
 
 # The reader must be loaded before matplotlib or CuPy (ncu-report 2025.3; see reader.py),
@@ -997,7 +997,7 @@ def load(path: str | os.PathLike[str], kernel: str | None = None) -> list[Kernel
         _loaded.move_to_end(key)
         return list(_loaded[key])
     handle, warning = open_report(p)
-    version = reader_version()
+    version = reader_label()
     out = []
     for index, (ri, ai, action) in enumerate(handle.actions()):
         if pattern is not None and not (

@@ -16,6 +16,7 @@ import importlib
 import logging
 import lzma
 import os
+import re
 import shutil
 import struct
 import sys
@@ -42,6 +43,11 @@ REPORT_MAGIC = b"NVR\x00"
 # the H200 when `profile --time` imported it before the reader). Readers from 2026.3 on do
 # not have the fault.
 READER_CONFLICTS = ("cupy._core.core", "matplotlib", "kiwisolver", "cuda.bindings.cydriver")
+# The Nsight Compute install's copy of the reader (what the GPU machines have: no wheel
+# there) has one more: numpy's extension loaded before it (seen on an H100 machine on
+# 2026-12-05, the reference page's diagnosis after `import reference_run`, whose benchmark
+# modules import numpy first; the wheel of the same version reads on).
+INSTALL_READER_CONFLICTS = (*READER_CONFLICTS, "numpy._core._multiarray_umath")
 FAULTY_READERS = ("2025.",)
 # Decompressed reports kept in the cache, at most (PERFSCOPE_CACHE_MB overrides); the
 # oldest-used are evicted first.
@@ -58,6 +64,24 @@ def reader_version() -> str | None:
     return installed_version("ncu-report")
 
 
+# Where an Nsight Compute install keeps the reader: .../nsight-compute/<version>/extras/python.
+_INSTALL_VERSION = re.compile(r"nsight-compute[-_/]?(\d{4}\.\d+(?:\.\d+)*)[/\\]extras")
+
+
+def reader_label() -> str | None:
+    """The reader that reads reports, for what a page or a profile says it was read with: the
+    wheel's version, else the install's version as its path gives it ("2025.3.1 (Nsight
+    Compute install)"), None when no reader was found."""
+    version = reader_version()
+    if version is not None:
+        return version
+    module = sys.modules.get("ncu_report")
+    found = _INSTALL_VERSION.search(str(getattr(module, "__file__", "") or ""))
+    if found is not None:
+        return f"{found.group(1)} (Nsight Compute install)"
+    return "Nsight Compute install" if module is not None else None
+
+
 def reader_has_import_fault(version: str | None = None) -> bool:
     """Whether this reader crashes when CuPy or matplotlib was loaded before it."""
     version = reader_version() if version is None else version
@@ -72,13 +96,14 @@ def load_reader_first() -> None:
     Found the way reader_module finds it: on the GPU machine the reader is the Nsight
     Compute install's extras/python copy, not a wheel, and a plain import misses it.
     """
-    if not any(m in sys.modules for m in READER_CONFLICTS):
+    if not _conflicting_modules():
         with contextlib.suppress(PerfscopeError):
             reader_module()
 
 
 def _conflicting_modules() -> list[str]:
-    return [m for m in READER_CONFLICTS if m in sys.modules]
+    conflicts = INSTALL_READER_CONFLICTS if reader_version() is None else READER_CONFLICTS
+    return [m for m in conflicts if m in sys.modules]
 
 
 def reader_module() -> Any:

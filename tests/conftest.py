@@ -74,6 +74,20 @@ def benchmark_script(name: str):
     return module
 
 
+def fresh_python(code: str, timeout: int = 300) -> str:
+    """What `python -c code` prints in a fresh interpreter at the checkout's root (for what
+    a test process, which has loaded everything already, cannot show: import order, the
+    modules a page loads); its failure fails the test with the interpreter's stderr."""
+    import os
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root,
+                         env={**os.environ, "PYTHONPATH": str(root)}, timeout=timeout)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.strip()
+
+
 def report(name: str) -> Path:
     return FIXTURES / f"{name}.ncu-rep.xz"
 

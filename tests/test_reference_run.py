@@ -3,7 +3,7 @@ its README names what other commands left in the folder."""
 
 from __future__ import annotations
 
-from conftest import benchmark_script
+from conftest import benchmark_script, fresh_python
 
 
 def _module():
@@ -53,3 +53,14 @@ def test_large_holds_the_steps_that_act_only_at_large_shapes(tmp_path):
     bench_h200 = benchmark_script("bench_h200")
     assert bench_h200.LARGE_SHAPE == rr.LARGE_SHAPE
     assert set(rr.large_stages()) <= set(bench_h200.HOPPER)
+
+
+def test_the_run_loads_the_report_reader_before_numpy():
+    """The GPU machine reads reports with the Nsight Compute install's ncu_report, which
+    crashes at its first metric unit when numpy's extension was loaded before it (the
+    reference page's diagnosis died so on 2026-12-05): reference_run loads the reader before
+    its benchmark modules bring numpy in (a fresh interpreter: the test process has both)."""
+    code = ("import sys; sys.path.insert(0, 'benchmarks'); import reference_run; "
+            "order = list(sys.modules); "
+            "print(order.index('ncu_report') < order.index('numpy'))")
+    assert fresh_python(code, timeout=120) == "True"

@@ -6,15 +6,12 @@ import dataclasses
 import importlib.util
 import json
 import logging
-import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, report
+from conftest import FIXTURES, fresh_python, report
 from typer.testing import CliRunner
 
 from perfscope.cli import app
@@ -223,10 +220,7 @@ def test_a_page_with_charts_leaves_matplotlib_out_of_the_reading_process():
             f"html = reference_page({str(REFERENCE)!r}); "
             "assert '<svg' in html, 'no chart'; "
             "print(sorted(m for m in ('matplotlib', 'kiwisolver', 'PIL') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip() == "[]"
+    assert fresh_python(code) == "[]"
 
 
 def test_charts_are_drawn_here_when_no_worker_can_start(monkeypatch, caplog):

@@ -35,7 +35,7 @@ from perfscope.calibration import SIGNIFICANT_SAVING
 from perfscope.documents import TUNE_RESULT_FILES
 from perfscope.errors import PerfscopeError
 from perfscope.families import FAMILY_BY_KEY
-from perfscope.reader import REPORT_SUFFIXES, reader_version
+from perfscope.reader import REPORT_SUFFIXES, reader_label
 from perfscope.render import plots, tune
 from perfscope.render.diff import (
     REMAINING_HEADING,
@@ -85,7 +85,7 @@ def generator() -> str:
     """What made the page: the versions its bytes depend on (matplotlib draws the SVGs; the
     report reader writes the SASS text, and 2026.3 writes it otherwise than 2025.3)."""
     return (f"perfscope {__version__}; matplotlib {installed_version('matplotlib') or 'not installed'}; "
-            f"ncu-report {reader_version() or 'not installed'}")
+            f"ncu-report {reader_label() or 'not installed'}")
 
 
 # --------------------------------------------------------------------------- views

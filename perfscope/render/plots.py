@@ -11,11 +11,11 @@ every id is prefixed with the figure's own key so that several SVGs can live inl
 one HTML page without their ids colliding.
 
 The figures are drawn in a worker process, never in the one that reads reports: Nsight
-Compute's report reader kills the process on a string call, such as a metric's unit, once
-matplotlib's C++ extensions are loaded (the ncu-report 2025.3 wheel when they were loaded
-before it; the GPU machine's Nsight Compute install even when they came after it, its
-reference run dying so in write_index at its first page's first metric unit), and a page
+Compute's report reader 2025.3 kills the process on a string call, such as a metric's
+unit, when matplotlib's C++ extensions were loaded before it (perfscope.reader), and a page
 is built from reports read lazily. The worker imports matplotlib and nothing of the reader.
+(The GPU machines' reference-page crash of 2026-12-05, first blamed on matplotlib, was
+numpy's extension loaded before the install's reader: perfscope.reader names it now.)
 """
 
 from __future__ import annotations
