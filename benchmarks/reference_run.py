@@ -47,9 +47,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 # The report reader before numpy (perfscope.bench -> perfscope.timing imports it): the Nsight
-# Compute install's ncu_report, which the GPU machine reads reports with, crashes at its
-# first metric unit when numpy's extension was loaded before it
-# (perfscope.reader.INSTALL_READER_CONFLICTS).
+# Compute install's ncu_report, which the GPU machine reads reports with, crashed this
+# script's write_index at its first metric unit with numpy's extension loaded before it
+# (2026-12-05, bisected on an H100; see perfscope/reader.py).
 from perfscope.reader import load_reader_first  # noqa: E402
 
 load_reader_first()

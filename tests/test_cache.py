@@ -90,28 +90,6 @@ def test_bad_cap_setting_falls_back_to_the_default(monkeypatch, caplog):
     assert "not a number" in caplog.text
 
 
-def test_an_install_reader_refuses_numpy_loaded_before_it(monkeypatch):
-    """The Nsight Compute install's copy of the reader (no wheel: the GPU machines) crashes
-    at its first metric unit when numpy's extension came first; asked to load after it,
-    perfscope says so in one sentence instead. The 2025.3 wheel reads on with numpy first,
-    so it is not refused for that."""
-    import sys
-
-    import numpy  # noqa: F401
-
-    from perfscope.errors import PerfscopeError
-
-    monkeypatch.delitem(sys.modules, "ncu_report")
-    monkeypatch.setattr(reader, "reader_version", lambda: None)
-    with pytest.raises(PerfscopeError, match=r"numpy\._core\._multiarray_umath was imported "
-                                             "before Nsight Compute's report reader"):
-        reader.reader_module()
-    reader.load_reader_first()      # a no-op: the refusal comes on first use
-    assert "ncu_report" not in sys.modules
-    monkeypatch.setattr(reader, "reader_version", lambda: "2025.3.1")
-    assert "numpy._core._multiarray_umath" not in reader._conflicting_modules()
-
-
 def test_a_page_names_an_install_reader_by_its_version(monkeypatch):
     """Without a wheel (the GPU machines) the reader is the install's copy, and a page or a
     profile names it by the version in its path, not as "not installed"."""

@@ -14,8 +14,8 @@ The figures are drawn in a worker process, never in the one that reads reports: 
 Compute's report reader 2025.3 kills the process on a string call, such as a metric's
 unit, when matplotlib's C++ extensions were loaded before it (perfscope.reader), and a page
 is built from reports read lazily. The worker imports matplotlib and nothing of the reader.
-(The GPU machines' reference-page crash of 2026-12-05, first blamed on matplotlib, was
-numpy's extension loaded before the install's reader: perfscope.reader names it now.)
+(The GPU machines' reference-page crash of 2026-12-05, first blamed on matplotlib, came
+with numpy's extension loaded before the install's reader: perfscope.reader says so.)
 """
 
 from __future__ import annotations
