@@ -345,21 +345,31 @@ class HotLoop:
 # Warps are parked at a source line when its waiting instructions lie outside the main loop,
 # each warp passes each of them at most once, and their samples add up to at least this many
 # whole warp lives per CTA (the kernel's samples over the warps it launched). In the H200's
-# committed reports our clustered stages park 2.0-3.2 warps per CTA at their exit barrier (a
-# producer warpgroup's three spare warps; 19-37% of their samples, 14 launches); none of the
+# committed reports our clustered stages park 2.6-3.2 warps per CTA at their exit barriers (a
+# producer warpgroup's three spare warps; 23-37% of their samples, 14 launches); none of the
 # other 144, cuBLAS's 2-CTA clusters among them, parks any.
 PARKED_WARPS_MIN = 1.0
 # ... counting, at one source line, the instructions whose samples are mostly waits of these
 # kinds, each holding at least this share of the kernel's samples.
 PARKED_REASONS = ("barrier", "membar", "sleeping")
 PARKED_PC_MIN = 0.01
+# A parked warp leaving its barrier may wait again on its way out (the pulled split-K
+# hgemm_small_m: a second cluster barrier one source line on, 29 instructions later, before
+# EXIT): the waits that follow, passed by as many warps with nothing but these in between,
+# are the same parking. Looked for this many instructions on.
+PARKED_FOLLOW_MAX = 64
+_NO_WORK = frozenset({"BRA", "UMOV", "NOP", "BSYNC", "BSSY", "WARPSYNC", "CCTL", "MEMBAR",
+                      "ERRBAR", "CGAERRBAR", "UCGABAR_ARV", "UCGABAR_WAIT", "BAR",
+                      "NANOSLEEP", "SYNCS"})
+_INSTRUCTION_BYTES = 16
 
 
 @dataclass(frozen=True)
 class Parked:
     """Where warps wait out the kernel: a source line's waiting instructions outside the
     main loop, each passed at most once per warp, holding at least PARKED_WARPS_MIN whole
-    warp lives of samples per CTA between them."""
+    warp lives of samples per CTA between them, with the waits the same warps reach next on
+    their way out (PARKED_FOLLOW_MAX)."""
 
     address: int                            # its most sampled instruction (from the first)
     opcode: str                             # ... and that instruction's opcode
@@ -894,6 +904,11 @@ def _parked(r: _Reader, sass: _Sass, launch: Launch) -> tuple[Parked, ...]:
         held = sum(outside[pc] for pc in pcs)
         if held / life / grid < PARKED_WARPS_MIN:
             continue
+        pcs = pcs + _waits_after(max(pcs), max(executed[pc] for pc in pcs), samples, executed,
+                                 sass)
+        held = sum(samples[pc] for pc in pcs)
+        outside.update({pc: samples[pc] for pc in pcs})
+        reasons.update(_reasons_at(r, {pc for pc in pcs if pc not in reasons}))
         head = max(pcs, key=lambda pc: (outside[pc], -pc))
         merged: dict[str, int] = {}
         for pc in pcs:
@@ -906,6 +921,26 @@ def _parked(r: _Reader, sass: _Sass, launch: Launch) -> tuple[Parked, ...]:
                           addresses=tuple(sorted(int(pc - base) for pc in pcs)),
                           reasons=tuple(sorted(merged.items(), key=lambda kv: (-kv[1], kv[0])))))
     return tuple(sorted(out, key=lambda p: -p.samples))
+
+
+def _waits_after(last: int, passes: float, samples: Mapping[int, float],
+                 executed: Mapping[int, float], sass: _Sass) -> list[int]:
+    """The sampled waits that the warps leaving a parked line reach next: instructions
+    passed as often as it was, up to the first executed EXIT or the first executed
+    instruction that does work (anything but branches, moves of uniform constants,
+    fences, barriers and sleeps)."""
+    found = []
+    for i in range(1, PARKED_FOLLOW_MAX + 1):
+        pc = last + i * _INSTRUCTION_BYTES
+        ran = executed.get(pc, 0.0)
+        if not ran:
+            continue
+        op = base_opcode(sass.opcode(pc))
+        if op not in _NO_WORK:
+            break
+        if ran == passes and samples.get(pc):
+            found.append(pc)
+    return found
 
 
 def _hot_loop(r: _Reader, sass: _Sass) -> HotLoop | None:

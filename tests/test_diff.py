@@ -438,26 +438,24 @@ def test_a_larger_tile_on_as_many_ctas_is_not_told_about_its_grid():
     assert "wgmma" not in fix and "operand feed per CTA" in fix
 
 
-def test_a_wait_the_faster_kernel_removed_is_named():
+def test_parked_waits_are_no_wait_a_faster_kernel_removed():
     """hgemm_small_m at 64 x 4096^2 after its split's partial was pushed by st.async
     (probes/, 2026-12-04) against the 2026-12-02 kernel that reduced it between two cluster
-    barriers (fused/): A is faster, and the barrier waits of B's working warps, 28% of their
-    stall time, are down to 13%. B's membar stalls (13% of all) were its producer
-    warpgroup's, parked at fused.cu:618 with its fence, arrive and wait: they are left out,
-    so no membar claim (PS126 once made one) and no carrier at that line; what is named is
-    B's start barrier and its producer's second cluster barrier, which it waits at while the
-    consumers reduce."""
+    barriers (fused/): A is faster. B's membar stalls (13% of all) and most of its barrier
+    stalls were its producer warpgroup's, parked at fused.cu:618 and, on their way out, at
+    619: left out, B's working warps stall on barrier 18% of the time against A's 13% and
+    on membar 1%, no stall moved by the 10% a claim needs, and the verdict names no wait
+    (PS126 once named the fence; what the push removed, the consumers' barriers around the
+    reduction, no rule reads yet)."""
     stem = "hgemm_small_m@BN=64-bf16-64x4096x4096.ncu-rep.xz"
     result = d.compare(resolve(str(REFERENCE / "probes" / stem)), resolve(str(REFERENCE / "fused" / stem)))
     assert result.improved
-    (gone,) = [r for r in result.verdict if r.kind == "stalls"]
-    assert gone.sentence.startswith("A's warps stall on barrier 13% of their stall time against 28% in B")
-    assert gone.sentence.endswith("a wait A cut.")
-    assert gone.fix == ("B's instructions that carried it: 0xc00 BRA at fused.cu:608 (77 "
-                        "samples), 0x5e70 UCGABAR_WAIT at fused.cu:619 (68 samples).")
+    assert not [r for r in result.verdict if r.kind == "stalls"]
     assert not [r for r in result.verdict if "membar" in r.sentence or "PS126" in r.sentence]
+    barrier = next(s for s in result.stalls if s.reason == "barrier")
+    assert 0.12 < barrier.share_a < 0.13 and 0.17 < barrier.share_b < 0.19
     (parked,) = result.b.profile.parked
-    assert parked.line == 618 and not any(f"0x{a:x} " in gone.fix for a in parked.addresses)
+    assert parked.line == 618 and 0x5E70 in parked.addresses   # fused.cu:619's wait
 
 
 def test_a_stall_that_grew_names_the_instructions_that_carry_it():

@@ -424,10 +424,10 @@ CASES: tuple[Case, ...] = (
          "64x4096x4096 with its parked warps unknown: 13.2% membar stalls, all counted as "
          "waits of the work", lambda: _unparked(*fused(SMALL_M_SPLIT))),
     Case("PS126", False, "real", "the same report: its membar stalls are the producer "
-         "warpgroup's, parked at its exit barrier (fused.cu:618); 2.8% without them",
+         "warpgroup's, parked at its exit barriers (fused.cu:618-619); 1.2% without them",
          lambda: fused(SMALL_M_SPLIT)),
     Case("PS126", False, "real", "the 2-CTA split-K hgemm_small_m of 2026-12-01 at 64x8192x8192: "
-         "7.1% membar stalls, 1.7% without its parked producer warps (fused.cu:361)",
+         "7.1% membar stalls, 1.6% without its parked producer warps (fused.cu:361)",
          lambda: fused_fixture(SMALL_M_SPLIT_OLD)),
     Case("PS126", False, "real", "the same shape with the partial pushed by st.async onto an "
          "mbarrier: no membar stalls", lambda: probe(SMALL_M_SPLIT)),
@@ -1166,20 +1166,22 @@ def test_small_tile_leaves_a_multicasting_kernel_unjudged():
 def test_fence_stalls_of_parked_warps_are_not_a_finding():
     """The pulled kernel (64x4096x4096, 2026-12-02) had PS126 fire at 13.2% membar stalls
     with an estimate of 0.107 against the 0.057 that pushing the partial saved
-    (fused/probe-push.json). Those stalls sit at fused.cu:618, the producer warpgroup's
-    cluster barrier (its fence ERRBAR, arrive and wait, 3 and 4 warp passes per CTA), where
-    the warps wait out the kernel: without them 2.8%, and PS126 is silent. Read as if the
-    report could not say where warps park, it fires, names the cluster barrier's fence,
-    and its estimate is no bound worth the name (1.9x the saving)."""
+    (fused/probe-push.json). Those stalls sit at fused.cu:618-619, the producer warpgroup's
+    two cluster barriers (each a fence ERRBAR, an arrive and a wait, 3 and 4 warp passes per
+    CTA, with nothing but branches between them and EXIT), where the warps wait out the
+    kernel: without them 1.2%, and PS126 is silent. Read as if the report could not say
+    where warps park, it fires, names the cluster barrier's fence, and its estimate is no
+    bound worth the name (1.9x the saving)."""
     import json
 
     kp, kw = fused(SMALL_M_SPLIT)
     (parked,) = kp.parked
-    assert parked.line == 618 and len(parked.addresses) == 3
-    assert dict(parked.reasons)["membar"] > 0.8 * sum(s.samples or 0 for s in kp.stalls.reasons
+    assert parked.line == 618 and {0x5C00, 0x5C20, 0x5CA0, 0x5D50, 0x5D70, 0x5E70} <= set(
+        parked.addresses)
+    assert dict(parked.reasons)["membar"] > 0.9 * sum(s.samples or 0 for s in kp.stalls.reasons
                                                        if s.reason == "membar")
     assert "PS126" not in {f.code for f in evaluate(kp, **kw).findings}
-    assert 0.02 < kp.working_stall_share("membar") < 0.035 < 0.13 < kp.stalls.share("membar")
+    assert 0.01 < kp.working_stall_share("membar") < 0.015 < 0.13 < kp.stalls.share("membar")
     f = next(f for f in evaluate(_unparked(kp, kw)[0], **kw).findings if f.code == "PS126")
     rows = json.loads((REFERENCE / "fused" / "probe-push.json").read_text())["rows"]
     saved = 1 - next(r["time_ratio"] for r in rows if r["shape"] == "64x4096x4096")

@@ -186,6 +186,9 @@ def sections(kp: KernelProfile, hotspots: int = 5,
 
 # A hotspot where warps are parked, as the hotspot lists mark it.
 PARKED_MARK = "parked warps: not a wait of the work"
+# The stall reasons "stall shares without them" names: those holding at least this share of
+# the parked warps' samples.
+PARKED_REASON_MIN = 0.1
 # perfscope answers one of Nsight Compute's stall rules when at least this share of the
 # reason's samples are parked warps' (hgemm_small_m's pairs at 256 x 8192^2: 60% of its
 # barrier samples, where Nsight Compute estimates 20% to gain).
@@ -211,7 +214,12 @@ def parked_rows(kp: KernelProfile) -> list[tuple[str, str]]:
                      f"(outside the main loop, passed {p.passes / ctas:.0f} times per CTA). "
                      "Warps with nothing left to do (a producer warpgroup's spare warps) wait "
                      "there at no cost to the kernel, yet every stall share above counts them"))
-    reasons = sorted({r for p in kp.parked for r, _ in p.reasons},
+    held: dict[str, int] = {}
+    for p in kp.parked:
+        for r, n in p.reasons:
+            held[r] = held.get(r, 0) + n
+    # The reasons the parked warps mostly wait in; the others only move with the total.
+    reasons = sorted((r for r, n in held.items() if n >= PARKED_REASON_MIN * kp.parked_samples),
                      key=lambda r: -(kp.stalls.share(r) or 0.0))
     kept = [f"{r} {kp.working_stall_share(r):.0%} (not {kp.stalls.share(r):.0%})" for r in reasons
             if kp.stalls.share(r) is not None and kp.working_stall_share(r) is not None]
