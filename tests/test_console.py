@@ -157,3 +157,20 @@ def test_parked_warps_are_shown_and_answer_nsight_computes_barrier_rule(tmp_path
     assert parked["opcode"] == "UCGABAR_WAIT" and parked["passes"] == 512
     plain = _at(400, "diagnose", str(report("smem_transpose")))
     assert "Parked warps" not in plain and "parked" not in plain
+
+
+def test_headroom_no_finding_explains_is_said_so():
+    """A kernel with 10% or more headroom and no finding estimating any of it says that no
+    rule names the cause, so "none" does not read as "nothing left" (hgemm_small_m's pairs at
+    256 x 8192^2: 21.8% headroom, only PS171 with no estimate); a kernel whose findings
+    estimate part of its headroom (the column split, PS106 and PS153) does not."""
+    from perfscope.render.summary import UNEXPLAINED
+
+    pairs = str(ROOT / "reports" / "reference" / "h200" / "fused" /
+                "hgemm_small_m@AROWS=128,BM=128,MPAIR=2,STAGES=6-bf16-256x8192x8192.ncu-rep.xz")
+    text = " ".join(_at(400, "diagnose", pairs).split())
+    assert "headroom 21.8% of kernel time" in text and UNEXPLAINED in text
+    md = _at(400, "diagnose", "--markdown", pairs)
+    assert UNEXPLAINED in md
+    split = str(ROOT / "reports" / "reference" / "h200" / "probes" / "column-split-h200.ncu-rep.xz")
+    assert UNEXPLAINED not in " ".join(_at(400, "diagnose", split).split())

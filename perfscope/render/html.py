@@ -48,6 +48,7 @@ from perfscope.render.diff import (
 from perfscope.render.summary import (
     NOT_COLLECTED,
     PARKED_MARK,
+    UNEXPLAINED,
     Section,
     clock,
     duration,
@@ -56,6 +57,7 @@ from perfscope.render.summary import (
     not_evaluated_text,
     num,
     sections,
+    unexplained,
 )
 from perfscope.review import Entry, Ladder, Review, collect, folder_reports
 from perfscope.rules import SEVERITIES
@@ -467,6 +469,8 @@ def _bounds(evaluation) -> str:
         parts.append(f"headroom {fraction:.0%} of its time (1 - t_min/t at the roofline)")
     if combined is not None:
         parts.append(f"its findings together est. {combined:.0%} (overlapping fixes counted once)")
+    if unexplained(evaluation):
+        parts.append(UNEXPLAINED)
     return "; ".join(parts)
 
 
