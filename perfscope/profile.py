@@ -91,6 +91,7 @@ from perfscope.reader import (
     open_report,
     reader_label,
 )
+from perfscope.sass.loops import INSTRUCTION_BYTES
 
 # The reader must be loaded before matplotlib or CuPy (ncu-report 2025.3; see reader.py),
 # and every module that reads reports imports this one first.
@@ -361,7 +362,6 @@ PARKED_FOLLOW_MAX = 64
 _NO_WORK = frozenset({"BRA", "UMOV", "NOP", "BSYNC", "BSSY", "WARPSYNC", "CCTL", "MEMBAR",
                       "ERRBAR", "CGAERRBAR", "UCGABAR_ARV", "UCGABAR_WAIT", "BAR",
                       "NANOSLEEP", "SYNCS"})
-_INSTRUCTION_BYTES = 16
 
 
 @dataclass(frozen=True)
@@ -562,6 +562,15 @@ class KernelProfile:
         return sum(p.samples for p in self.parked)
 
     @property
+    def parked_reasons(self) -> dict[str, int]:
+        """The parked warps' samples by stall reason, over every place they park."""
+        out: dict[str, int] = {}
+        for p in self.parked:
+            for r, n in p.reasons:
+                out[r] = out.get(r, 0) + n
+        return out
+
+    @property
     def parked_share(self) -> float | None:
         """The parked warps' part of all warp-state samples (0..1); None without samples."""
         total = self.stalls.total_samples
@@ -572,10 +581,7 @@ class KernelProfile:
         Samples fall on a warp's states in proportion to the cycles it spends in them, so
         each reason keeps the share of its samples that do not sit at a parked instruction;
         with no warp parked these are the stalls as collected."""
-        parked: dict[str, int] = {}
-        for p in self.parked:
-            for r, n in p.reasons:
-                parked[r] = parked.get(r, 0) + n
+        parked = self.parked_reasons
         out: dict[str, float] = {}
         for s in self.stalls.reasons:
             if s.cycles_per_issue is None:
@@ -907,9 +913,8 @@ def _parked(r: _Reader, sass: _Sass, launch: Launch) -> tuple[Parked, ...]:
         pcs = pcs + _waits_after(max(pcs), max(executed[pc] for pc in pcs), samples, executed,
                                  sass)
         held = sum(samples[pc] for pc in pcs)
-        outside.update({pc: samples[pc] for pc in pcs})
         reasons.update(_reasons_at(r, {pc for pc in pcs if pc not in reasons}))
-        head = max(pcs, key=lambda pc: (outside[pc], -pc))
+        head = max(pcs, key=lambda pc: (samples[pc], -pc))
         merged: dict[str, int] = {}
         for pc in pcs:
             for k, n in reasons[pc]:
@@ -931,7 +936,7 @@ def _waits_after(last: int, passes: float, samples: Mapping[int, float],
     fences, barriers and sleeps)."""
     found = []
     for i in range(1, PARKED_FOLLOW_MAX + 1):
-        pc = last + i * _INSTRUCTION_BYTES
+        pc = last + i * INSTRUCTION_BYTES
         ran = executed.get(pc, 0.0)
         if not ran:
             continue

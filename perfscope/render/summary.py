@@ -214,10 +214,7 @@ def parked_rows(kp: KernelProfile) -> list[tuple[str, str]]:
                      f"(outside the main loop, passed {p.passes / ctas:.0f} times per CTA). "
                      "Warps with nothing left to do (a producer warpgroup's spare warps) wait "
                      "there at no cost to the kernel, yet every stall share above counts them"))
-    held: dict[str, int] = {}
-    for p in kp.parked:
-        for r, n in p.reasons:
-            held[r] = held.get(r, 0) + n
+    held = kp.parked_reasons
     # The reasons the parked warps mostly wait in; the others only move with the total.
     reasons = sorted((r for r, n in held.items() if n >= PARKED_REASON_MIN * kp.parked_samples),
                      key=lambda r: -(kp.stalls.share(r) or 0.0))
@@ -236,7 +233,7 @@ def ncu_remark(kp: KernelProfile, identifier: str, title: str) -> str | None:
     reason = title.lower().removesuffix(" stalls").strip().replace(" ", "_")
     by_reason = {s.reason: s for s in kp.stalls.reasons}
     stall = by_reason.get(reason)
-    parked = sum(n for p in kp.parked for r, n in p.reasons if r == reason)
+    parked = kp.parked_reasons.get(reason, 0)
     if stall is None or not stall.samples or parked < NCU_REMARK_PARKED_MIN * stall.samples:
         return None
     raw, working = kp.stalls.share(reason), kp.working_stall_share(reason)
