@@ -41,6 +41,17 @@ TENSOR_PIPE_ACTIVE_PRACTICAL = 0.96
 # (dram__bytes_read.sum.pct_of_peak_sustained_elapsed): 0.89 of peak in practice.
 DRAM_PRACTICAL_SHARE = 0.89
 
+# The shortest a kernel that reads DRAM lasts under ncu (gpu__time_duration), by compute
+# capability: a launch's fixed time (its start, one round trip to DRAM, its drain), which a
+# kernel of its own pays however few bytes it moves. Measured by benchmarks/kernel_floor.py
+# (reports/reference/h200/probes/kernel-floor-h200*, 2026-12-05): on the H200 an empty kernel
+# lasts 1.54 us, reads of 16 KiB to 2 MiB 2.53-3.10 us, and the line through its reads of
+# 64 MiB to 1 GiB crosses zero bytes at 4.41 us (the stream's ramp on top; by CUDA events
+# 4.17 us at 4.48 TB/s); the committed captures' shortest such launches last 2.72-2.88 us.
+# On an H100 (kernel-floor-h100*) 2.11 us empty, 3.04-3.36 us for 16 KiB to 1 MiB. The least
+# is taken, what merging a launch away saves at least.
+KERNEL_FIXED_NS: Mapping[str, float] = {"9.0": 2500.0}
+
 # Shared memory serves 32 banks of 4 bytes per SM clock (sm_80 to sm_90; CUDA C++
 # Programming Guide, "Shared Memory" of the compute capabilities): what wgmma reads its
 # shared operands from and what TMA writes the tiles into, one budget.

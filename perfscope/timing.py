@@ -38,7 +38,7 @@ L2_FLUSHES = ("read", "write")
 # A read of the whole buffer that no compiler can drop: each thread XORs what it loads and
 # stores it only on a value no fill produces. Plain loads, so the lines are kept in L2 and
 # displace what was there.
-_READ_SOURCE = r"""
+READ_SOURCE = r"""
 extern "C" __global__ void perfscope_l2_flush(const uint4* __restrict__ p, long long n,
                                               unsigned* sink) {
     const long long stride = (long long)gridDim.x * blockDim.x;
@@ -50,8 +50,8 @@ extern "C" __global__ void perfscope_l2_flush(const uint4* __restrict__ p, long 
     if (acc == 0x9E3779B9u) sink[0] = acc;
 }
 """
-_READ_BLOCK = 512
-_READ_BLOCKS_PER_SM = 4
+READ_BLOCK = 512
+READ_BLOCKS_PER_SM = 4
 
 
 def check_l2_flush(mode: str) -> None:
@@ -69,17 +69,17 @@ class L2Flush:
         # Filled once, so the read finds no value that makes it store.
         self.buffer = cp.ones(max(nbytes, 16) // 16 * 4, dtype=cp.uint32)
         if mode == "read":
-            self._kernel = cp.RawKernel(_READ_SOURCE, "perfscope_l2_flush")
+            self._kernel = cp.RawKernel(READ_SOURCE, "perfscope_l2_flush")
             self._sink = cp.zeros(1, dtype=cp.uint32)
             sms = cp.cuda.Device().attributes["MultiProcessorCount"]
-            self._grid = (sms * _READ_BLOCKS_PER_SM,)
+            self._grid = (sms * READ_BLOCKS_PER_SM,)
 
     def __call__(self) -> None:
         """Enqueue the pass on the current stream (it keeps the GPU busy as well)."""
         if self.mode == "write":
             self.buffer.fill(1)
             return
-        self._kernel(self._grid, (_READ_BLOCK,),
+        self._kernel(self._grid, (READ_BLOCK,),
                      (self.buffer, np.int64(self.buffer.nbytes // 16), self._sink))
 
 

@@ -174,3 +174,8 @@ def test_headroom_no_finding_explains_is_said_so():
     assert UNEXPLAINED in md
     split = str(ROOT / "reports" / "reference" / "h200" / "probes" / "column-split-h200.ncu-rep.xz")
     assert UNEXPLAINED not in " ".join(_at(400, "diagnose", split).split())
+    # cuBLAS's decode GEMM: 17% headroom against the DRAM peak, and within 10% of its floor
+    # (a launch's fixed time plus its bytes at the rate a copy reaches): no rule gap.
+    decode = str(ROOT / "tests" / "fixtures" / "external" / "torch_decode_m16.ncu-rep.xz")
+    text = " ".join(_at(400, "diagnose", decode).split())
+    assert UNEXPLAINED not in text and "at its floor (" in text

@@ -568,15 +568,16 @@ def test_a_one_dimensional_grid_names_no_tile_shape():
 def test_a_grown_finding_is_compared_under_the_roofline_not_the_reference_gap():
     """hgemm_small_m at 64x4096x4096 against cuBLASLt's GELU_BIAS kernel (the external
     set's): both stream below the DRAM rate (PS170). cuBLASLt's estimate is capped at its
-    5% gap to cuBLAS, which says nothing about how far its own stream is from the rate, so
-    the diff compares the two shares under the roofline alone (its 37%, not its 5%)."""
+    5% gap to cuBLAS, which says nothing about how far its own stream is from its floor, so
+    the diff compares the two shares under the roofline alone (its 17%, not its 5%; 37%
+    before the launch's fixed time, PS173's, left the bandwidth gap)."""
     fused = REFERENCE / "fused"
     ours = resolve(str(fused / "hgemm_small_m@BN=64-bf16-64x4096x4096.ncu-rep.xz"))
     lt = resolve(str(EXTERNAL / "cublaslt_gelu_bias_m64_4096.ncu-rep.xz"))
     result = d.compare(ours, lt)
     (theirs,) = [f for f in result.b.evaluation.findings if f.code == "PS170"]
     (mine,) = [f for f in result.a.evaluation.findings if f.code == "PS170"]
-    assert theirs.capped_by == "reference gap" and theirs.bounded_gain > 5 * theirs.estimated_gain
+    assert theirs.capped_by == "reference gap" and theirs.bounded_gain > 3 * theirs.estimated_gain
     assert mine.bounded_gain == mine.estimated_gain   # no reference gap binds ours
     grown = [r for r in result.verdict if r.code == "PS170" and r.kind == "grown"]
     for r in grown:

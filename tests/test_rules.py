@@ -45,6 +45,8 @@ ISSUE_TAGS = {
     # and TMA box rows that straddle 128-byte lines (PS106: measured by aligning the column
     # split's pieces, 1.15x).
     "misaligned-tma",
+    # and a launch's fixed time in a short kernel (PS173: measured by benchmarks/kernel_floor.py).
+    "fixed-time",
 }
 
 
@@ -156,9 +158,9 @@ def fused(name: str, index: int = 0):
     return r.profile, {"manifest": r.manifest, "context": _context(r)}
 
 
-def probe(name: str):
-    """A report of the committed reference run's probes folder, with its manifest."""
-    r = _records(str(REFERENCE / "probes" / f"{name}.ncu-rep.xz"))[0]
+def probe(name: str, index: int = 0):
+    """A launch of a report of the committed reference run's probes folder, with its manifest."""
+    r = _records(str(REFERENCE / "probes" / f"{name}.ncu-rep.xz"))[index]
     return r.profile, {"manifest": r.manifest, "context": _context(r)}
 
 
@@ -532,8 +534,8 @@ CASES: tuple[Case, ...] = (
          "at 90% of the DRAM rate", lambda: fused(SMALL_M_M16)),
     Case("PS170", False, "real", "cuBLAS's decode GEMM streams its weight at 91% of the DRAM rate",
          lambda: external("torch_decode_m16")),
-    Case("PS170", False, "real", "cublas+gelu's pass at M = 64 moves 1 MiB (0.25 us at the DRAM "
-         "rate) in 2.7 us: latency sets that, not bandwidth",
+    Case("PS170", False, "real", "cublas+gelu's pass at M = 64 reads and writes 1 MiB (0.5 us at "
+         "the DRAM rate) in 2.7 us: a launch's fixed time sets that, not bandwidth",
          lambda: fused("cublas+gelu-bf16-64x8192x8192", 1)),
     Case("PS171", True, "real", "the persistent stage at 4096^3 runs at 1589 of 1980 MHz, its tensor "
          "pipe 89.5% busy", lambda: reference("hgemm_tma_wgmma_persistent", "bf16")),
@@ -553,6 +555,21 @@ CASES: tuple[Case, ...] = (
          "64-column strips: each box 8 KB contiguous)", lambda: _packed_stand_in()),
     Case("PS172", False, "real", "hgemm_small_m at M = 256 is bound by its math, not its stream",
          lambda: fused(SMALL_M_256)),
+    Case("PS150", False, "real", "perfscope's read stream of 1 GiB runs 1.33 waves at 0.92 of its "
+         "floor: its last wave keeps DRAM busy", lambda: probe("kernel-floor-h200", 13)),
+    Case("PS170", False, "real", "cuBLAS's bias + GELU pass at 4096^2 reads and writes 32 MiB each "
+         "at 4.1 TB/s, where ncu counted 17 MiB of the writes",
+         lambda: fused("cublas+gelu-bf16-4096x4096x4096", 1)),
+    Case("PS140", False, "real", "PyTorch's bf16 softmax (its exp on FFMA) moves 7 FLOP per byte: "
+         "no GEMM (an H100 capture)", lambda: probe("kernel-floor-h100", 18)),
+    Case("PS173", True, "real", "cublas+gelu's bias + GELU pass at M = 64 reads and writes 1 MiB "
+         "(0.5 us at the DRAM rate) in 2.7 us", lambda: fused("cublas+gelu-bf16-64x8192x8192", 1)),
+    Case("PS173", True, "real", "PyTorch's layer norm of 2 MiB lasts 8.2 us, 0.5 us of it bytes",
+         lambda: probe("kernel-floor-h200", 16)),
+    Case("PS173", False, "real", "cuBLAS's decode GEMM streams 128 MiB in 34.5 us: the fixed time "
+         "is 8% of it", lambda: external("torch_decode_m16")),
+    Case("PS173", False, "real", "PyTorch's GELU of 32 MiB lasts 20.7 us",
+         lambda: probe("kernel-floor-h200", 15)),
     Case("PS190", True, "synthetic", "manifest: verdict WRONG",
          lambda: (one("cublas_hgemm_4096"), {"manifest": manifest("WRONG")})),
     Case("PS190", False, "synthetic", "manifest: verdict ok",
@@ -1210,3 +1227,70 @@ def test_fence_without_pc_sampling_names_both_fixes():
              if f.code == "PS126")
     assert "st.async" in f.fix and "fence.acq_rel.cluster" in f.fix
     assert any("not collected" in str(e.value) for e in f.evidence)
+
+
+def test_fixed_time_lies_outside_the_bandwidth_gap():
+    """PS173 on hgemm_small_m at 64 x 4096^2 (a 32 MiB weight in 13.5 us on the H200): the
+    launch's 2.5 us are 19% of it, and PS170's gap starts at that floor (the fixed time
+    plus the bytes at the practical rate). The two compose as independent savings, never one
+    inside the other: 1 - (1 - PS170) (1 - PS173), where a cause inside PS170's envelope
+    counts as the larger of the two."""
+    from perfscope.hardware import KERNEL_FIXED_NS
+
+    kp, kw = fused("hgemm_small_m@BN=64-bf16-64x4096x4096")
+    ev = evaluate(kp, **kw)
+    by = {f.code: f for f in ev.findings}
+    fixed = KERNEL_FIXED_NS["9.0"]
+    t = kp.sol.duration_ns
+    assert by["PS173"].estimated_gain == pytest.approx(fixed / t, abs=1e-3)
+    assert by["PS173"].group == "fixed time" and by["PS173"].severity == "optimization"
+    floor = ev.headroom.t_floor_ns
+    assert floor == pytest.approx(fixed + ev.headroom.t_bytes_ns / 0.89, rel=1e-6)
+    assert by["PS170"].estimated_gain == pytest.approx(1 - floor / t, abs=1e-3)
+    a, b = by["PS170"].estimated_gain, by["PS173"].estimated_gain
+    assert combine([("roofline", a), ("fixed time", b)]) == pytest.approx(1 - (1 - a) * (1 - b))
+    assert combine([("roofline", 0.2), ("global memory", 0.1), ("fixed time", 0.2)]) == \
+        pytest.approx(0.36)
+    # A chip whose fixed time is not measured: the rule says so.
+    assert KERNEL_FIXED_NS.get("8.0") is None
+
+
+def test_a_program_without_a_shape_is_bounded_by_its_measured_bytes():
+    """A program captured without --shape has a manifest that says 0x0x0: its work is the
+    report's own (the DRAM bytes measured, the SASS's FLOPs), not a zero-sized GEMM that
+    left every launch of kernel_floor's capture without a roofline."""
+    kp, kw = probe("kernel-floor-h200", 13)
+    assert not kw["manifest"].shape_known
+    ev = evaluate(kp, **kw)
+    assert ev.headroom is not None and ev.headroom.bound == "DRAM"
+    assert 0.05 < ev.headroom.fraction < 0.12       # a 1 GiB read at 0.92 of the DRAM peak
+    assert not any(e.metric == "problem shape (run manifest)"
+                   for f in ev.findings for e in f.evidence)
+
+
+def test_the_bytes_written_count_what_the_stores_wrote():
+    """cuBLAS's in-place bias + GELU pass at 4096^2: ncu counted 17 MiB of DRAM writes
+    because the L2 still held the rest when the kernel ended; its stores wrote 32 MiB, and
+    the work's bytes count them."""
+    from perfscope.metrics import M_DRAM_READ, M_DRAM_WRITE
+    from perfscope.rules.bounds import dram_bytes_moved
+
+    kp, _ = fused("cublas+gelu-bf16-4096x4096x4096", 1)
+    assert kp.metric(M_DRAM_WRITE) < 0.6 * 2**25
+    moved = dram_bytes_moved(kp)
+    assert moved == pytest.approx(kp.metric(M_DRAM_READ) + 2**25, rel=0.01)
+
+
+def test_idle_sms_cost_memory_bound_work_no_more_than_its_gap_to_the_floor():
+    """hgemm_small_m at 16 x 14336 x 4096: 112 CTAs leave 20 of 132 SMs idle (0.15), but the
+    stream runs at 0.94 of its floor, so PS152 says 0.06; perfscope's read stream of 1 GiB
+    (1.33 waves) is within 8% of its floor, and PS150 is silent there."""
+    kp, kw = fused("hgemm_small_m@AROWS=16,STAGES=6-bf16-16x14336x4096")
+    ev = evaluate(kp, **kw)
+    (f,) = [f for f in ev.findings if f.code == "PS152"]
+    gap = 1 - ev.headroom.t_floor_ns / kp.sol.duration_ns
+    assert kp.launch.grid_size == 112
+    assert f.estimated_gain == pytest.approx(gap, abs=1e-3) and gap < 1 - 112 / 132 - 0.05
+    kp, kw = probe("kernel-floor-h200", 13)
+    assert kp.launch.waves_per_sm == pytest.approx(4 / 3)
+    assert "PS150" not in {g.code for g in evaluate(kp, **kw).findings}

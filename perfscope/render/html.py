@@ -53,6 +53,8 @@ from perfscope.render.summary import (
     clock,
     duration,
     finding_texts,
+    floor_text,
+    headroom_at_floor,
     ncu_remark,
     not_evaluated_text,
     num,
@@ -471,6 +473,8 @@ def _bounds(evaluation) -> str:
         parts.append(f"its findings together est. {combined:.0%} (overlapping fixes counted once)")
     if unexplained(evaluation):
         parts.append(UNEXPLAINED)
+    elif headroom_at_floor(evaluation):
+        parts.append(floor_text(room))
     return "; ".join(parts)
 
 

@@ -330,7 +330,16 @@ def headroom_text(evaluation) -> str | None:
         text += f"; capped at {100 * evaluation.reference_cap:.1f}% by the gap to its reference"
     if unexplained(evaluation):
         text += f"; {UNEXPLAINED}"
+    elif headroom_at_floor(evaluation):
+        text += f"; {floor_text(h)}"
     return text
+
+
+def floor_text(h) -> str:
+    """What sets a memory-bound kernel's time when it runs at its floor."""
+    return (f"at its floor (a launch's fixed time plus its bytes at the DRAM rate a copy "
+            f"reaches: {h.t_floor_ns / 1e3:,.1f} us against its {h.t_ns / 1e3:,.1f}), which no "
+            "change inside the kernel lowers")
 
 
 # Headroom this large with no finding estimating any of it is a gap in the rules, and the
@@ -343,9 +352,24 @@ UNEXPLAINED = "no finding estimates any of it: no rule names what holds the kern
 
 def unexplained(evaluation) -> bool:
     """Whether the kernel's headroom is UNEXPLAINED_MIN or more and no finding estimates
-    any part of it."""
+    any part of it, where the kernel is not within UNEXPLAINED_MIN of its floor (a launch's
+    fixed time plus its bytes at the practical DRAM rate: what no change inside it lowers)."""
     h = getattr(evaluation, "headroom", None)
     return (h is not None and h.fraction >= UNEXPLAINED_MIN
+            and getattr(evaluation, "combined_gain", None) is None and not at_floor(h))
+
+
+def at_floor(h) -> bool:
+    """Whether memory-bound work runs within UNEXPLAINED_MIN of its floor."""
+    floor = getattr(h, "t_floor_ns", None)
+    return floor is not None and floor >= (1 - UNEXPLAINED_MIN) * h.t_ns
+
+
+def headroom_at_floor(evaluation) -> bool:
+    """Headroom of UNEXPLAINED_MIN or more that no finding estimates, at the kernel's floor:
+    said as such, not as a gap in the rules."""
+    h = getattr(evaluation, "headroom", None)
+    return (h is not None and h.fraction >= UNEXPLAINED_MIN and at_floor(h)
             and getattr(evaluation, "combined_gain", None) is None)
 
 

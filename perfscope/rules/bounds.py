@@ -31,7 +31,9 @@ from typing import NamedTuple
 
 from perfscope.families import base_opcode
 from perfscope.hardware import (
+    DRAM_PRACTICAL_SHARE,
     ELEMENT_BYTES,
+    KERNEL_FIXED_NS,
     hmma_share,
     math_kind,
     output_element_bytes,
@@ -93,6 +95,9 @@ class Headroom:
     path_fraction: float | None = None
     path: str | None = None             # e.g. "mma.sync (HMMA)"
     t_path_ns: float | None = None      # the work's FLOPs at that path's rate
+    # Where DRAM bounds the roofline: a launch's fixed time (none where unmeasured) plus the
+    # bytes at the practical DRAM rate, the least the kernel can take in practice.
+    t_floor_ns: float | None = None
 
     def cap_for(self, tag: str) -> tuple[float, str]:
         """The headroom that bounds a finding of this tag, and its name."""
@@ -174,6 +179,8 @@ def work_of(inputs: Inputs) -> Work:
         dtype, dtype_source = infer_dtype(p)
     elem = ELEMENT_BYTES.get(dtype or "")
     counted = sass_flops(p)
+    if m is not None and not m.shape_known:
+        m = None    # a program captured without --shape: its manifest says 0x0x0
     if m is not None and counted is not None and counted < PART_OF_WORK * 2.0 * m.m * m.n * m.k:
         # One launch of several (a split-K reduction, an elementwise op after the GEMM):
         # the manifest's shape is the group's work, not this launch's.
@@ -185,9 +192,9 @@ def work_of(inputs: Inputs) -> Work:
         bytes_source = "A, B read once and C written once (run manifest)"
     else:
         flops, flops_source = counted, "executed SASS (MMA shapes, FFMA lanes)"
-        read, write = p.metric(M_DRAM_READ), p.metric(M_DRAM_WRITE)
-        nbytes = read + write if read is not None and write is not None else None
-        bytes_source = "DRAM bytes measured (an upper bound on what the work needs)"
+        nbytes = dram_bytes_moved(p)
+        bytes_source = ("DRAM bytes measured, the writes at least what the stores wrote (an upper "
+                        "bound on what the work needs)")
         useful = _useful_share(p)
         if nbytes is not None and useful is not None and useful < 1:
             # Excess sectors and spills are bytes a fix removes, not bytes the work needs.
@@ -195,6 +202,18 @@ def work_of(inputs: Inputs) -> Work:
             bytes_source = (f"DRAM bytes measured x {useful:.2f}, the share of sectors the "
                             "source counters call useful")
     return Work(flops, flops_source, nbytes, bytes_source, dtype, dtype_source)
+
+
+def dram_bytes_moved(p: KernelProfile) -> float | None:
+    """Bytes read from DRAM plus the bytes written, None unless both DRAM counts were
+    collected. What the stores wrote reaches DRAM too, after the kernel when the L2 holds
+    it at the end, where ncu's replay does not count it: PyTorch's GELU of 32 MiB on the
+    H200 (probes/kernel-floor-h200) stores 32 MiB that DRAM counts 13.5 MB of."""
+    read, write = p.metric(M_DRAM_READ), p.metric(M_DRAM_WRITE)
+    if read is None or write is None:
+        return None
+    stored = sum(o.actual for o in p.memory.global_.of_kind("store")) * SECTOR_BYTES
+    return read + max(write, stored)
 
 
 def _useful_share(p: KernelProfile) -> float | None:
@@ -241,9 +260,15 @@ def headroom(inputs: Inputs) -> Headroom | None:
         ev.append(Evidence(f"bytes ({w.bytes_source}) / DRAM peak (ns)", round(t_bytes, 1),
                            f"{bw / 1e12:.2f} TB/s"))
     ev.append(Evidence("headroom 1 - t_min / t", round(fraction, 3), f"bound by {bound}"))
+    t_floor = None
+    if bound == "DRAM" and t_bytes is not None:
+        t_floor = (fixed_time_ns(p) or 0.0) + t_bytes / DRAM_PRACTICAL_SHARE
+        ev.append(Evidence("floor: a launch's fixed time + bytes at the practical DRAM rate (ns)",
+                           round(t_floor, 1), f"{DRAM_PRACTICAL_SHARE} of the peak"))
     share = _hmma_path_share(p) if t_math is not None else None
     if share is None:
-        return Headroom(fraction, t, t_min, bound, w, tuple(ev), t_math, t_bytes)
+        return Headroom(fraction, t, t_min, bound, w, tuple(ev), t_math, t_bytes,
+                        t_floor_ns=t_floor)
     t_path = t_math / share
     path_fraction = max(0.0, min(1.0, 1 - max(t_path, t_bytes or 0.0) / t))
     ev.append(Evidence("FLOPs at the mma.sync (HMMA) rate, the kernel's own path (ns)",
@@ -252,10 +277,24 @@ def headroom(inputs: Inputs) -> Headroom | None:
     ev.append(Evidence("headroom on the mma.sync path", round(path_fraction, 3),
                        "caps every finding but a change of instruction"))
     return Headroom(fraction, t, t_min, bound, w, tuple(ev), t_math, t_bytes,
-                    path_fraction, HMMA_PATH, t_path)
+                    path_fraction, HMMA_PATH, t_path, t_floor)
 
 
 HMMA_PATH = "mma.sync (HMMA)"
+
+
+def fixed_time_ns(p: KernelProfile) -> float | None:
+    """A launch's fixed time on the report's chip (KERNEL_FIXED_NS), None where unmeasured."""
+    return KERNEL_FIXED_NS.get(p.identity.compute_capability or "")
+
+
+def memory_floor_ns(inputs: Inputs) -> float | None:
+    """The floor of memory-bound work: a launch's fixed time (none where unmeasured) plus its
+    bytes at the practical DRAM rate; None when DRAM does not bound the kernel's roofline
+    (a kernel with no FFMA or MMA at all, a copy or a transpose, is bound by its bytes) or
+    its bytes or the DRAM peak are unknown."""
+    room = headroom(inputs)
+    return room.t_floor_ns if room is not None else None
 
 
 def is_memory_bound(inputs: Inputs) -> bool:

@@ -22,6 +22,7 @@ from perfscope.profile import KernelProfile
 from perfscope.rules.bounds import REFERENCE_MARGIN, headroom, reference_cap
 from perfscope.rules.model import (
     ENVELOPE_GROUPS,
+    OUTSIDE_ENVELOPE,
     Context,
     Evaluation,
     Finding,
@@ -95,17 +96,21 @@ def _no_warning_reason(profile: KernelProfile, ref_cap: float | None) -> str | N
 
 def combine(gains: Sequence[tuple[str, float]]) -> float | None:
     """Compose (group, gain) pairs: the largest per group, groups as independent savings,
-    and an envelope group (a whole roofline gap) as the larger of it and the rest."""
+    an envelope group (a whole roofline gap) as the larger of it and the causes inside it,
+    and a group outside every envelope as a saving independent of both."""
     best: dict[str, float] = {}
     for group, g in gains:
         best[group] = max(best.get(group, 0.0), g)
     if not best:
         return None
-    keep = 1.0
+    keep = outside = 1.0
     for group, g in best.items():
-        if group not in ENVELOPE_GROUPS:
+        if group in OUTSIDE_ENVELOPE:
+            outside *= 1 - g
+        elif group not in ENVELOPE_GROUPS:
             keep *= 1 - g
-    return max([1 - keep, *(g for group, g in best.items() if group in ENVELOPE_GROUPS)])
+    inside = max([1 - keep, *(g for group, g in best.items() if group in ENVELOPE_GROUPS)])
+    return 1 - (1 - inside) * outside
 
 
 def evaluate(profile: KernelProfile, manifest: RunManifest | None = None,

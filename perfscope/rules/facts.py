@@ -26,7 +26,7 @@ from perfscope.metrics import (
     SOL_METRICS,
 )
 from perfscope.profile import KernelProfile, OpcodeTraffic, Traffic
-from perfscope.rules.bounds import sass_flops, work_of
+from perfscope.rules.bounds import dram_bytes_moved, sass_flops, work_of
 from perfscope.rules.model import Evidence, Inputs, NotCollected, need
 from perfscope.stage import OperandRead
 
@@ -197,7 +197,10 @@ def is_gemm_like(p: KernelProfile) -> bool:
         return True
     if family(p, "ffma") / total < MIN_SHARE_OF_INSTRUCTIONS:
         return False
-    moved, flops = dram_bytes(p), sass_flops(p)
+    # The stores' bytes count where the L2 still held them at the end: PyTorch's softmax of
+    # 2 MiB (probes/kernel-floor-h200) writes 2 MiB that DRAM counts none of, and its exp's
+    # FFMAs do 14 FLOP per byte DRAM counts, 7 per byte it moves.
+    moved, flops = dram_bytes_moved(p), sass_flops(p)
     if not moved or not flops:
         return True
     return flops / moved >= GEMM_INTENSITY_MIN

@@ -19,7 +19,7 @@ from perfscope.metrics import (
     M_SM_COUNT,
     M_WAVES,
 )
-from perfscope.rules.bounds import headroom
+from perfscope.rules.bounds import headroom, memory_floor_ns
 from perfscope.rules.facts import gemm_or_other, tail_idle
 from perfscope.rules.model import Evidence, Hit, Inputs, NotCollected, Rule, need
 
@@ -45,7 +45,12 @@ def _check_tail(inputs: Inputs) -> Hit | None:
     Why: with equal CTA times the launch takes ceil(waves) wave times for waves of work;
     a shape change that adds a sliver of a wave costs a whole one.
     Fix: tile size, split-K/stream-K or a persistent grid matched to the CTA slots.
-    Estimate: 1 - waves / ceil(waves), the idle share of SM time.
+    Not where memory-bound work runs at its floor (a launch's fixed time plus its bytes at
+    the practical DRAM rate): the last wave's CTAs keep DRAM as busy as a full wave's, and
+    the idle SMs cost nothing (perfscope's read stream of 1 GiB on an H100, 1.33 waves of
+    3 CTAs per SM, at 0.91 of the DRAM peak).
+    Estimate: 1 - waves / ceil(waves), the idle share of SM time; for memory-bound work no
+    more than its gap to that floor, 1 - floor / t.
     Example:
         before: grid = ceil(M/128) * ceil(N/128) = 1056 CTAs   // 4.0 + 0.0 waves of 264
         after:  grid = #SMs; persistent CTAs loop over the 1056 tiles
@@ -63,9 +68,15 @@ def _check_tail(inputs: Inputs) -> Hit | None:
     ev = [Evidence(M_WAVES, round(waves, 3), "whole waves"),
           Evidence("idle share of the last wave (1 - waves / ceil(waves))", round(idle, 3),
                    f">= {TAIL_IDLE_MIN}")]
-    if inputs.manifest is not None:
+    gain = idle
+    gap = _floor_gap(inputs, ev, TAIL_IDLE_MIN)
+    if gap is not None:
+        if gap < TAIL_IDLE_MIN:
+            return None     # DRAM stays busy through the last wave: its floor says so
+        gain = min(idle, gap)
+    if inputs.manifest is not None and inputs.manifest.shape_known:
         ev.append(Evidence("problem shape (run manifest)", inputs.manifest.shape, "-"))
-    return Hit(tuple(ev), idle, (("slots", str(slots) if slots else "the CTA slots"),))
+    return Hit(tuple(ev), gain, (("slots", str(slots) if slots else "the CTA slots"),))
 
 
 TAIL = Rule(
@@ -82,6 +93,19 @@ TAIL = Rule(
 )
 
 
+def _floor_gap(inputs: Inputs, ev: list[Evidence], least: float) -> float | None:
+    """Memory-bound work's gap to its floor (a launch's fixed time plus its bytes at the
+    practical DRAM rate), 1 - floor / t, put in the evidence; None for other work. Idle SMs
+    cost such work only what keeps DRAM from that floor."""
+    floor, t = memory_floor_ns(inputs), inputs.profile.sol.duration_ns
+    if floor is None or not t:
+        return None
+    gap = 1 - floor / t
+    ev.append(Evidence("memory-bound: 1 - (fixed time + bytes at the practical DRAM rate) / "
+                       "duration, the most idle SMs cost it", round(gap, 3), f"> {least}"))
+    return gap
+
+
 def _check_small_grid(inputs: Inputs) -> Hit | None:
     """Symptom: the grid has fewer CTAs than the GPU has SMs: some SMs get no CTA at all
     for the whole launch (an inference shape with few output tiles and no split-K, or a
@@ -93,7 +117,10 @@ def _check_small_grid(inputs: Inputs) -> Hit | None:
     Fix: split-K or stream-K so every SM gets work, or a smaller N tile; for a kernel that
     is no GEMM, more and smaller CTAs (at least one per SM).
     Estimate: 1 - CTAs / SMs, the share of SMs without a CTA (all CTAs equal, each SM's
-    time set by its own CTA).
+    time set by its own CTA); for memory-bound work no more than its gap to its floor (a
+    launch's fixed time plus its bytes at the practical DRAM rate): hgemm_small_m's 112
+    CTAs at 16 x 14336 x 4096 stream at 0.94 of it, so 0.06, where the idle SMs alone said
+    0.15.
     Example:
         before: grid = ceil(N/256) = 32 CTAs on 132 SMs
         after:  grid = 32 x 4 (split K in 4, a reduction of the fp32 partials)
@@ -107,10 +134,15 @@ def _check_small_grid(inputs: Inputs) -> Hit | None:
     if not sms or ctas >= SMALL_GRID_MAX * sms:
         return None     # every SM has a CTA: fewer warps per SM is occupancy, not idle SMs
     how = gemm_or_other(p, SMALL_GRID_GEMM, SMALL_GRID_OTHER)
-    return Hit((
-        Evidence(M_GRID_SIZE, ctas, f"< {SMALL_GRID_MAX} x {sms} SMs ({M_SM_COUNT})"),
-        Evidence(M_WAVES, round(waves, 3), f"< {SMALL_GRID_MAX}"),
-    ), 1 - ctas / sms, fix_args=(("how", how),))
+    ev = [Evidence(M_GRID_SIZE, ctas, f"< {SMALL_GRID_MAX} x {sms} SMs ({M_SM_COUNT})"),
+          Evidence(M_WAVES, round(waves, 3), f"< {SMALL_GRID_MAX}")]
+    gain = 1 - ctas / sms
+    gap = _floor_gap(inputs, ev, 0)
+    if gap is not None:
+        if gap <= 0:
+            return None     # the CTAs it has keep DRAM at its floor
+        gain = min(gain, gap)
+    return Hit(tuple(ev), gain, fix_args=(("how", how),))
 
 
 SMALL_GRID_GEMM = ("split K across CTAs (split-K with an fp32 reduction, or stream-K), or use a "

@@ -41,7 +41,7 @@ from perfscope.rules.memory import (
 )
 from perfscope.rules.model import Rule
 from perfscope.rules.registers import REGISTER_OCCUPANCY, SMEM_OCCUPANCY, SPILLS, SPILLS_STATIC
-from perfscope.rules.roofline import DRAM_BOUND, SHORT_RUNS
+from perfscope.rules.roofline import DRAM_BOUND, FIXED_TIME, SHORT_RUNS
 
 REGISTRY: tuple[Rule, ...] = (
     UNCOALESCED_GLOBAL,      # PS101
@@ -79,6 +79,7 @@ REGISTRY: tuple[Rule, ...] = (
     DRAM_BOUND,              # PS170
     CLOCK_HELD,              # PS171
     SHORT_RUNS,              # PS172
+    FIXED_TIME,              # PS173
     INCORRECT,               # PS190
     UNVERIFIED,              # PS191
 )
