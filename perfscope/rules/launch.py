@@ -47,8 +47,8 @@ def _check_tail(inputs: Inputs) -> Hit | None:
     Fix: tile size, split-K/stream-K or a persistent grid matched to the CTA slots.
     Not where memory-bound work runs at its floor (a launch's fixed time plus its bytes at
     the practical DRAM rate): the last wave's CTAs keep DRAM as busy as a full wave's, and
-    the idle SMs cost nothing (perfscope's read stream of 1 GiB on an H100, 1.33 waves of
-    3 CTAs per SM, at 0.91 of the DRAM peak).
+    the idle SMs cost nothing (perfscope's read stream of 1 GiB on the H200, 1.33 waves of
+    3 CTAs per SM, at 0.92 of the DRAM peak: past its floor).
     Estimate: 1 - waves / ceil(waves), the idle share of SM time; for memory-bound work no
     more than its gap to that floor, 1 - floor / t.
     Example:
