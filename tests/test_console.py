@@ -161,17 +161,24 @@ def test_parked_warps_are_shown_and_answer_nsight_computes_barrier_rule(tmp_path
 
 def test_headroom_no_finding_explains_is_said_so():
     """A kernel with 10% or more headroom and no finding estimating any of it says that no
-    rule names the cause, so "none" does not read as "nothing left" (hgemm_small_m's pairs at
-    256 x 8192^2: 21.8% headroom, only PS171 with no estimate); a kernel whose findings
-    estimate part of its headroom (the column split, PS106 and PS153) does not."""
+    rule names the cause, so "none" does not read as "nothing left" (sgemm_stages4: 28.7%
+    headroom, no finding); a kernel whose findings estimate part of its headroom (the column
+    split, PS106 and PS153), one at a roof a finding names, or one at its memory floor,
+    does not."""
     from perfscope.render.summary import UNEXPLAINED
 
+    stages4 = str(ROOT / "reports" / "reference" / "h200" / "sgemm_stages4-fp32-4096x4096x4096.ncu-rep.xz")
+    text = " ".join(_at(400, "diagnose", stages4).split())
+    assert "headroom 28.7% of kernel time" in text and UNEXPLAINED in text
+    md = _at(400, "diagnose", "--markdown", stages4)
+    assert UNEXPLAINED in md
+    # hgemm_small_m's pairs at 256 x 8192^2: 21.8% headroom, at the roof shared memory sets
+    # for its m64n128 wgmmas and 128 x 128 tiles (PS115 names it): no rule gap.
     pairs = str(ROOT / "reports" / "reference" / "h200" / "fused" /
                 "hgemm_small_m@AROWS=128,BM=128,MPAIR=2,STAGES=6-bf16-256x8192x8192.ncu-rep.xz")
     text = " ".join(_at(400, "diagnose", pairs).split())
-    assert "headroom 21.8% of kernel time" in text and UNEXPLAINED in text
-    md = _at(400, "diagnose", "--markdown", pairs)
-    assert UNEXPLAINED in md
+    assert "headroom 21.8% of kernel time" in text and UNEXPLAINED not in text
+    assert "held at a roof: PS115" in text
     split = str(ROOT / "reports" / "reference" / "h200" / "probes" / "column-split-h200.ncu-rep.xz")
     assert UNEXPLAINED not in " ".join(_at(400, "diagnose", split).split())
     # cuBLAS's decode GEMM: 17% headroom against the DRAM peak, and within 10% of its floor

@@ -555,6 +555,15 @@ CASES: tuple[Case, ...] = (
          "64-column strips: each box 8 KB contiguous)", lambda: _packed_stand_in()),
     Case("PS172", False, "real", "hgemm_small_m at M = 256 is bound by its math, not its stream",
          lambda: fused(SMALL_M_256)),
+    Case("PS115", True, "real", "cuBLAS's bf16 GEMM at 4096^3 (m64n128 wgmma, 128 x 256 tiles "
+         "arriving) runs at its shared-memory roof of 0.89", lambda: (one("cublas_bgemm_4096"), {})),
+    Case("PS115", True, "real", "hgemm_small_m's 128 x 128 pairs at 256 x 8192^2 run at 0.77 "
+         "under a roof of 0.80", lambda: fused("hgemm_small_m@AROWS=128,BM=128,MPAIR=2,STAGES=6-bf16-"
+                                               "256x8192x8192")),
+    Case("PS115", False, "real", "the persistent stage's m64n256 wgmmas leave a roof of 1.0",
+         lambda: reference("hgemm_tma_wgmma_persistent", "bf16")),
+    Case("PS115", False, "real", "hgemm_small_m's 128 x 64 pairs: a roof of 0.57 is PS114's fault",
+         lambda: fused("hgemm_small_m@AROWS=128,BM=128,BN=64,MPAIR=2-bf16-256x4096x14336")),
     Case("PS150", False, "real", "perfscope's read stream of 1 GiB runs 1.33 waves at 0.92 of the "
          "DRAM peak, past its floor: its last wave keeps DRAM busy", lambda: probe("kernel-floor-h200", 13)),
     Case("PS170", False, "real", "cuBLAS's bias + GELU pass at 4096^2 reads and writes 32 MiB each "

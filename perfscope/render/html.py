@@ -58,6 +58,8 @@ from perfscope.render.summary import (
     ncu_remark,
     not_evaluated_text,
     num,
+    roof_named,
+    roof_text,
     sections,
     unexplained,
 )
@@ -475,6 +477,8 @@ def _bounds(evaluation) -> str:
         parts.append(UNEXPLAINED)
     elif headroom_at_floor(evaluation):
         parts.append(floor_text(room))
+    elif (roof := roof_named(evaluation)) is not None and combined is None:
+        parts.append(roof_text(roof))
     return "; ".join(parts)
 
 

@@ -332,7 +332,14 @@ def headroom_text(evaluation) -> str | None:
         text += f"; {UNEXPLAINED}"
     elif headroom_at_floor(evaluation):
         text += f"; {floor_text(h)}"
+    elif (roof := roof_named(evaluation)) is not None and evaluation.combined_gain is None:
+        text += f"; {roof_text(roof)}"
     return text
+
+
+def roof_text(finding) -> str:
+    """What holds a kernel that a roof-naming finding accounts for."""
+    return f"held at a roof: {finding.code} ({finding.title.lower()})"
 
 
 def floor_text(h) -> str:
@@ -356,7 +363,19 @@ def unexplained(evaluation) -> bool:
     fixed time plus its bytes at the practical DRAM rate: what no change inside it lowers)."""
     h = getattr(evaluation, "headroom", None)
     return (h is not None and h.fraction >= UNEXPLAINED_MIN
-            and getattr(evaluation, "combined_gain", None) is None and not at_floor(h))
+            and getattr(evaluation, "combined_gain", None) is None and not at_floor(h)
+            and roof_named(evaluation) is None)
+
+
+# Findings that name the ceiling a kernel runs at without estimating a gain: the headroom
+# they account for is no gap in the rules (PS115: the roof shared memory sets for the
+# kernel's wgmma and tiles, hgemm_small_m's pairs and cuBLAS's kernel at M = 256).
+ROOF_NAMING = ("PS115",)
+
+
+def roof_named(evaluation):
+    """The finding that names the roof the kernel runs at, None if none does."""
+    return next((f for f in getattr(evaluation, "findings", ()) if f.code in ROOF_NAMING), None)
 
 
 def at_floor(h) -> bool:

@@ -814,6 +814,9 @@ SMEM_BANDWIDTH = Rule(
 # kernel runs within AT_ROOF of its roof (the roof, not latency, sets its pace).
 WGMMA_SMEM_ROOF_MAX = 0.75
 AT_ROOF = 0.85
+# PS115: a roof at or above this share of the peak holds nothing back (the best wgmma
+# kernels keep the tensor pipe 90% busy: hardware.TENSOR_PIPE_PRACTICAL).
+SMEM_ROOF_BINDS = 0.95
 WIDEST_WGMMA_N = 256
 # Operand bytes per element and the peak each instruction family is held to.
 _GMMA_KIND = {"HGMMA": (2, "tensor16"), "QGMMA": (1, "tensor8")}
@@ -887,6 +890,53 @@ def _check_wgmma_smem_roof(inputs: Inputs) -> Hit | None:
     (shared-memory matrix descriptors); measured on the H200 (fused/README.md, GSPLIT: the
     128x64 tiles' tensor pipe 61% busy under ncu, 1.05 of cublas+gelu against 0.95 with
     128x128)."""
+    roof = _smem_roof_state(inputs)
+    if roof is None or roof.roof >= WGMMA_SMEM_ROOF_MAX or roof.achieved < AT_ROOF * roof.roof:
+        return None
+    d = roof.dominant
+    wider = min(WIDEST_WGMMA_N, 2 * d.cols)
+    if wider <= d.cols:
+        return None
+    # The dominant shape's operand bytes at twice its N, over its own FLOPs; the others as
+    # they are.
+    saved = d.flops * d.elem * (1 / d.cols - 1 / wider) / 2
+    roof_wider = _smem_roof(roof.operand - saved / roof.clocks, roof.incoming)
+    return Hit(roof.evidence(f"< {WGMMA_SMEM_ROOF_MAX}"), 1 - roof.roof / roof_wider,
+               (("shape", d.label), ("roof", f"{roof.roof:.2f}"), ("wider", str(wider)),
+                ("roof_wider", f"{roof_wider:.2f}")))
+
+
+class _SmemRoof(NamedTuple):
+    """A wgmma kernel against its shared-memory roof: the shape with the most FLOPs, the
+    operand and incoming bytes per SM clock at the tensor peak (and where the incoming
+    figure comes from), the roof, the tensor work's SM clocks, and the share achieved."""
+
+    dominant: _Wgmma
+    operand: float
+    incoming: float
+    source: str
+    roof: float
+    clocks: float
+    achieved: float
+
+    def evidence(self, roof_threshold: str) -> tuple[Evidence, ...]:
+        d = self.dominant
+        return (
+            Evidence("wgmma shape (most FLOPs)", d.label, f"{(d.rows + d.cols) * d.depth * d.elem} "
+                     f"B of shared operands per {d.rows * d.cols * d.depth * 2} FLOP"),
+            Evidence("shared operand bytes per SM clock at the tensor peak", round(self.operand, 1),
+                     "the wgmma shapes at their peak FLOP per clock"),
+            Evidence("bytes into shared memory per SM clock at the peak", round(self.incoming, 1),
+                     f"{self.source}: written into the same banks"),
+            Evidence("shared-memory roof (share of the tensor peak)", round(self.roof, 3),
+                     f"{SMEM_BYTES_PER_SM_CLOCK} B/clock / (operands + incoming); {roof_threshold}"),
+            Evidence("achieved share of the tensor peak per elapsed cycle", round(self.achieved, 3),
+                     f">= {AT_ROOF} x roof"),
+        )
+
+
+def _smem_roof_state(inputs: Inputs) -> _SmemRoof | None:
+    """The kernel's wgmma work against the roof shared memory sets; None without wgmma."""
     p = inputs.profile
     need_opcodes(p)
     cc = p.identity.compute_capability or ""
@@ -913,52 +963,76 @@ def _check_wgmma_smem_roof(inputs: Inputs) -> Hit | None:
         return None
     operand = sum(sh.operand_bytes for sh in shapes) / clocks   # B per SM clock at the peak
     dominant = max(shapes, key=lambda sh: sh.flops)
-    label, rows, cols, depth, elem = dominant[:5]
-    incoming, source = _incoming_bytes(inputs, flops, elem)
+    incoming, source = _incoming_bytes(inputs, flops, dominant.elem)
     tma = incoming / clocks
-    roof = _smem_roof(operand, tma)
-    achieved = clocks / (cycles * sms)
-    if roof >= WGMMA_SMEM_ROOF_MAX or achieved < AT_ROOF * roof:
-        return None
-    wider = min(WIDEST_WGMMA_N, 2 * cols)
-    if wider <= cols:
-        return None
-    # The dominant shape's operand bytes at twice its N, over its own FLOPs; the others as
-    # they are.
-    saved = dominant.flops * elem * (1 / cols - 1 / wider) / 2
-    roof_wider = _smem_roof(operand - saved / clocks, tma)
-    return Hit((
-        Evidence("wgmma shape (most FLOPs)", label, f"{(rows + cols) * depth * elem} B of "
-                 f"shared operands per {rows * cols * depth * 2} FLOP"),
-        Evidence("shared operand bytes per SM clock at the tensor peak", round(operand, 1),
-                 "the wgmma shapes at their peak FLOP per clock"),
-        Evidence("bytes into shared memory per SM clock at the peak", round(tma, 1),
-                 f"{source}: written into the same banks"),
-        Evidence("shared-memory roof (share of the tensor peak)", round(roof, 3),
-                 f"{SMEM_BYTES_PER_SM_CLOCK} B/clock / (operands + incoming); < {WGMMA_SMEM_ROOF_MAX}"),
-        Evidence("achieved share of the tensor peak per elapsed cycle", round(achieved, 3),
-                 f">= {AT_ROOF} x roof"),
-    ), 1 - roof / roof_wider, (("shape", label), ("roof", f"{roof:.2f}"), ("wider", str(wider)),
-                               ("roof_wider", f"{roof_wider:.2f}")))
+    return _SmemRoof(dominant, operand, tma, source, _smem_roof(operand, tma), clocks,
+                     clocks / (cycles * sms))
 
+
+_WGMMA_SMEM_METRICS = (*OPCODE_METRICS, M_XBAR_IN_PCT, M_L1TEX_CYCLES, M_L2_READ_SECTORS,
+                       M_CYCLES)
+_WGMMA_SMEM_REFERENCE = ("PTX ISA: wgmma.mma_async (matrix descriptors in shared memory); CUDA "
+                         "C++ Programming Guide: Shared Memory (banks)")
 
 WGMMA_SMEM_ROOF = Rule(
     code="PS114", tag="smem-bandwidth",
     title="Shared memory caps the tensor pipe: narrow wgmma or too many bytes in per FLOP",
     severity="warning",
-    metrics=(*OPCODE_METRICS, M_XBAR_IN_PCT, M_L1TEX_CYCLES, M_L2_READ_SECTORS, M_CYCLES),
+    metrics=_WGMMA_SMEM_METRICS,
     check=_check_wgmma_smem_roof,
     fix="Shared memory lets {shape} run at {roof} of the tensor peak at most. Give each wgmma "
         "more columns (m64n{wider}: roof {roof_wider}) and bring fewer bytes in per FLOP "
         "(larger tiles, or a cluster that multicasts the shared operand); if the wider tile "
         "leaves SMs idle, split K, over the grid where a cluster cannot hold the splits.",
-    reference="PTX ISA: wgmma.mma_async (matrix descriptors in shared memory); CUDA C++ "
-              "Programming Guide: Shared Memory (banks)",
+    reference=_WGMMA_SMEM_REFERENCE,
     ncu=("HighPipeUtilization",),
     thresholds=(("WGMMA_SMEM_ROOF_MAX", WGMMA_SMEM_ROOF_MAX), ("AT_ROOF", AT_ROOF),
                 ("SMEM_BYTES_PER_SM_CLOCK", SMEM_BYTES_PER_SM_CLOCK)),
 )
 
+def _check_at_smem_roof(inputs: Inputs) -> Hit | None:
+    """Symptom: a wgmma kernel's tensor math runs at the rate shared memory's bandwidth
+    allows (within 85% of it, or past it), where that roof lies between 0.75 and 0.95 of
+    the tensor peak: PS114's model, above the share at which PS114 calls the roof a fault
+    and below the 0.90 the best kernels keep the pipe busy.
+    Why: it says what holds the kernel, which the headroom alone does not. m64n128 wgmmas
+    with 128 x 256 tiles arriving need 96 + 48 B per SM clock at the peak, of the 128 the
+    banks serve: a roof of 0.89, where cuBLAS's bf16 GEMM at 4096^3 runs (0.89 of the peak
+    per elapsed cycle); hgemm_small_m's 128 x 128 pairs at M = 256, and cuBLAS's kernel
+    there, run at the roof of 0.80 that 64 B per clock arriving leave.
+    Fix: the roof is the wgmma shape's and the tile's: a wider wgmma (m64n256) or fewer
+    bytes in per FLOP (larger tiles, multicast in a cluster) raises it, and only a kernel
+    built so can pass it; whether that pays depends on what the wider tile costs elsewhere
+    (at 256 x N, 128 x 256 pairs measured 3-12% slower than the 128 x 128 ones on the H200
+    and an H100: fused/small-m-wide*.json), so this is information.
+    Estimate: none: the roof is a property of the kernel's design, not a gap one change
+    closes; PS114 estimates what a wider wgmma buys where the roof is low.
+    Example:
+        before: HGMMA.64x128x16 with 128 x 128 tiles at 256 x 8192^2: roof 0.80, runs 0.77
+        after:  HGMMA.64x256x16 with 128 x 256 tiles: roof 1.0 (and fewer CTAs to fill the SMs)
+    Source: seed 000 §4 (wgmma from shared memory, tile shape); PTX ISA: wgmma.mma_async."""
+    roof = _smem_roof_state(inputs)
+    if roof is None or not WGMMA_SMEM_ROOF_MAX <= roof.roof < SMEM_ROOF_BINDS:
+        return None
+    if roof.achieved < AT_ROOF * roof.roof:
+        return None
+    return Hit(roof.evidence(f">= {WGMMA_SMEM_ROOF_MAX} (PS114's below)"), None)
+
+
+AT_SMEM_ROOF = Rule(
+    code="PS115", tag="smem-bandwidth",
+    title="The tensor pipe runs at the roof shared memory sets for its wgmma and tiles",
+    severity="info",
+    metrics=_WGMMA_SMEM_METRICS,
+    check=_check_at_smem_roof,
+    fix="Only a wider wgmma or fewer bytes in per FLOP (larger tiles, multicast) raises the "
+        "roof the evidence gives; time such a change before adopting it.",
+    reference=_WGMMA_SMEM_REFERENCE,
+    thresholds=(("WGMMA_SMEM_ROOF_MAX", WGMMA_SMEM_ROOF_MAX), ("AT_ROOF", AT_ROOF),
+                ("SMEM_ROOF_BINDS", SMEM_ROOF_BINDS),
+                ("SMEM_BYTES_PER_SM_CLOCK", SMEM_BYTES_PER_SM_CLOCK)),
+)
+
 RULES = (UNCOALESCED_GLOBAL, SCALAR_LOADS, NO_DATA_REUSE, SMALL_TILE, STORE_INEFFICIENCY,
          BANK_CONFLICTS_LOADS, BANK_CONFLICTS_STORES, UNCOALESCED_SHARED, SMEM_BANDWIDTH,
-         WGMMA_SMEM_ROOF)
+         WGMMA_SMEM_ROOF, AT_SMEM_ROOF)

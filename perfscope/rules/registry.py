@@ -27,6 +27,7 @@ from perfscope.rules.latency import (
 )
 from perfscope.rules.launch import SMALL_GRID, TAIL, TILE_WASTE, UNEVEN_SMS
 from perfscope.rules.memory import (
+    AT_SMEM_ROOF,
     BANK_CONFLICTS_LOADS,
     BANK_CONFLICTS_STORES,
     MISALIGNED_TMA,
@@ -55,6 +56,7 @@ REGISTRY: tuple[Rule, ...] = (
     UNCOALESCED_SHARED,      # PS112
     SMEM_BANDWIDTH,          # PS113
     WGMMA_SMEM_ROOF,         # PS114
+    AT_SMEM_ROOF,            # PS115
     LOADS_NOT_OVERLAPPED,    # PS120
     BARRIER_BOUND,           # PS121
     PARTLY_EXPOSED,          # PS122
