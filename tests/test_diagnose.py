@@ -79,6 +79,12 @@ def test_json_has_findings_only_when_rules_were_evaluated():
     doc = diagnose_document(diagnose([report("strided_copy")]))
     assert doc["kernels"][0]["findings"][0]["code"] == "PS101"
     assert doc["kernels"][0]["rules_not_evaluated"]
+    # Memory-bound work carries its floor (a launch's fixed time plus its useful bytes at
+    # the rate a copy reaches); math-bound work has none.
+    room = doc["kernels"][0]["headroom"]
+    assert room["bound"] == "DRAM" and room["t_floor_ns"] > 2500 + room["t_bytes_ns"]
+    doc = diagnose_document(diagnose([report("cublas_hgemm_4096")]))
+    assert doc["kernels"][0]["headroom"]["t_floor_ns"] is None
 
 
 # -- a report cut at a record boundary (issue 16, item 17) ---------------------------

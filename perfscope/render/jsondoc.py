@@ -40,7 +40,8 @@ Schemas, versioned by name (a field that changes bumps the version):
               "launch_id": "FILE#ID",           # these five when rules were evaluated
               "headroom": {fraction, bound, t_ns, t_min_ns, t_math_ns, t_bytes_ns, flops,
                            flops_source, bytes, bytes_source, dtype, dtype_source,
-                           path_fraction, path, t_path_ns}|null,   # path: mma.sync on Hopper
+                           path_fraction, path, t_path_ns,     # path: mma.sync on Hopper
+                           t_floor_ns}|null,   # memory-bound: fixed time + bytes at the copy rate
               "combined_gain": float|null, "reference_cap": float|null,
               "severity_notes": [str],
               "findings": [FINDING],
@@ -184,7 +185,8 @@ def headroom_dict(h: Any) -> dict[str, Any] | None:
             "t_math_ns": h.t_math_ns, "t_bytes_ns": h.t_bytes_ns, "flops": w.flops,
             "flops_source": w.flops_source, "bytes": w.bytes, "bytes_source": w.bytes_source,
             "dtype": w.dtype, "dtype_source": w.dtype_source,
-            "path_fraction": h.path_fraction, "path": h.path, "t_path_ns": h.t_path_ns}
+            "path_fraction": h.path_fraction, "path": h.path, "t_path_ns": h.t_path_ns,
+            "t_floor_ns": getattr(h, "t_floor_ns", None)}
 
 
 def record_dict(r: Diagnosed) -> dict[str, Any]:
