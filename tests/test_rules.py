@@ -567,7 +567,7 @@ CASES: tuple[Case, ...] = (
     Case("PS150", False, "real", "perfscope's read stream of 1 GiB runs 1.33 waves at 0.92 of the "
          "DRAM peak, past its floor: its last wave keeps DRAM busy", lambda: probe("kernel-floor-h200", 13)),
     Case("PS170", False, "real", "cuBLAS's bias + GELU pass at 4096^2 reads and writes 32 MiB each "
-         "at 4.1 TB/s, where ncu counted 17 MiB of the writes",
+         "at 4.0 TB/s, where ncu counted 6.4 MiB of the writes",
          lambda: fused("cublas+gelu-bf16-4096x4096x4096", 1)),
     Case("PS140", False, "real", "PyTorch's bf16 softmax (its exp on FFMA) moves 7 FLOP per byte: "
          "no GEMM (an H100 capture)", lambda: probe("kernel-floor-h100", 18)),
@@ -1278,14 +1278,14 @@ def test_a_program_without_a_shape_is_bounded_by_its_measured_bytes():
 
 
 def test_the_bytes_written_count_what_the_stores_wrote():
-    """cuBLAS's in-place bias + GELU pass at 4096^2: ncu counted 17 MiB of DRAM writes
+    """cuBLAS's in-place bias + GELU pass at 4096^2: ncu counted 6.4 MiB of DRAM writes
     because the L2 still held the rest when the kernel ended; its stores wrote 32 MiB, and
     the work's bytes count them."""
     from perfscope.metrics import M_DRAM_READ, M_DRAM_WRITE
     from perfscope.rules.bounds import dram_bytes_moved
 
     kp, _ = fused("cublas+gelu-bf16-4096x4096x4096", 1)
-    assert kp.metric(M_DRAM_WRITE) < 0.6 * 2**25
+    assert kp.metric(M_DRAM_WRITE) < 0.25 * 2**25
     moved = dram_bytes_moved(kp)
     assert moved == pytest.approx(kp.metric(M_DRAM_READ) + 2**25, rel=0.01)
 
