@@ -23,11 +23,6 @@ from perfscope.rules.model import Evidence, Hit, Inputs, NotCollected, Rule, nee
 # rate alone); the committed launches that fire are those that fired below 0.85 of the rate
 # alone (hgemm_small_m with its 12-stage ring at 64 x 8192^2, 0.925, did not, and does not).
 DRAM_SHARE_MIN = 0.92
-# Below this time for its bytes at the practical DRAM rate, a transfer is set by latency
-# (about 1 us per DRAM round trip under load on the H200) and the launch's fixed time
-# (PS173's), not by bandwidth: cublas+gelu's elementwise pass at M = 64 reads and writes
-# 1 MiB (0.5 us at the rate) in 2.7 us, which no amount of bytes in flight would change.
-DRAM_MIN_STREAM_NS = 2000.0
 
 
 def _traffic_has_a_cause(p) -> bool:
@@ -49,8 +44,11 @@ def _check_dram_bound(inputs: Inputs) -> Hit | None:
     FLOPs at the math peak), its traffic is clean (no excess sectors, spills or shared
     replays: those rules name the cause), and it runs at less than 92% of its floor: a
     launch's fixed time (PS173's) plus its compulsory bytes at what DRAM delivers in
-    practice (cuBLAS's decode GEMMs run at 94-98% of it), where there are bytes enough for
-    bandwidth to matter (2 us of them at that rate).
+    practice (cuBLAS's decode GEMMs run at 94-98% of it). A transfer of any size: the
+    floor holds what a short one pays whatever it does (cublas+gelu's pass at M = 64 reads
+    and writes 1 MiB, 0.5 us at the rate, in 2.7 us: at its floor, silent), where until
+    2026-12-05 the rule left every transfer of under 2 us at the rate alone, PyTorch's layer
+    norm of 2 MiB in 8.2 us (0.43 of its floor) among them.
     Why: a memory-bound kernel is judged by bandwidth: too few bytes in flight per SM
     (few loads outstanding, a grid too small to cover the SMs, a split that leaves some
     SMs idle) leaves DRAM under-used; the math units' low throughput is no finding.
@@ -85,8 +83,6 @@ def _check_dram_bound(inputs: Inputs) -> Hit | None:
     if not w.bytes:
         return None
     t_bytes = w.bytes / (DRAM_PRACTICAL_SHARE * bw) * 1e9
-    if t_bytes < DRAM_MIN_STREAM_NS:
-        return None     # too few bytes for bandwidth to set the time
     floor = need(memory_floor_ns(inputs), "the work's bytes and the DRAM peak")
     fixed = fixed_time_ns(p) or 0.0     # unmeasured for the chip: the floor is its bytes
     share = floor / t
@@ -123,7 +119,9 @@ def _shared_bytes_per_sm(p) -> int | None:
 
 
 _STREAM_HOW = ("16-byte vector loads or TMA boxes, several outstanding loads per thread before the "
-               "first is used, and a grid that covers every SM")
+               "first is used, fewer dependent round trips to memory (a reduction's operands kept "
+               "in registers or shared memory for the pass that uses them, not read again), and "
+               "a grid that covers every SM")
 _GEMM_HOW = ("a TMA ring deep enough to cover DRAM's latency and no deeper (hgemm_small_m's "
              "12-stage ring, 96 KB of B per SM, measured 4% slower than its 8-stage one: "
              "queued bytes past the latency only lengthen DRAM's queue), longer contiguous runs "
