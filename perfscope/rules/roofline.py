@@ -54,7 +54,8 @@ def _check_dram_bound(inputs: Inputs) -> Hit | None:
     SMs idle) leaves DRAM under-used; the math units' low throughput is no finding.
     Fix: more bytes in flight (16-byte loads, several loads per thread before first use, a
     TMA ring deep enough to cover DRAM's latency, but no deeper: past that, queued bytes only
-    lengthen DRAM's queue), longer runs of contiguous bytes per load, a grid that covers every
+    lengthen DRAM's queue), fewer dependent round trips (a normalisation that reads its row
+    again after reducing it waits twice), longer runs of contiguous bytes per load, a grid that covers every
     SM (split-K for thin M), a short ramp and tail where the kernel lasts tens of
     microseconds (the first loads issued before any other set-up, the epilogue's operands
     loaded before the stream), and fused epilogues so intermediates skip the round trip.
