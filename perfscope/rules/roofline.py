@@ -23,6 +23,14 @@ from perfscope.rules.model import Evidence, Hit, Inputs, NotCollected, Rule, nee
 # rate alone); the committed launches that fire are those that fired below 0.85 of the rate
 # alone (hgemm_small_m with its 12-stage ring at 64 x 8192^2, 0.925, did not, and does not).
 DRAM_SHARE_MIN = 0.92
+# A transfer whose bytes at the practical DRAM rate take less than a launch's fixed time
+# (KERNEL_FIXED_NS; 2 us where the chip's is unmeasured) is set by that time and its round
+# trips, PS173's, not by bandwidth. PyTorch's layer norm of 2 MiB (8.2 us, 0.43 of its floor)
+# would have a bandwidth finding without it, but so would cuBLAS's split-K reduction at
+# 256 x 4096 x 14336 (2.46 us of bytes, 0.69 of its floor under ncu), which reads the
+# partials its GEMM just wrote: cold, as ncu flushes the caches before each kernel, where a
+# program finds them in L2.
+DRAM_MIN_STREAM_NS = 2000.0
 
 
 def _traffic_has_a_cause(p) -> bool:
@@ -44,11 +52,9 @@ def _check_dram_bound(inputs: Inputs) -> Hit | None:
     FLOPs at the math peak), its traffic is clean (no excess sectors, spills or shared
     replays: those rules name the cause), and it runs at less than 92% of its floor: a
     launch's fixed time (PS173's) plus its compulsory bytes at what DRAM delivers in
-    practice (cuBLAS's decode GEMMs run at 94-98% of it). A transfer of any size: the
-    floor holds what a short one pays whatever it does (cublas+gelu's pass at M = 64 reads
-    and writes 1 MiB, 0.5 us at the rate, in 2.7 us: at its floor, silent), where until
-    2026-12-05 the rule left every transfer of under 2 us at the rate alone, PyTorch's layer
-    norm of 2 MiB in 8.2 us (0.43 of its floor) among them.
+    practice (cuBLAS's decode GEMMs run at 94-98% of it), where there are bytes enough for
+    bandwidth to matter (at that rate, at least a launch's fixed time of them: a shorter
+    transfer's time is PS173's fixed time and latency).
     Why: a memory-bound kernel is judged by bandwidth: too few bytes in flight per SM
     (few loads outstanding, a grid too small to cover the SMs, a split that leaves some
     SMs idle) leaves DRAM under-used; the math units' low throughput is no finding.
@@ -84,6 +90,8 @@ def _check_dram_bound(inputs: Inputs) -> Hit | None:
     if not w.bytes:
         return None
     t_bytes = w.bytes / (DRAM_PRACTICAL_SHARE * bw) * 1e9
+    if t_bytes < (fixed_time_ns(p) or DRAM_MIN_STREAM_NS):
+        return None     # too few bytes for bandwidth to set the time
     floor = need(memory_floor_ns(inputs), "the work's bytes and the DRAM peak")
     fixed = fixed_time_ns(p) or 0.0     # unmeasured for the chip: the floor is its bytes
     share = floor / t
