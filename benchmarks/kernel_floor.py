@@ -7,12 +7,12 @@
     PYTHONPATH=. python3 benchmarks/kernel_floor.py --from-report R.ncu-rep[.xz]   # no GPU
 
 A read of n bytes (perfscope's L2 flush kernel under its own name: 16-byte loads, 4 CTAs of
-512 threads per SM, grid-stride, nothing stored) after a 512 MiB read flush, for n from 16
-KiB to 1 GiB, and an empty kernel of one CTA, each timed by CUDA events (median of --runs).
-A least-squares line t = F + n / R through the sizes of at least FIT_MIN_BYTES gives the
-stream's rate R and its intercept F: the time a launch that reads from DRAM takes beyond its
-bytes (the launch's start, the first round trip to DRAM, the drain at its end). The small
-sizes show how a short kernel's time approaches F.
+512 threads launched per SM, 3 of them resident at once, grid-stride, nothing stored) after
+a 512 MiB read flush, for n from 16 KiB to 1 GiB, and an empty kernel of one CTA, each
+timed by CUDA events (median of --runs). A least-squares line t = F + n / R through the
+sizes of at least FIT_MIN_BYTES gives the stream's rate R and its intercept F: the time a
+launch that reads from DRAM takes beyond its bytes (the launch's start, the first round trip
+to DRAM, the drain at its end). The small sizes show how a short kernel's time approaches F.
 
 ``--launch`` runs each read once (and, as kernels perfscope did not write, PyTorch's GELU,
 layer norm and softmax at 1-32 MiB) inside NVTX ranges under one range ``floor``, for
