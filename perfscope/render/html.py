@@ -48,20 +48,15 @@ from perfscope.render.diff import (
 from perfscope.render.summary import (
     NOT_COLLECTED,
     PARKED_MARK,
-    UNEXPLAINED,
     Section,
     clock,
     duration,
     finding_texts,
-    floor_text,
-    headroom_at_floor,
+    headroom_note,
     ncu_remark,
     not_evaluated_text,
     num,
-    roof_named,
-    roof_text,
     sections,
-    unexplained,
 )
 from perfscope.review import Entry, Ladder, Review, collect, folder_reports
 from perfscope.rules import SEVERITIES
@@ -473,12 +468,8 @@ def _bounds(evaluation) -> str:
         parts.append(f"headroom {fraction:.0%} of its time (1 - t_min/t at the roofline)")
     if combined is not None:
         parts.append(f"its findings together est. {combined:.0%} (overlapping fixes counted once)")
-    if unexplained(evaluation):
-        parts.append(UNEXPLAINED)
-    elif headroom_at_floor(evaluation):
-        parts.append(floor_text(room))
-    elif (roof := roof_named(evaluation)) is not None and combined is None:
-        parts.append(roof_text(roof))
+    if (note := headroom_note(evaluation)) is not None:
+        parts.append(note)
     return "; ".join(parts)
 
 

@@ -328,13 +328,24 @@ def headroom_text(evaluation) -> str | None:
         text += f"; findings combined: est. {100 * evaluation.combined_gain:.1f}%"
     if evaluation.reference_cap is not None:
         text += f"; capped at {100 * evaluation.reference_cap:.1f}% by the gap to its reference"
-    if unexplained(evaluation):
-        text += f"; {UNEXPLAINED}"
-    elif headroom_at_floor(evaluation):
-        text += f"; {floor_text(h)}"
-    elif (roof := roof_named(evaluation)) is not None and evaluation.combined_gain is None:
-        text += f"; {roof_text(roof)}"
+    if (note := headroom_note(evaluation)) is not None:
+        text += f"; {note}"
     return text
+
+
+def headroom_note(evaluation) -> str | None:
+    """What holds a kernel whose headroom no finding estimates: a gap in the rules
+    (UNEXPLAINED), its memory floor, or a roof a finding names; None where findings
+    estimate part of it or the headroom is small."""
+    h = getattr(evaluation, "headroom", None)
+    if h is None or getattr(evaluation, "combined_gain", None) is not None:
+        return None
+    if unexplained(evaluation):
+        return UNEXPLAINED
+    if h.fraction >= UNEXPLAINED_MIN and at_floor(h):
+        return floor_text(h)
+    roof = roof_named(evaluation)
+    return roof_text(roof) if roof is not None else None
 
 
 def roof_text(finding) -> str:
@@ -350,9 +361,9 @@ def floor_text(h) -> str:
 
 
 # Headroom this large with no finding estimating any of it is a gap in the rules, and the
-# summary says so rather than leave "none" to read as "nothing left to gain" (hgemm_small_m's
-# paired tiles at 256 x 8192^2: 22% headroom, at the shared-memory roof PS114 computes but
-# above the 0.75 it fires at).
+# summary says so rather than leave "none" to read as "nothing left to gain" (sgemm_stages4:
+# 29% headroom, no finding; hgemm_small_m's pairs at 256 x 8192^2 said so until PS115 named
+# the shared-memory roof they run at).
 UNEXPLAINED_MIN = 0.10
 UNEXPLAINED = "no finding estimates any of it: no rule names what holds the kernel there"
 
@@ -383,13 +394,6 @@ def at_floor(h) -> bool:
     floor = getattr(h, "t_floor_ns", None)
     return floor is not None and floor >= (1 - UNEXPLAINED_MIN) * h.t_ns
 
-
-def headroom_at_floor(evaluation) -> bool:
-    """Headroom of UNEXPLAINED_MIN or more that no finding estimates, at the kernel's floor:
-    said as such, not as a gap in the rules."""
-    h = getattr(evaluation, "headroom", None)
-    return (h is not None and h.fraction >= UNEXPLAINED_MIN and at_floor(h)
-            and getattr(evaluation, "combined_gain", None) is None)
 
 
 def not_evaluated_text(evaluation) -> str | None:

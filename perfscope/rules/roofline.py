@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from perfscope.hardware import DRAM_PRACTICAL_SHARE
 from perfscope.metrics import M_DRAM_READ, M_DRAM_WRITE, M_DURATION, SECTOR_BYTES, SOL_METRICS
-from perfscope.rules.bounds import dram_peak, fixed_time_ns, headroom, memory_floor_ns, work_of
+from perfscope.rules.bounds import dram_peak, fixed_time_ns, headroom, work_of
 from perfscope.rules.facts import MIN_EXCESS, gemm_or_other, need_reads
 from perfscope.rules.model import Evidence, Hit, Inputs, NotCollected, Rule, need
 
@@ -84,17 +84,16 @@ def _check_dram_bound(inputs: Inputs) -> Hit | None:
         return None
     if _traffic_has_a_cause(p):
         return None
-    w = work_of(inputs)
+    w = room.work
     bw = need(dram_peak(p), f"{M_DRAM_READ} and its % of peak")
-    t = need(p.sol.duration_ns, "gpu__time_duration.sum")
-    if not w.bytes:
-        return None
-    t_bytes = w.bytes / (DRAM_PRACTICAL_SHARE * bw) * 1e9
-    if t_bytes < (fixed_time_ns(p) or DRAM_MIN_STREAM_NS):
+    t = room.t_ns
+    # The headroom's DRAM time and floor (it bounds by DRAM here: the bytes take longer).
+    t_bytes = room.t_bytes_ns / DRAM_PRACTICAL_SHARE
+    fixed = fixed_time_ns(p)
+    if t_bytes < (fixed or DRAM_MIN_STREAM_NS):
         return None     # too few bytes for bandwidth to set the time
-    floor = need(memory_floor_ns(inputs), "the work's bytes and the DRAM peak")
-    fixed = fixed_time_ns(p) or 0.0     # unmeasured for the chip: the floor is its bytes
-    share = floor / t
+    fixed = fixed or 0.0     # unmeasured for the chip: the floor is its bytes
+    share = need(room.t_floor_ns, "the work's bytes and the DRAM peak") / t
     if share >= DRAM_SHARE_MIN:
         return None
     how = gemm_or_other(p, _GEMM_HOW, _STREAM_HOW)
