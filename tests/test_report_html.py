@@ -477,7 +477,7 @@ def test_reference_markdown_fits_a_comment_with_every_kernel():
     # Every kernel fits once the blocks give up hottest source lines: 32 kernels fitted with one
     # line each; the 36 of 2026-12-05 (four FP32 stages more) fit with one line for as many
     # kernels as the room allows, those with findings first, and say how many (10, then 8
-    # once PS115's line and fix took their room).
+    # once PS115's line and fix took their room, 6 once PS153's fix named the balanced grid).
     note = re.search(r"Hottest source lines cut to 1 for (\d+) of (\d+) kernels \(those with "
                      r"findings first\) and none for the others", md)
     assert note and int(note[2]) == len(rep.entries)

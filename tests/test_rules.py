@@ -643,6 +643,9 @@ def test_tail_effect_fix_follows_the_shape_of_the_spread(name, stragglers):
     (f,) = [f for f in evaluate(kp, **kw).findings if f.code == "PS153"]
     assert f.fix.startswith("Every SM works nearly to the end") == stragglers, f.fix
     assert ("Share the last, partial round" in f.fix) != stragglers
+    # The idle last round also names the grid that takes the same rounds on fewer CTAs,
+    # measured at the power cap (probes/balanced-grid-h100.jsonl); not where SMs run on.
+    assert ("ceil(tiles / rounds) CTAs" in f.fix) != stragglers
 
 
 @pytest.mark.parametrize("tiles, ctas, pieces", [
