@@ -31,6 +31,7 @@ from perfscope.bench import reference_spec  # noqa: E402
 from perfscope.kernels import get_spec  # noqa: E402
 from perfscope.kernels.launch import prepare  # noqa: E402
 from perfscope.kernels.spec import parse_shape  # noqa: E402
+from perfscope.kernels.tensormap import balanced_grid  # noqa: E402
 from perfscope.timing import BenchOptions, time_stage  # noqa: E402
 from perfscope.verify import verify  # noqa: E402
 
@@ -38,12 +39,8 @@ STAGE = "hgemm_tma_wgmma_persistent"
 # The stage's defaults, and the tune store's best at 4096^3 (probes/tune-persistent.md).
 CONFIGS = {"default": {}, "tuned": {"STAGES": 4, "GROUP": 16, "BOXES": 1, "DEFER": 1}}
 SHAPES = ("4096x4096x4096", "8192x8192x8192")
-
-
-def balanced_ctas(tiles: int, ctas: int) -> int:
-    """The fewest CTAs that still finish ``tiles`` in the rounds ``ctas`` CTAs take."""
-    rounds = -(-tiles // ctas)
-    return -(-tiles // rounds)
+# The grid is hgemm_tma_wgmma_balanced's (kernels/tensormap.py's balanced_grid), applied here
+# to the persistent stage's own prepared launch at any configuration.
 
 
 def with_grid(prep, ctas: int):
@@ -78,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
                 spec = spec.with_params(**CONFIGS[name]) if CONFIGS[name] else spec
                 full = prepare(spec, dtype, shape)
                 tiles = -(-shape.m // spec.param_dict["BM"]) * -(-shape.n // spec.param_dict["BN"])
-                ctas = balanced_ctas(tiles, full.grid[0])
+                ctas = balanced_grid(tiles, full.grid[0])
                 row = {"stage": STAGE, "config": name, "params": spec.param_dict,
                        "shape": shape_text, "dtype": dtype, "tiles": tiles,
                        "full_ctas": full.grid[0], "balanced_ctas": ctas}

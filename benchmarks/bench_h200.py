@@ -34,7 +34,8 @@ DTYPES = ("fp32", "fp16", "bf16")
 # hgemm_tma_wgmma at 3 fits two CTAs in a multiprocessor's shared memory, at 4 one.
 DEPTHS = {"sgemm_pipe": (2, 3, 4), "hgemm_tma_wgmma": (4, 3)}
 HOPPER = ("hgemm_bcf_dbf_rw", "hgemm_ring", "hgemm_tma_wgmma", "hgemm_tma_wgmma_ws",
-          "hgemm_tma_wgmma_persistent", "hgemm_tma_wgmma_streamk", "hgemm_tma_wgmma_cluster")
+          "hgemm_tma_wgmma_persistent", "hgemm_tma_wgmma_streamk", "hgemm_tma_wgmma_tuned",
+          "hgemm_tma_wgmma_balanced", "hgemm_tma_wgmma_cluster")
 LARGE_SHAPE = "8192x8192x8192"
 # Rounds at LARGE_SHAPE: the card sits at its power cap there (1.1-1.98 GHz while timing),
 # and a 2% ladder step timed head to head over 5 rounds came out at 0.995 (bf16 stream-K

@@ -16,16 +16,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import balanced_grid_probe as probe  # noqa: E402
 
 
-def test_the_balanced_grid_takes_the_same_rounds_on_the_fewest_ctas():
-    # 4096^3 and 8192^3 in 128 x 256 tiles: 3.88 and 15.5 rounds on 132 CTAs, 4 and 16 on 128.
-    assert probe.balanced_ctas(512, 132) == 128 and probe.balanced_ctas(2048, 132) == 128
-    assert probe.balanced_ctas(264, 132) == 132        # whole rounds already
-    assert probe.balanced_ctas(133, 132) == 67         # 2 rounds either way
-    for tiles in range(133, 3000, 7):
-        ctas = probe.balanced_ctas(tiles, 132)
-        rounds = -(-tiles // 132)
-        assert ctas <= 132 and -(-tiles // ctas) == rounds
-        assert -(-tiles // (ctas - 1)) > rounds        # one CTA fewer needs another round
+def test_the_probe_launches_the_balanced_stage_s_grid():
+    # The grid itself: tests/test_hopper.py (tensormap.balanced_grid).
+    assert probe.balanced_grid(512, 132) == 128 and probe.balanced_grid(2048, 132) == 128
 
 
 def _rows():
@@ -44,6 +37,16 @@ def test_the_committed_run_is_verified_and_faster_at_4096_cubed_in_every_row():
     assert all(min(r["round_ratios_full"]) > 1.006 for r in at4096)
     tuned = [r for r in at4096 if r["config"] == "tuned"]
     assert all(r["vs_reference"]["median"] > 1.028 for r in tuned)
+
+
+def test_the_h200_pays_less_but_never_loses_in_the_median():
+    rows = [json.loads(line) for line in
+            (PROBES / "balanced-grid-h200.jsonl").read_text().splitlines()]
+    assert {r["gpu"] for r in rows} == {"NVIDIA H200"} and len(rows) == 4
+    assert all(r["verify"] == ["ok", "ok"] and r["balanced_ctas"] == 128 for r in rows)
+    # probes/README.md: 1.003-1.006x the full grid, every round above 0.999.
+    assert all(1.002 <= r["vs_full_grid"]["median"] <= 1.007 for r in rows)
+    assert all(min(r["round_ratios_full"]) > 0.999 for r in rows)
 
 
 def test_the_reports_show_the_same_cycles_at_a_higher_clock():

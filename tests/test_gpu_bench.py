@@ -13,6 +13,7 @@ from perfscope import bench, verify
 from perfscope.errors import PerfscopeError
 from perfscope.kernels import REGISTRY, Shape, get_spec
 from perfscope.kernels.launch import prepare, require_gpu
+from perfscope.kernels.tensormap import balanced_grid
 from perfscope.manifest import OK
 
 pytestmark = [pytest.mark.gpu, pytest.mark.cupy]
@@ -111,6 +112,11 @@ def test_persistent_grid_is_one_cta_per_multiprocessor():
     assert small.grid == (4, 1, 1)   # 2 x 2 tiles of 128 x 256: fewer tiles than SMs
     pairs = prepare(get_spec("hgemm_tma_wgmma_cluster"), "bf16", Shape(4096, 4096, 4096))
     assert pairs.grid[0] % 2 == 0 and sms - 2 <= pairs.grid[0] <= sms
+    # The balanced stage: 512 tiles in the rounds one CTA per SM takes, on the fewest CTAs
+    # (128 on a 132-SM H100/H200), and its launcher launches that grid.
+    even = prepare(get_spec("hgemm_tma_wgmma_balanced"), "bf16", Shape(4096, 4096, 4096))
+    assert even.grid == (balanced_grid(512, sms), 1, 1) and even.tensormap.geometry[0] == even.grid
+    assert prepare(get_spec("hgemm_tma_wgmma_balanced"), "bf16", Shape(256, 512, 64)).grid == (4, 1, 1)
 
 
 def test_timing_produces_a_ratio():

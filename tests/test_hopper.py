@@ -28,12 +28,19 @@ from perfscope.kernels.maps import (
     plan_map,
     plan_maps,
 )
+from perfscope.kernels.registry import stage_info
 from perfscope.kernels.spec import TmaBox
-from perfscope.kernels.tensormap import TensorMap, TensorMapLauncher, persistent_grid
+from perfscope.kernels.tensormap import (
+    TensorMap,
+    TensorMapLauncher,
+    balanced_grid,
+    persistent_grid,
+)
 
 HOPPER = [s for s in REGISTRY if s.source == "hopper.cu"]
 NAMES = ("hgemm_tma_wgmma", "hgemm_tma_wgmma_ws", "hgemm_tma_wgmma_persistent",
-         "hgemm_tma_wgmma_streamk", "hgemm_tma_wgmma_cluster")
+         "hgemm_tma_wgmma_streamk", "hgemm_tma_wgmma_tuned", "hgemm_tma_wgmma_balanced",
+         "hgemm_tma_wgmma_cluster")
 
 
 pytestmark = pytest.mark.usefixtures("private_cubin_cache")
@@ -41,14 +48,23 @@ pytestmark = pytest.mark.usefixtures("private_cubin_cache")
 
 def test_the_ladder_continues_past_mma_sync():
     assert [s.name for s in HOPPER] == list(NAMES)
-    assert [s.parent for s in HOPPER] == ["hgemm_bcf_dbf_rw", *NAMES[:3], NAMES[2]]
+    assert [s.parent for s in HOPPER] == ["hgemm_bcf_dbf_rw", *NAMES[:3], NAMES[2], NAMES[4],
+                                          NAMES[2]]
     # The cluster stage measured slower than its parent: declared a variant, with why.
-    assert [s.variant for s in HOPPER] == [False, False, False, False, True]
-    assert "0.96" in HOPPER[4].notes and HOPPER[4].cluster == 2
+    assert [s.variant for s in HOPPER] == [False] * 6 + [True]
+    assert "0.96" in HOPPER[6].notes and HOPPER[6].cluster == 2
     # The stream-K stage is the persistent template at a tuned configuration.
     streamk = HOPPER[3]
     assert streamk.entry == "hgemm_tma_wgmma_persistent" and streamk.param_dict["STREAMK"] == 2
     assert streamk.dynamic_smem_bytes() == get_spec(NAMES[2]).dynamic_smem_bytes()
+    # The tuned and balanced stages: the same template and configuration; only the second
+    # launches a balanced grid, and only it names a finding (PS153) for the calibration.
+    tuned, balanced = HOPPER[4], HOPPER[5]
+    assert tuned.entry == balanced.entry == "hgemm_tma_wgmma_persistent"
+    assert tuned.param_dict == balanced.param_dict
+    assert (tuned.param_dict["STAGES"], tuned.param_dict["DEFER"]) == (4, 1)
+    assert (tuned.balanced, balanced.balanced) == (False, True)
+    assert stage_info(tuned).addresses == () and stage_info(balanced).addresses == ("PS153",)
     for spec in HOPPER:
         assert spec.family == "hgemm" and spec.dtypes == ("fp16", "bf16")
         assert spec.archs == ("sm_90a",) and spec.only_cc == (90,) and spec.abi == "tensormap"
@@ -182,6 +198,21 @@ def test_shapes_tma_forbids_are_refused_before_any_launch():
         spec.check_shape(Shape(128, 129, 64))
     with pytest.raises(PerfscopeError, match="needs K to be a multiple of 8"):
         spec.check_shape(Shape(128, 128, 65))
+
+
+def test_balanced_grid_takes_the_same_rounds_on_the_fewest_ctas():
+    # 4096^3 and 8192^3 at 128 x 256: 3.88 and 15.5 rounds on 132 SMs, 4 and 16 on 128.
+    assert balanced_grid(512, 132) == 128 and balanced_grid(2048, 132) == 128
+    # Whole rounds already, or one round at most: the persistent grid itself.
+    assert balanced_grid(264, 132) == 132 and balanced_grid(100, 132) == 100
+    assert balanced_grid(1, 132) == 1 and balanced_grid(0, 132) == 1
+    # 133 tiles take 2 rounds either way: 67 CTAs, one of them with a single tile.
+    assert balanced_grid(133, 132) == 67
+    for tiles in range(1, 3000, 7):
+        ctas = balanced_grid(tiles, 132)
+        rounds = -(-tiles // min(tiles, 132))
+        assert ctas <= 132 and -(-tiles // ctas) == rounds
+        assert ctas == 1 or -(-tiles // (ctas - 1)) > rounds   # no fewer would do
 
 
 def test_persistent_grid_caps_at_what_runs_at_once():

@@ -478,11 +478,14 @@ def test_reference_markdown_fits_a_comment_with_every_kernel():
     # line each; the 36 of 2026-12-05 (four FP32 stages more) fit with one line for as many
     # kernels as the room allows, those with findings first, and say how many (10, then 8
     # once PS115's line and fix took their room, 6 once PS153's fix named the balanced grid).
+    # The 40 of the tuned and balanced stages fit only with each comparison cut to its first
+    # two reasons (the largest shares of the gap), which the comment says.
     note = re.search(r"Hottest source lines cut to 1 for (\d+) of (\d+) kernels \(those with "
                      r"findings first\) and none for the others", md)
     assert note and int(note[2]) == len(rep.entries)
     shown = md.count("Hottest source line:")
     assert shown == int(note[1]) >= 6
+    assert "Each comparison cut to its first 2 reasons to fit a PR comment" in md
     with_findings = [e for e in rep.entries if e.evaluation.findings and e.source.lines]
     blocks = md.split("<details><summary>")[1:]
     for e in with_findings[:shown]:

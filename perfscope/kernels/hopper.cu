@@ -4,9 +4,9 @@
 // (perfscope/kernels/registry.py; `perfscope kernels` prints it); the headers here say how.
 //
 // C[M][N] = A[M][K] * B[K][N], all row-major (numpy `a @ b`), T = __half or
-// __nv_bfloat16, fp32 accumulation in registers, C rounded to T. Three stages and a
-// cluster variant, each a template in this file; the ladder's earlier stages (hgemm.cu)
-// stop at mma.sync, which cannot reach cuBLAS on Hopper: cuBLAS runs HGMMA fed by
+// __nv_bfloat16, fp32 accumulation in registers, C rounded to T. Three templates (the
+// persistent one behind four stages) and a cluster variant; the ladder's earlier stages
+// (hgemm.cu) stop at mma.sync, which cannot reach cuBLAS on Hopper: cuBLAS runs HGMMA fed by
 // UTMALDG there (its SASS, seen through `perfscope diff hgemm_bcf_dbf_rw cublas`).
 //
 // ABI shared by all four (and by blackwell.cu): (const __grid_constant__ TensorMap2D
@@ -116,6 +116,27 @@
 //            and 1.002-1.004x faster at 4096^3, where this stage is the persistent one
 //            (probes/streamk-group.jsonl).
 //   seed     000 §5.1, §6.3 (tail effects, stream-K)
+//
+// hgemm_tma_wgmma_tuned
+//   template hgemm_tma_wgmma_persistent's, at STAGES 4, GROUP 16, BOXES 1, DEFER 1
+//   threads, grid and smem as hgemm_tma_wgmma_persistent
+//   parent   hgemm_tma_wgmma_persistent
+//   how      No new code: the configuration `perfscope tune` timed fastest at 4096^3
+//            (a fourth ring slot, paid for by staging C one 64 x 64 box at a time, each
+//            sent under the next tile's wgmmas).
+//   seed     000 §4
+//
+// hgemm_tma_wgmma_balanced
+//   template hgemm_tma_wgmma_persistent's, at hgemm_tma_wgmma_tuned's configuration
+//   threads and smem as hgemm_tma_wgmma_persistent
+//   grid     dim3(ceil(tiles / ceil(tiles / multiprocessors))): the fewest CTAs that take
+//            the tiles in as many rounds as one per multiprocessor does, each CTA the same
+//            number of tiles or one fewer (512 tiles: 128 CTAs of 4; 2048: 128 of 16)
+//   parent   hgemm_tma_wgmma_tuned
+//   how      No new code: the template strides its tiles by gridDim.x, so the grid alone
+//            moves the idle SMs from the last round (16 of 132 at 4096^3) to the whole
+//            launch (4), which at the power cap runs the busy ones at a higher clock.
+//   seed     000 §5.1, §6.3 (tail effects)
 //
 // hgemm_tma_wgmma_cluster (a variant: measured slower than its parent on the H200)
 //   template <typename T, int BM = 128, int BN = 256, int BK = 64, int STAGES = 3,

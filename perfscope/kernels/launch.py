@@ -38,7 +38,12 @@ from perfscope.kernels.fused_specs import fused_geometry, output_dtype
 from perfscope.kernels.maps import plan_maps
 from perfscope.kernels.registry import LT_FP8_FAST_ACCUMULATION, LT_REFERENCES
 from perfscope.kernels.spec import KERNEL_DIR, KernelSpec, Shape
-from perfscope.kernels.tensormap import Driver, TensorMapLauncher, persistent_grid
+from perfscope.kernels.tensormap import (
+    Driver,
+    TensorMapLauncher,
+    balanced_grid,
+    persistent_grid,
+)
 from perfscope.kernels.weights import ROW_MAJOR, check_weight, weight_for
 from perfscope.locations import install_hint
 
@@ -332,7 +337,9 @@ def prepare(spec: KernelSpec, dtype: str, shape: Shape) -> Prepared:
             grid, cluster = _fused_geometry(cupy, spec, shape, driver, fn.kernel.ptr, smem)
         elif spec.persistent:
             capacity = _capacity(cupy, spec, driver, fn.kernel.ptr, smem)
-            grid = (persistent_grid(grid[0] * grid[1] * grid[2], capacity, spec.cluster), 1, 1)
+            tiles = grid[0] * grid[1] * grid[2]
+            grid = (balanced_grid(tiles, capacity) if spec.balanced
+                    else persistent_grid(tiles, capacity, spec.cluster), 1, 1)
         launcher = TensorMapLauncher(plan_maps(spec, dtype, shape), fn.kernel.ptr,
                                      (grid, block, smem), shape, driver, cluster)
     scales = cupy.asarray(FP8_SCALES, dtype=cupy.float32) if dtype == FP8 else None

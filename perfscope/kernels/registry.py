@@ -134,6 +134,11 @@ def _cluster_pairs(p: Params, shape: Shape) -> tuple[int, int, int]:
 _cluster_pairs.__doc__ = ("(2 * ceil(M/(2*BM)) * ceil(N/BN), 1, 1), capped at the co-resident "
                           "clusters x 2")
 
+# The persistent template's configuration `perfscope tune` found fastest at 4096^3
+# (probes/tune-persistent.md), where hgemm_tma_wgmma_tuned and _balanced run it.
+_TUNED_PERSISTENT = (("BM", 128), ("BN", 256), ("BK", 64), ("STAGES", 4), ("GROUP", 16),
+                     ("BOXES", 1), ("STREAMK", 0), ("DEFER", 1))
+
 # hopper.cu's persistent template, as the persistent and stream-K stages launch it.
 _PERSISTENT_TEMPLATE = {
     "entry": "hgemm_tma_wgmma_persistent", "block": _threads(384), "grid": _persistent_tiles,
@@ -480,6 +485,46 @@ REGISTRY: tuple[KernelSpec, ...] = (
                      "So this stage splits only from 8 rounds up and is the persistent stage "
                      "at 4096^3.",
                min_rounds=STREAMK_MIN_ROUNDS),
+    KernelSpec(name="hgemm_tma_wgmma_tuned", parent="hgemm_tma_wgmma_persistent",
+               params=_TUNED_PERSISTENT, **_PERSISTENT_TEMPLATE,
+               change="The persistent template at the configuration `perfscope tune` found "
+                      "fastest at 4096^3: four ring slots, raster groups of 16 tile rows, one "
+                      "64 x 64 C staging box a consumer, and each finished tile sent a box per "
+                      "k tile of the next, under its wgmmas (DEFER 1).",
+               seed="000 §4", **_HOPPER, space=_SPACE_PERSISTENT,
+               notes="Chosen by `perfscope tune` of the persistent stage over its whole space "
+                     "on the H200 (probes/tune-persistent.md: 235 configurations timed per "
+                     "dtype at 4096^3), not from a finding: diagnose gives the persistent stage "
+                     "PS153 alone, which the next stage takes up. The configurations within the "
+                     "tune's noise of the best differ in GROUP (2-16) and BOXES (1-2); this "
+                     "one is the power probe's and the cluster variant's reference "
+                     "(power-probe-tuned.json, probes/cluster-template.jsonl). In the reference "
+                     "bench (H200, 2026-12-05): 1.0135x / 1.0115x the persistent stage at 4096^3 "
+                     "(bf16 / fp16), 1.022 of cuBLAS in both; 1.02x it at 8192^3."),
+    KernelSpec(name="hgemm_tma_wgmma_balanced", parent="hgemm_tma_wgmma_tuned",
+               params=_TUNED_PERSISTENT, **_PERSISTENT_TEMPLATE, balanced=True,
+               change="Launched on the fewest CTAs that take the tiles in the rounds one CTA "
+                      "per multiprocessor takes (ceil(tiles / ceil(tiles / SMs))): at 4096^3 "
+                      "512 tiles on 128 CTAs of 4 tiles each, 4 SMs idle throughout, where 132 "
+                      "CTAs leave 16 idle for the last of 4 rounds.",
+               seed="000 §5.1, §6.3",
+               notes="PS153 on its parent: the persistent CTAs get unequal shares (3.88 rounds "
+                     "of tiles on 132 CTAs), est. 0.031 of the time. The step cuts no work "
+                     "from the busiest CTA (4 tiles either way); it pays only at the power cap, "
+                     "where the tensor GEMMs run at 1.5-1.6 GHz of 1.98 (PS171): 128 CTAs run "
+                     "all four rounds at the clock 128 busy SMs can afford, where 132 hold the "
+                     "clock of 132 through a last round on 116 (the governor acts over "
+                     "milliseconds, a launch takes 175 us). On the H200 (reference bench, "
+                     "2026-12-05): 1.006x / 1.001x its parent at 4096^3 (bf16 / fp16), 1.027 "
+                     "/ 1.023 of cuBLAS, and under ncu 1624 against 1606 MHz (bf16) for the "
+                     "same work; probes/balanced-grid-h200.jsonl 1.003-1.006x. On H100s "
+                     "1.008-1.016x, the same cycles within 0.3% at a 0.7-1.3% higher clock "
+                     "(probes/balanced-grid-h100*). At 8192^3 (16 rounds of 128 against 15.5 of "
+                     "132) 0.998 / 1.008x its parent, within the cap's swing. Its tune over the "
+                     "template's space finds nothing clearly better (probes/tune-balanced-h200"
+                     ".md: bf16 1.031 at GROUP 4 against 1.028 here, fp16 1.024 at STAGES 3, "
+                     "GROUP 4, BOXES 2 against 1.022).",
+               **_HOPPER, space=_SPACE_PERSISTENT),
     KernelSpec(name="hgemm_tma_wgmma_cluster", entry="hgemm_tma_wgmma_cluster",
                parent="hgemm_tma_wgmma_persistent",
                params=(("BM", 128), ("BN", 256), ("BK", 64), ("STAGES", 3), ("GROUP", 8),
@@ -702,6 +747,7 @@ ADDRESSES: Mapping[str, tuple[str, ...]] = {
     "hgemm_tma_wgmma_ws": ("PS121",),
     "hgemm_tma_wgmma_persistent": ("PS123", "PS150"),
     "hgemm_tma_wgmma_streamk": ("PS153",),
+    "hgemm_tma_wgmma_balanced": ("PS153",),
     "hgemm_tma_wgmma_cluster": ("PS104", "PS160"),
 }
 

@@ -255,6 +255,9 @@ class KernelSpec:
     # Persistent kernel: the launch caps grid x (the tile count) at the multiprocessors
     # (for a cluster launch, at the co-resident clusters times the cluster size).
     persistent: bool = False
+    # With persistent: launch the fewest CTAs that take the tiles in the same rounds
+    # (tensormap.balanced_grid), every CTA an equal share, instead of one per multiprocessor.
+    balanced: bool = False
     # CTAs per thread-block cluster, along x (a cuLaunchKernelEx launch attribute).
     cluster: int = 1
     # The values `perfscope tune` searches (None: the stage is not tunable).

@@ -55,6 +55,18 @@ def persistent_grid(ctas: int, capacity: int, cluster: int = 1) -> int:
     return max(cluster, min(ctas, capacity // cluster * cluster))
 
 
+def balanced_grid(ctas: int, capacity: int) -> int:
+    """The fewest CTAs that still take ``ctas`` units in the rounds one CTA per unit, capped
+    at ``capacity``, takes: each CTA the same number of units or one fewer, so the SMs left
+    over idle for the whole launch instead of for its last round (512 tiles on 132 SMs: 128
+    CTAs of 4 tiles, where 132 take 4 rounds with 16 idle in the last)."""
+    full = persistent_grid(ctas, capacity)
+    if ctas <= full:
+        return full
+    rounds = -(-ctas // full)
+    return -(-ctas // rounds)
+
+
 # CUlaunchAttributeID of the cluster shape (cuda.h).
 LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4
 

@@ -194,10 +194,12 @@ def _kernel_row(e: Entry) -> str:
 
 # What each kernel's block shows of its source view and evidence, to fit the ladder's
 # kernels in one comment (GitHub's limit is 65,536 characters): the hottest source lines are
-# cut to fewer for every kernel, then to one for as many kernels as still fit (those with
-# findings first) and none for the rest, before a kernel is left out.
+# cut to fewer for every kernel, then each comparison to fewer reasons (its first, largest
+# shares of the gap), then a line comes back for as many kernels as still fit (those with
+# findings first), before a kernel is left out.
 MD_SOURCE_LINES = 3
 MD_SOURCE_FALLBACK = (1, 0)
+MD_REASONS_FALLBACK = (2, 1)
 # Characters kept free under LIMIT for the notes the comment ends with.
 MD_MARGIN = 300
 MD_EVIDENCE = 1
@@ -241,7 +243,7 @@ def _source_lines(e: Entry, count: int = MD_SOURCE_LINES) -> list[str]:
     return out
 
 
-def _comparison_lines(c, fixes: dict[tuple[str, str], None]) -> list[str]:
+def _comparison_lines(c, fixes: dict[tuple[str, str], None], top: int = MD_REASONS) -> list[str]:
     diff = c.diff
     cyc = next((r for r in diff.time if r.name == "cycles"), None)
     ratio = "" if cyc is None or cyc.ratio is None else f": {cyc.ratio:.2f}x its cycles"
@@ -249,7 +251,7 @@ def _comparison_lines(c, fixes: dict[tuple[str, str], None]) -> list[str]:
     out = ["", f"Against its {c.kind} **{md_cell(c.b.label)}**{ratio}. *{heading}*", ""]
     shown = {f.code: f for f in c.a.evaluation.findings}
     # The reasons with a share of the gap (stall shifts have none; the HTML has them).
-    reasons = [r for r in diff.verdict if r.estimated_gain is not None][:MD_REASONS]
+    reasons = [r for r in diff.verdict if r.estimated_gain is not None][:top]
     for i, r in enumerate(reasons, 1):
         if r.kind == "finding" and r.code in shown and not diff.improved:
             # The finding's line above has its evidence: name it, with its share of the gap.
@@ -273,7 +275,7 @@ def _comparison_lines(c, fixes: dict[tuple[str, str], None]) -> list[str]:
 
 
 def _details(review: Review, e: Entry, fixes: dict[tuple[str, str], None],
-             source_lines: int = MD_SOURCE_LINES) -> list[str]:
+             source_lines: int = MD_SOURCE_LINES, reasons: int = MD_REASONS) -> list[str]:
     """One kernel folded into <details>: findings (fixes collected once at the end), the
     comparisons, and its hottest source lines."""
     f = e.evaluation.findings
@@ -289,7 +291,7 @@ def _details(review: Review, e: Entry, fixes: dict[tuple[str, str], None],
                      f"{evidence} (fix: {t.code})")
         fixes.setdefault((t.code, t.fix), None)
     for c in review.comparisons_of(e):
-        lines += _comparison_lines(c, fixes)
+        lines += _comparison_lines(c, fixes, reasons)
     lines += _source_lines(e, source_lines)
     return [*lines, "", "</details>", ""]
 
@@ -317,19 +319,25 @@ def _review(review: Review, html_name: str | None = None) -> str:
     head += [*said, ""] if said else []
     start = "\n".join(head)
     n = len(review.entries)
-    for source_lines in (MD_SOURCE_LINES, *MD_SOURCE_FALLBACK):
-        plan = (source_lines,) * n
-        text, kept = _kernel_blocks(review, start, plan)
+    for reasons in (MD_REASONS, *MD_REASONS_FALLBACK):
+        for source_lines in (MD_SOURCE_LINES, *MD_SOURCE_FALLBACK):
+            plan = (source_lines,) * n
+            text, kept = _kernel_blocks(review, start, plan, reasons)
+            if kept == n:
+                break
         if kept == n:
             break
     if kept == n and source_lines == 0 and MD_SOURCE_FALLBACK[0] > 0:
         # `text` is the comment with no source line at all: what room is left decides.
         mixed = _one_line_where_it_fits(review, LIMIT - MD_MARGIN - len(text), MD_SOURCE_FALLBACK[0])
-        more, more_kept = _kernel_blocks(review, start, mixed)
+        more, more_kept = _kernel_blocks(review, start, mixed, reasons)
         if more_kept == n and any(mixed):
             text, plan = more, mixed
     if min(plan, default=MD_SOURCE_LINES) < MD_SOURCE_LINES and _view_lines(review):
         text += f"\n_{_cut_note(plan)} to fit a PR comment; the HTML report has them._\n"
+    if reasons < MD_REASONS and review.comparisons:
+        text += (f"\n_Each comparison cut to its first {reasons} reason{'s' if reasons > 1 else ''} "
+                 "to fit a PR comment; the HTML report has them all._\n")
     if kept < len(review.entries):
         text += (f"\n_{len(review.entries) - kept} kernel(s) left out to fit a PR comment; "
                  "the HTML report has them all._\n")
@@ -365,9 +373,11 @@ def _view_lines(review: Review) -> bool:
     return any(e.source.lines for e in review.entries)
 
 
-def _kernel_blocks(review: Review, text: str, plan: tuple[int, ...]) -> tuple[str, int]:
+def _kernel_blocks(review: Review, text: str, plan: tuple[int, ...],
+                   reasons: int = MD_REASONS) -> tuple[str, int]:
     """text, then as many kernels' blocks as fit under LIMIT with the fixes they name (each
-    with the number of hottest source lines its place in `plan` says), and how many did."""
+    with the number of hottest source lines its place in `plan` says, each comparison with
+    its first `reasons` reasons), and how many did."""
     # A said-once finding's fix, from its first kernel (the others differ in their numbers).
     fixes: dict[tuple[str, str], None] = {}
     for code in MD_SAID_ONCE:
@@ -379,7 +389,7 @@ def _kernel_blocks(review: Review, text: str, plan: tuple[int, ...]) -> tuple[st
     kept = 0
     for e, source_lines in zip(review.entries, plan, strict=True):
         mine: dict[tuple[str, str], None] = dict(fixes)
-        block = "\n".join(_details(review, e, mine, source_lines))
+        block = "\n".join(_details(review, e, mine, source_lines, reasons))
         if len(text) + len(block) + len(_fixes(mine)) + MD_MARGIN > LIMIT:
             break
         text += "\n" + block

@@ -174,9 +174,11 @@ def _check_uneven_sms(inputs: Inputs) -> Hit | None:
     or a tile shape whose tile count is a multiple of the CTA count, or, where the clock sits
     at the power cap (PS171), launch the fewest CTAs that take the tiles in the same rounds
     (ceil(T / ceil(T/P))): no CTA gets less work, but the SMs then idle for the whole launch,
-    and the others run at the clock their own power allows instead of the full chip's (on an
-    H100, 512 tiles on 128 CTAs instead of 132: the same cycles at a 0.7-1.3% higher clock,
-    1.008-1.016x faster; reports/reference/h200/probes/README.md). Where the run manifest
+    and the others run at the clock their own power allows instead of the full chip's (512
+    tiles on 128 CTAs instead of 132: on an H100 the same cycles at a 0.7-1.3% higher clock,
+    1.008-1.016x faster; on the H200 1.001-1.006x, hgemm_tma_wgmma_balanced's step, which
+    PS153's 0.031 overstates: the estimate counts idle cycles, the grid buys clock; see
+    reports/reference/h200/probes/README.md). Where the run manifest
     gives the tile, the finding says how finely: r tiles on P CTAs cut into fewer than
     ceil(P / (P - r)) equal pieces each, or shared within clusters of fewer CTAs, leave some
     CTA a whole tile (split_pieces: 9 at 4096^3 in 128 x 256 tiles on 132 CTAs, 3 at
@@ -255,7 +257,8 @@ IDLE_AT_END = (
     "H200 from about 8: below that the cut pieces cost more than the idle SMs, each measured "
     "at about 6 k tiles of math beyond its own). Or pick a tile shape whose tile count is a "
     "multiple of the CTA count. At the power cap (PS171), ceil(tiles / rounds) CTAs take the "
-    "same rounds at a higher clock (H100: 128 CTAs for 512 tiles, 1.008-1.016x).")
+    "same rounds at a higher clock (128 CTAs for 512 tiles: 1.008-1.016x on an H100, "
+    "1.001-1.006x on the H200).")
 # Appended to IDLE_AT_END where the run manifest gives the rounds. Why: the tempting fixes
 # for a last round of r tiles on P CTAs (cut each tile in two, or share tiles within a
 # cluster) shorten nothing until the pieces number P / (P - r): 9 at 4096^3 on 132 CTAs
