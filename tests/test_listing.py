@@ -31,7 +31,7 @@ def test_the_reference_folder_times_the_ladder_the_fused_stages_and_fp8():
     # M = 16, 64 and 256 at four (N, K) each, against cuBLAS and the elementwise pass.
     assert small.shapes == 12 and small.reference == "cublas+gelu"
     assert small.ratio_low < small.best_ratio
-    assert small.ratio_text.startswith(f"{small.ratio_low:.2f}-{small.best_ratio:.2f} vs cublas+gelu")
+    assert small.ratio_text.startswith(f"{small.ratio_low:.3f}-{small.best_ratio:.3f} vs cublas+gelu")
     assert rows["hgemm_small_m_streamk"].shapes == 8   # the variant takes M up to 64
     fp8 = rows["hgemm_fp8"]
     assert fp8.reference == "cublaslt_fp8gemm" and fp8.shapes == 4
@@ -66,11 +66,13 @@ def test_a_bench_file_alone_and_a_missing_one():
 def test_ratio_text_reads_one_shape_or_a_range():
     base = dict(name="s", family="fused", parent=None, archs=(), change="", variant=False,
                 label="", best_dtype="bf16", measured_in="f")
-    assert KernelRow(**base, best_ratio=1.234).ratio_text == "1.23 (bf16)"
+    assert KernelRow(**base, best_ratio=1.234).ratio_text == "1.234 (bf16)"
     one = KernelRow(**base, best_ratio=1.234, shapes=1, reference="cublas_bgemm")
-    assert one.ratio_text == "1.23 (bf16)"
+    assert one.ratio_text == "1.234 (bf16)"
     many = KernelRow(**base, best_ratio=1.171, ratio_low=0.922, shapes=12, reference="cublas+gelu")
-    assert many.ratio_text == "0.92-1.17 vs cublas+gelu (12 shapes)"
+    assert many.ratio_text == "0.922-1.171 vs cublas+gelu (12 shapes)"
+    # Three places: a stage at 1.027 does not read as 1.03.
+    assert KernelRow(**base, best_ratio=1.0273).ratio_text == "1.027 (bf16)"
     assert KernelRow(**{**base, "best_dtype": None}, best_ratio=None).ratio_text == "not timed"
 
 
