@@ -340,12 +340,12 @@ def headroom_note(evaluation) -> str | None:
     h = getattr(evaluation, "headroom", None)
     if h is None or getattr(evaluation, "combined_gain", None) is not None:
         return None
-    if unexplained(evaluation):
-        return UNEXPLAINED
     if h.fraction >= UNEXPLAINED_MIN and at_floor(h):
         return floor_text(h)
     roof = roof_named(evaluation)
-    return roof_text(roof) if roof is not None else None
+    if roof is not None:
+        return roof_text(roof)
+    return UNEXPLAINED if h.fraction >= UNEXPLAINED_MIN else None
 
 
 def roof_text(finding) -> str:
@@ -371,11 +371,9 @@ UNEXPLAINED = "no finding estimates any of it: no rule names what holds the kern
 def unexplained(evaluation) -> bool:
     """Whether the kernel's headroom is UNEXPLAINED_MIN or more and no finding estimates
     any part of it, where the kernel is not within UNEXPLAINED_MIN of its floor (a launch's
-    fixed time plus its bytes at the practical DRAM rate: what no change inside it lowers)."""
-    h = getattr(evaluation, "headroom", None)
-    return (h is not None and h.fraction >= UNEXPLAINED_MIN
-            and getattr(evaluation, "combined_gain", None) is None and not at_floor(h)
-            and roof_named(evaluation) is None)
+    fixed time plus its bytes at the practical DRAM rate: what no change inside it lowers)
+    and no finding names the roof it runs at: headroom_note's last case."""
+    return headroom_note(evaluation) == UNEXPLAINED
 
 
 # Findings that name the ceiling a kernel runs at without estimating a gain: the headroom
@@ -393,7 +391,6 @@ def at_floor(h) -> bool:
     """Whether memory-bound work runs within UNEXPLAINED_MIN of its floor."""
     floor = getattr(h, "t_floor_ns", None)
     return floor is not None and floor >= (1 - UNEXPLAINED_MIN) * h.t_ns
-
 
 
 def not_evaluated_text(evaluation) -> str | None:

@@ -102,6 +102,11 @@ class Headroom:
     # bytes at the practical DRAM rate, the least the kernel can take in practice.
     t_floor_ns: float | None = None
 
+    @property
+    def t_bytes_practical_ns(self) -> float | None:
+        """The work's bytes at the practical DRAM rate (DRAM_PRACTICAL_SHARE of the peak)."""
+        return None if self.t_bytes_ns is None else _at_practical_rate(self.t_bytes_ns)
+
     def cap_for(self, tag: str) -> tuple[float, str]:
         """The headroom that bounds a finding of this tag, and its name."""
         if self.path_fraction is not None and tag not in PATH_CHANGE_TAGS:
@@ -265,7 +270,7 @@ def headroom(inputs: Inputs) -> Headroom | None:
     ev.append(Evidence("headroom 1 - t_min / t", round(fraction, 3), f"bound by {bound}"))
     t_floor = None
     if bound == "DRAM" and t_bytes is not None:
-        t_floor = (fixed_time_ns(p) or 0.0) + t_bytes / DRAM_PRACTICAL_SHARE
+        t_floor = (fixed_time_ns(p) or 0.0) + _at_practical_rate(t_bytes)
         ev.append(Evidence("floor: a launch's fixed time + bytes at the practical DRAM rate (ns)",
                            round(t_floor, 1), f"{DRAM_PRACTICAL_SHARE} of the peak"))
     share = _hmma_path_share(p) if t_math is not None else None
@@ -284,6 +289,11 @@ def headroom(inputs: Inputs) -> Headroom | None:
 
 
 HMMA_PATH = "mma.sync (HMMA)"
+
+
+def _at_practical_rate(t_peak_ns: float) -> float:
+    """A transfer's time at the DRAM peak, stretched to the rate DRAM delivers in practice."""
+    return t_peak_ns / DRAM_PRACTICAL_SHARE
 
 
 def fixed_time_ns(p: KernelProfile) -> float | None:

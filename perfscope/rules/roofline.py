@@ -88,7 +88,7 @@ def _check_dram_bound(inputs: Inputs) -> Hit | None:
     bw = need(dram_peak(p), f"{M_DRAM_READ} and its % of peak")
     t = room.t_ns
     # The headroom's DRAM time and floor (it bounds by DRAM here: the bytes take longer).
-    t_bytes = room.t_bytes_ns / DRAM_PRACTICAL_SHARE
+    t_bytes = room.t_bytes_practical_ns
     fixed = fixed_time_ns(p)
     if t_bytes < (fixed or DRAM_MIN_STREAM_NS):
         return None     # too few bytes for bandwidth to set the time
@@ -198,7 +198,7 @@ def _check_fixed_time(inputs: Inputs) -> Hit | None:
     if room.t_math_ns is not None:
         parts.append((room.t_math_ns, "FLOPs at the math peak"))
     if room.t_bytes_ns is not None:
-        parts.append((room.t_bytes_ns / DRAM_PRACTICAL_SHARE, "bytes at the practical DRAM rate"))
+        parts.append((room.t_bytes_practical_ns, "bytes at the practical DRAM rate"))
     t_work, what = max(parts)       # headroom() has one at least
     share = min(fixed, t - t_work) / t
     if share < FIXED_SHARE_MIN:
