@@ -228,6 +228,25 @@ def _hashes_in_use(out_dir: Path) -> set[tuple[str, str]]:
     return used
 
 
+def _hashes_timed(out_dir: Path) -> set[str]:
+    """The source hashes the bench files anywhere under out_dir name (probes/ included): a
+    kept tree a timing was compiled from stays readable though no report names it."""
+    hashes = set()
+    for path in out_dir.rglob("*.json"):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        # Read as loosely as written: a bench file of an older version still names its trees.
+        manifests = data.get("manifests") if isinstance(data, dict) else None
+        for m in manifests if isinstance(manifests, list) else ():
+            compile_info = m.get("compile") if isinstance(m, dict) else None
+            digest = compile_info.get("source_hash") if isinstance(compile_info, dict) else None
+            if isinstance(digest, str) and digest:
+                hashes.add(digest)
+    return hashes
+
+
 def _checkout_hash(name: str) -> str | None:
     """The source hash keep_sources will write for this file name, None if it writes none."""
     if name == ELEMENTWISE_SOURCE_NAME:
@@ -272,11 +291,12 @@ _ARCHIVE_NAME = re.compile(r"[0-9a-f]{16}")
 
 
 def prune_archives(out_dir: Path) -> list[Path]:
-    """Remove the ``sources/<source hash>/`` folders that no run manifest in out_dir names
-    any more (its report replaced since by one of a later tree); the folders removed. Only
-    folders named like a source hash are touched, and a failure is a warning."""
+    """Remove the ``sources/<source hash>/`` folders that no run manifest in out_dir and no
+    bench file under it names any more (its report replaced since by one of a later tree);
+    the folders removed. Only folders named like a source hash are touched, and a failure
+    is a warning."""
     target = out_dir / SOURCES_DIR
-    named = {h for _, h in _hashes_in_use(out_dir)}
+    named = {h for _, h in _hashes_in_use(out_dir)} | _hashes_timed(out_dir)
     gone = []
     for folder in sorted(p for p in target.glob("*") if p.is_dir()):
         if not _ARCHIVE_NAME.fullmatch(folder.name) or folder.name in named:

@@ -391,6 +391,27 @@ def test_keep_sources_moves_an_older_trees_copy_under_its_hash(tmp_path, monkeyp
     assert sorted(p.name for p in (run / "sources").iterdir() if p.is_dir()) == [old, "notes"]
 
 
+def test_prune_keeps_a_tree_a_bench_file_under_the_folder_names(tmp_path):
+    """A tree no report names any more may still be what a bench file timed (a probe's
+    bench file in probes/, of any version): its sources/<hash>/ stays; one nothing names
+    goes."""
+    from perfscope import profiling
+
+    timed, stale = tmp_path / "sources" / "0898ee5d291dcc3e", tmp_path / "sources" / "0123456789abcdef"
+    for folder in (timed, stale):
+        folder.mkdir(parents=True)
+        (folder / "sgemm.cu").write_text("// an older tree\n")
+    (tmp_path / "probes").mkdir()
+    (tmp_path / "probes" / "bench-old.json").write_text(json.dumps(
+        {"kind": "perfscope.bench", "version": 0, "manifests": [
+            {"compile": {"source": "sgemm.cu", "source_hash": "0898ee5d291dcc3e"}},
+            {"compile": None}, "not a manifest"]}))
+    (tmp_path / "probes" / "other.json").write_text("[1, 2]")
+    (tmp_path / "probes" / "broken.json").write_text("{")
+    assert profiling.prune_archives(tmp_path) == [stale]
+    assert (timed / "sgemm.cu").is_file()
+
+
 def test_source_view_of_user_reports():
     from perfscope.source import EMBEDDED, MISSING, source_view
 
