@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import json
 import logging
@@ -488,30 +489,47 @@ def test_reference_page_cards_fold_filter_and_name_the_change():
     assert "beats its default" in page
 
 
+@functools.lru_cache(maxsize=1)
+def _reference_review():
+    # The ladder's reports, as on the reference page (fused/ has a page of its own).
+    return collect(folder_reports(REFERENCE), bench=REFERENCE / "bench.json",
+                   tune=REFERENCE / "tune" / "results.json.xz")
+
+
 @needs_reference
 def test_reference_markdown_fits_a_comment_with_every_kernel():
-    # The ladder's reports, as on the reference page (fused/ has a page of its own).
-    rep = collect(folder_reports(REFERENCE), bench=REFERENCE / "bench.json",
-                  tune=REFERENCE / "tune" / "results.json.xz")
+    rep = _reference_review()
     md = render(rep, "markdown")
     assert len(md) < 65_000 and "left out" not in md
-    # Every kernel fits once the blocks give up hottest source lines: 32 kernels fitted with one
-    # line each; the 36 of 2026-12-05 (four FP32 stages more) fit with one line for as many
-    # kernels as the room allows, those with findings first, and say how many (10, then 8
-    # once PS115's line and fix took their room, 6 once PS153's fix named the balanced grid).
-    # The 40 of the tuned and balanced stages fit only with each comparison cut to its first
-    # two reasons (the largest shares of the gap), which the comment says.
-    note = re.search(r"Hottest source lines cut to 1 for (\d+) of (\d+) kernels \(those with "
-                     r"findings first\) and none for the others", md)
-    assert note and int(note[2]) == len(rep.entries)
-    shown = md.count("Hottest source line:")
-    assert shown == int(note[1]) >= 6
-    assert "Each comparison cut to its first 2 reasons to fit a PR comment" in md
-    with_findings = [e for e in rep.entries if e.evaluation.findings and e.source.lines]
-    blocks = md.split("<details><summary>")[1:]
-    for e in with_findings[:shown]:
-        (block,) = [b for b in blocks if b.startswith(f"{e.label}:")]
-        assert "Hottest source line:" in block, e.label
+    # Every kernel fits once the blocks give up hottest source lines and the cuBLAS
+    # comparisons of the stages a later stage builds on: 32 kernels fitted with one line
+    # each; the 36 of 2026-12-05 with one line for as many kernels as the room allowed; the
+    # 40 of the tuned and balanced stages only with each comparison cut to two reasons, until
+    # the stages inside a ladder gave up their cuBLAS comparisons (their step against the
+    # parent tells their story). The comment says what it trimmed.
+    from perfscope.render.markdown import ladder_ends
+
+    assert "Hottest source lines cut to 1 per kernel to fit a PR comment" in md
+    ends = ladder_ends(rep)
+    refs = [c for c in rep.comparisons if c.kind == "cuBLAS"]
+    kept = [c for c in refs if c.a.key in ends]
+    assert 0 < len(kept) < len(refs)
+    assert (f"cuBLAS comparisons kept for the {len(kept)} of {len(refs)} stages no later stage "
+            "here builds on") in md
+    assert "Each comparison cut" not in md
+    blocks = {b.split(":", 1)[0]: b for b in md.split("<details><summary>")[1:]}
+    for c in rep.comparisons:
+        shown = f"Against its {c.kind} **{c.b.label}**" in blocks[c.a.label]
+        assert shown == (c.kind == "parent stage" or c.a.key in ends), (c.a.label, c.kind)
+    by_label = {e.label.split(" · 4096")[0]: e.key for e in rep.entries}
+    # The persistent stage is built on (tuned, stream-K, cluster); the balanced stage ends
+    # the Hopper ladder; the naive stage has no parent to be held against.
+    assert by_label["hgemm_tma_wgmma_persistent · fp16"] not in ends
+    assert by_label["hgemm_tma_wgmma_balanced · fp16"] in ends
+    assert by_label["hgemm_naive · fp16"] in ends
+    for e in rep.entries:
+        if e.source.lines:
+            assert "Hottest source line:" in blocks[e.label], e.label
     for e in rep.entries:
         assert f"<details><summary>{e.label}:" in md
     assert md.count("<details>") == len(rep.entries) + 1     # one per kernel, one of fixes
@@ -521,6 +539,32 @@ def test_reference_markdown_fits_a_comment_with_every_kernel():
     held = sum("PS171" in {f.code for f in e.evaluation.findings} for e in rep.entries)
     assert held and md.count("PS171 `clock-held`") == 1
     assert f"on {held} of {len(rep.entries)} kernels" in md and md.count("- **PS171**:") == 1
+
+
+@needs_reference
+@pytest.mark.parametrize("limit, notes", [
+    (56_000, ("(those with findings first)", "cuBLAS comparisons kept")),
+    (52_000, ("cuBLAS comparisons kept", "first 2 reasons")),
+    (48_000, ("cuBLAS comparisons kept", "first 1 reason")),
+    (40_000, ("cut to none per kernel", "first 1 reason", "kernel(s) left out")),
+])
+def test_reference_markdown_trims_in_order_under_a_smaller_limit(monkeypatch, limit, notes):
+    """Under a tighter limit the comment gives up, in turn: source lines (one for the
+    kernels with findings first), the cuBLAS comparisons inside the ladders, reasons, then
+    whole kernels; it stays under the limit and says each cut."""
+    import perfscope.render.markdown as markdown
+
+    rep = _reference_review()
+    monkeypatch.setattr(markdown, "LIMIT", limit)
+    md = render(rep, "markdown")
+    assert len(md) <= limit
+    said = [line for line in md.splitlines() if line.startswith("_") and "PR comment" in line]
+    for note in notes:
+        assert any(note in line for line in said), (limit, note, said)
+    if "first 2 reasons" in md or "first 1 reason" in md:
+        assert "cuBLAS comparisons kept" in md      # comparisons go before reasons
+    if "left out" in md:
+        assert "first 1 reason" in md and "cut to none per kernel" in md
 
 
 def test_tuning_section_only_with_tune_results():

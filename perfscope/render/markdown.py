@@ -7,6 +7,7 @@ a ``<details>`` block and, past ``LIMIT``, leaves the last kernels' blocks out a
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from perfscope.render import tune
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from perfscope.diff import DiffDocument
     from perfscope.profile import KernelProfile
     from perfscope.record import DiagnoseDocument
-    from perfscope.review import Entry, Review
+    from perfscope.review import Comparison, Entry, Review
     from perfscope.rules import Evaluation
     from perfscope.stage import OperandRead
 
@@ -194,22 +195,56 @@ def _kernel_row(e: Entry) -> str:
 
 # What each kernel's block shows of its source view and evidence, to fit the ladder's
 # kernels in one comment (GitHub's limit is 65,536 characters): the hottest source lines are
-# cut to fewer for every kernel, then each comparison to fewer reasons (its first, largest
-# shares of the gap), then a line comes back for as many kernels as still fit (those with
-# findings first), before a kernel is left out.
+# cut to fewer for every kernel; then the cuBLAS comparisons go from the stages a later
+# stage of the comment builds on (the step against the parent tells their story; the ladder's
+# ends keep theirs, as does a stage with no parent here), then each comparison is cut to
+# fewer reasons (its first, largest shares of the gap); at each level a line comes back for
+# as many kernels as still fit (those with findings first), before a kernel is left out.
 MD_SOURCE_LINES = 3
 MD_SOURCE_FALLBACK = (1, 0)
 MD_REASONS_FALLBACK = (2, 1)
-# Characters kept free under LIMIT for the notes the comment ends with.
-MD_MARGIN = 300
+# Characters kept free under LIMIT for the notes the comment ends with (at most four lines:
+# source lines, cuBLAS comparisons, reasons, kernels left out).
+MD_MARGIN = 600
 MD_EVIDENCE = 1
 MD_REASONS = 3
 MD_TEXT = 90
+
 # Findings that state a condition of the machine rather than of one kernel (PS171: the clock
 # held by the power cap), or name a ceiling without an estimate (PS115: the shared-memory
 # roof, on every cuBLAS GEMM at 4096^3), are said once under the kernel table, not in every
 # kernel's block: the comment's room goes to what has a cost.
 MD_SAID_ONCE = ("PS171", "PS115")
+
+
+@dataclass(frozen=True)
+class Detail:
+    """How much of each comparison a kernel's block shows: its first `reasons` reasons, and
+    the cuBLAS comparison only of the entries in `reference_of` (None: of every entry)."""
+
+    reasons: int = MD_REASONS
+    reference_of: frozenset[str] | None = None
+
+    def shows(self, c: Comparison) -> bool:
+        """Whether the block of c's stage shows comparison c."""
+        return c.kind != "cuBLAS" or self.reference_of is None or c.a.key in self.reference_of
+
+
+def ladder_ends(review: Review) -> frozenset[str]:
+    """The entries that keep their cuBLAS comparison at the trimmed levels: those no other
+    entry of the same dtype and shape names as its parent, and those held against no parent
+    here."""
+    built_on = {c.b.key for c in review.comparisons if c.kind == "parent stage"}
+    with_parent = {c.a.key for c in review.comparisons if c.kind == "parent stage"}
+    return frozenset(e.key for e in review.entries
+                     if e.key not in built_on or e.key not in with_parent)
+
+
+def detail_levels(review: Review) -> tuple[Detail, ...]:
+    """The levels tried in turn, most detailed first."""
+    ends = ladder_ends(review)
+    return (Detail(), Detail(MD_REASONS, ends),
+            *(Detail(n, ends) for n in MD_REASONS_FALLBACK))
 
 
 def _said_once(review: Review) -> list[str]:
@@ -275,7 +310,7 @@ def _comparison_lines(c, fixes: dict[tuple[str, str], None], top: int = MD_REASO
 
 
 def _details(review: Review, e: Entry, fixes: dict[tuple[str, str], None],
-             source_lines: int = MD_SOURCE_LINES, reasons: int = MD_REASONS) -> list[str]:
+             source_lines: int = MD_SOURCE_LINES, detail: Detail = Detail()) -> list[str]:
     """One kernel folded into <details>: findings (fixes collected once at the end), the
     comparisons, and its hottest source lines."""
     f = e.evaluation.findings
@@ -291,7 +326,8 @@ def _details(review: Review, e: Entry, fixes: dict[tuple[str, str], None],
                      f"{evidence} (fix: {t.code})")
         fixes.setdefault((t.code, t.fix), None)
     for c in review.comparisons_of(e):
-        lines += _comparison_lines(c, fixes, reasons)
+        if detail.shows(c):
+            lines += _comparison_lines(c, fixes, detail.reasons)
     lines += _source_lines(e, source_lines)
     return [*lines, "", "</details>", ""]
 
@@ -319,10 +355,10 @@ def _review(review: Review, html_name: str | None = None) -> str:
     head += [*said, ""] if said else []
     start = "\n".join(head)
     n = len(review.entries)
-    for reasons in (MD_REASONS, *MD_REASONS_FALLBACK):
+    for detail in detail_levels(review):
         for source_lines in (MD_SOURCE_LINES, *MD_SOURCE_FALLBACK):
             plan = (source_lines,) * n
-            text, kept = _kernel_blocks(review, start, plan, reasons)
+            text, kept = _kernel_blocks(review, start, plan, detail)
             if kept == n:
                 break
         if kept == n:
@@ -330,18 +366,31 @@ def _review(review: Review, html_name: str | None = None) -> str:
     if kept == n and source_lines == 0 and MD_SOURCE_FALLBACK[0] > 0:
         # `text` is the comment with no source line at all: what room is left decides.
         mixed = _one_line_where_it_fits(review, LIMIT - MD_MARGIN - len(text), MD_SOURCE_FALLBACK[0])
-        more, more_kept = _kernel_blocks(review, start, mixed, reasons)
+        more, more_kept = _kernel_blocks(review, start, mixed, detail)
         if more_kept == n and any(mixed):
             text, plan = more, mixed
     if min(plan, default=MD_SOURCE_LINES) < MD_SOURCE_LINES and _view_lines(review):
         text += f"\n_{_cut_note(plan)} to fit a PR comment; the HTML report has them._\n"
-    if reasons < MD_REASONS and review.comparisons:
-        text += (f"\n_Each comparison cut to its first {reasons} reason{'s' if reasons > 1 else ''} "
-                 "to fit a PR comment; the HTML report has them all._\n")
+    text += _trim_note(review, detail)
     if kept < len(review.entries):
         text += (f"\n_{len(review.entries) - kept} kernel(s) left out to fit a PR comment; "
                  "the HTML report has them all._\n")
     return text + "\n"
+
+
+def _trim_note(review: Review, detail: Detail) -> str:
+    """What the comment left out of the comparisons, in a line each (nothing if nothing)."""
+    text = ""
+    refs = [c for c in review.comparisons if c.kind == "cuBLAS"]
+    shown = sum(detail.shows(c) for c in refs)
+    if shown < len(refs):
+        text += (f"\n_cuBLAS comparisons kept for the {shown} of {len(refs)} stages no later "
+                 "stage here builds on, to fit a PR comment; the HTML report has them all._\n")
+    if detail.reasons < MD_REASONS and review.comparisons:
+        text += (f"\n_Each comparison cut to its first {detail.reasons} "
+                 f"reason{'s' if detail.reasons > 1 else ''} to fit a PR comment; the HTML "
+                 "report has them all._\n")
+    return text
 
 
 def _cut_note(plan: tuple[int, ...]) -> str:
@@ -374,10 +423,10 @@ def _view_lines(review: Review) -> bool:
 
 
 def _kernel_blocks(review: Review, text: str, plan: tuple[int, ...],
-                   reasons: int = MD_REASONS) -> tuple[str, int]:
+                   detail: Detail = Detail()) -> tuple[str, int]:
     """text, then as many kernels' blocks as fit under LIMIT with the fixes they name (each
-    with the number of hottest source lines its place in `plan` says, each comparison with
-    its first `reasons` reasons), and how many did."""
+    with the number of hottest source lines its place in `plan` says, its comparisons as
+    `detail` trims them), and how many did."""
     # A said-once finding's fix, from its first kernel (the others differ in their numbers).
     fixes: dict[tuple[str, str], None] = {}
     for code in MD_SAID_ONCE:
@@ -389,7 +438,7 @@ def _kernel_blocks(review: Review, text: str, plan: tuple[int, ...],
     kept = 0
     for e, source_lines in zip(review.entries, plan, strict=True):
         mine: dict[tuple[str, str], None] = dict(fixes)
-        block = "\n".join(_details(review, e, mine, source_lines, reasons))
+        block = "\n".join(_details(review, e, mine, source_lines, detail))
         if len(text) + len(block) + len(_fixes(mine)) + MD_MARGIN > LIMIT:
             break
         text += "\n" + block
