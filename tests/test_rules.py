@@ -1086,13 +1086,42 @@ def test_loads_not_overlapped_reads_a_warp_specialised_kernels_consumers():
 
 def test_a_combined_estimate_at_its_cap_is_rounded_down_to_it():
     """hgemm_small_m at 16 x 14336 x 4096 told no machine setting (its carve-out then reads
-    as its own: PS161) has findings that compose past its headroom, 0.230189: the combined
-    estimate is that cap rounded down (0.2301), never up past it (0.2302), as each finding's
-    is."""
+    as its own: PS161) has findings that compose past its headroom (0.230189) and past its
+    gap to its floor (0.056684; PS161 alone says 0.57, PS152 0.15): each finding and the
+    combined estimate are that gap rounded down (0.0566), never up past it (0.0567)."""
     kp, kw = fused("hgemm_small_m@AROWS=16,STAGES=6-bf16-16x14336x4096")
     ev = evaluate(kp, **{**kw, "context": dataclasses.replace(kw["context"], machine={})})
-    assert "PS161" in {f.code for f in ev.findings}
-    assert ev.combined_gain == 0.2301 <= ev.headroom.fraction < 0.23019
+    by_code = {f.code: f for f in ev.findings}
+    assert by_code["PS161"].raw_gain > ev.headroom.fraction > ev.headroom.floor_fraction
+    assert by_code["PS152"].raw_gain > ev.headroom.floor_fraction
+    assert {by_code[c].estimated_gain for c in ("PS161", "PS152")} == {0.0566}
+    assert ev.combined_gain == 0.0566 <= ev.headroom.floor_fraction < 0.05669
+
+
+def test_memory_bound_estimates_stay_inside_the_floor():
+    """Memory-bound work cannot run faster than its floor (a launch's fixed time plus its
+    bytes at the practical DRAM rate): the transpose's bank conflicts (PS110, 0.67 by the
+    rule, the headroom to the DRAM peak) are capped at its gap to that floor (0.60), and in a
+    launch so short that the fixed time is most of it, at 0.09 where the rule said 0.40;
+    PS173, whose fix removes the fixed time itself, is not held by the floor. Together the
+    causes inside the envelope save no more than the gap, then the fixed time's share."""
+    for kp in (one("smem_transpose"), one("many_launches", 18)):
+        ev = evaluate(kp)
+        floor = ev.headroom.floor_fraction
+        assert floor is not None and ev.headroom.bound == "DRAM"
+        (f,) = [f for f in ev.findings if f.code == "PS110"]
+        assert f.raw_gain > floor and f.capped_by == "gap to the floor"
+        assert f.estimated_gain == f.bounded_gain == math.floor(floor * 1e4) / 1e4
+        for g in ev.findings:
+            if g.code != "PS173" and g.estimated_gain is not None:
+                assert g.estimated_gain <= floor
+    (fixed,) = [f for f in ev.findings if f.code == "PS173"]
+    assert fixed.estimated_gain > floor and fixed.capped_by is None
+    assert ev.combined_gain == pytest.approx(1 - (1 - floor) * (1 - fixed.estimated_gain), abs=1e-4)
+    # What the causes inside the envelope compose to is bounded; the fixed time stays outside.
+    assert combine([("shared memory", 0.5), ("global memory", 0.5)], 0.6) == 0.6
+    assert combine([("shared memory", 0.5), ("fixed time", 0.5)], 0.2) == pytest.approx(0.6)
+    assert combine([("shared memory", 0.5), ("global memory", 0.5)]) == 0.75
 
 
 def test_bytes_into_shared_memory_are_measured_at_the_crossbar():

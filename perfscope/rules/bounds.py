@@ -107,6 +107,12 @@ class Headroom:
         """The work's bytes at the practical DRAM rate (DRAM_PRACTICAL_SHARE of the peak)."""
         return None if self.t_bytes_ns is None else _at_practical_rate(self.t_bytes_ns)
 
+    @property
+    def floor_fraction(self) -> float | None:
+        """Memory-bound work's gap to its floor, 1 - t_floor / t (None where math bounds
+        the work): no fix inside that envelope saves more."""
+        return None if self.t_floor_ns is None else max(0.0, min(1.0, 1 - self.t_floor_ns / self.t_ns))
+
     def cap_for(self, tag: str) -> tuple[float, str]:
         """The headroom that bounds a finding of this tag, and its name."""
         if self.path_fraction is not None and tag not in PATH_CHANGE_TAGS:

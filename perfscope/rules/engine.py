@@ -1,7 +1,10 @@
 """Evaluate the rule table on one KernelProfile: pure, inputs in, an Evaluation out.
 
 Every rule's own estimate is bounded the same way (perfscope.rules.bounds): never above
-the kernel's headroom, never above the gap to its timed reference plus a margin. The
+the kernel's headroom, never above the gap to its timed reference plus a margin, and for
+memory-bound work never above its gap to its floor (a launch's fixed time plus its bytes at
+the practical DRAM rate; only a fix that removes the fixed time itself, PS173's, saves
+beyond it). The
 severity follows from the bounded estimate, up to the rule's declared one: a finding
 with no estimate is never a warning (correctness aside), and a kernel within
 NEAR_REFERENCE of its reference, or with a math pipe at PIPE_SATURATED of its peak, gets
@@ -23,6 +26,7 @@ from perfscope.rules.bounds import REFERENCE_MARGIN, headroom, reference_cap
 from perfscope.rules.model import (
     ENVELOPE_GROUPS,
     OUTSIDE_ENVELOPE,
+    OVERLAP,
     Context,
     Evaluation,
     Finding,
@@ -45,6 +49,8 @@ MIN_GAIN = 0.01
 NEAR_REFERENCE = 0.95
 PIPE_SATURATED = 90.0
 CORRECTNESS_TAG = "incorrect-result"
+# The cap's name on a finding it holds (Finding.capped_by).
+FLOOR_CAP = "gap to the floor"
 
 
 def _ncu_match(profile: KernelProfile, patterns: Sequence[str]) -> tuple[str | None, float | None]:
@@ -94,10 +100,11 @@ def _no_warning_reason(profile: KernelProfile, ref_cap: float | None) -> str | N
     return None
 
 
-def combine(gains: Sequence[tuple[str, float]]) -> float | None:
+def combine(gains: Sequence[tuple[str, float]], inside_cap: float | None = None) -> float | None:
     """Compose (group, gain) pairs: the largest per group, groups as independent savings,
     an envelope group (a whole roofline gap) as the larger of it and the causes inside it,
-    and a group outside every envelope as a saving independent of both."""
+    and a group outside every envelope as a saving independent of both. inside_cap bounds
+    what the envelope's causes save together (memory-bound work's gap to its floor)."""
     best: dict[str, float] = {}
     for group, g in gains:
         best[group] = max(best.get(group, 0.0), g)
@@ -110,6 +117,8 @@ def combine(gains: Sequence[tuple[str, float]]) -> float | None:
         elif group not in ENVELOPE_GROUPS:
             keep *= 1 - g
     inside = max([1 - keep, *(g for group, g in best.items() if group in ENVELOPE_GROUPS)])
+    if inside_cap is not None:
+        inside = min(inside, inside_cap)
     return 1 - (1 - inside) * outside
 
 
@@ -123,11 +132,17 @@ def evaluate(profile: KernelProfile, manifest: RunManifest | None = None,
     caps = [(c, name) for c, name in ((room.fraction if room else None, "headroom"),
                                       (ref_cap, "reference gap")) if c is not None]
 
+    floor = room.floor_fraction if room is not None else None
+
     def caps_for(tag: str) -> list[tuple[float, str]]:
         # A finding that keeps the kernel's instruction is bounded by that instruction's roof.
         if room is None:
             return caps
-        return [room.cap_for(tag) if name == "headroom" else (c, name) for c, name in caps]
+        out = [room.cap_for(tag) if name == "headroom" else (c, name) for c, name in caps]
+        # Memory-bound work: no fix inside the floor's envelope saves more than the gap to it.
+        if floor is not None and OVERLAP.get(tag) not in OUTSIDE_ENVELOPE:
+            out.append((floor, FLOOR_CAP))
+        return out
 
     no_warning = _no_warning_reason(profile, ref_cap)
     findings: list[Finding] = []
@@ -169,10 +184,13 @@ def evaluate(profile: KernelProfile, manifest: RunManifest | None = None,
                                 capped_by=capped_by, bounded_gain=bounded))
     findings.sort(key=lambda f: (-severity_rank(f.severity), -(f.estimated_gain or 0.0), f.code))
     combined = combine([(f.group, f.estimated_gain) for f in findings
-                        if f.estimated_gain is not None and f.tag != CORRECTNESS_TAG])
+                        if f.estimated_gain is not None and f.tag != CORRECTNESS_TAG], floor)
     if combined is not None:
-        # Rounded down when a cap holds it, as the findings are: never above the cap.
-        cap = min((c for c, _ in caps), default=None)
+        # Rounded down when a cap holds it, as the findings are: never above the cap (the
+        # floor's too, unless a saving outside its envelope adds to it).
+        outside = any(f.group in OUTSIDE_ENVELOPE for f in findings if f.estimated_gain)
+        held = [c for c, _ in caps] + ([floor] if floor is not None and not outside else [])
+        cap = min(held, default=None)
         combined = (math.floor(cap * 1e4) / 1e4 if cap is not None and cap <= combined
                     else round(combined, 4))
     notes = (no_warning,) if no_warning and findings else ()

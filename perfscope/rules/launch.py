@@ -68,15 +68,13 @@ def _check_tail(inputs: Inputs) -> Hit | None:
     ev = [Evidence(M_WAVES, round(waves, 3), "whole waves"),
           Evidence("idle share of the last wave (1 - waves / ceil(waves))", round(idle, 3),
                    f">= {TAIL_IDLE_MIN}")]
-    gain = idle
     gap = _floor_gap(inputs, ev, TAIL_IDLE_MIN)
-    if gap is not None:
-        if gap < TAIL_IDLE_MIN:
-            return None     # DRAM stays busy through the last wave: its floor says so
-        gain = min(idle, gap)
+    if gap is not None and gap < TAIL_IDLE_MIN:
+        return None     # DRAM stays busy through the last wave: its floor says so
     if inputs.manifest is not None and inputs.manifest.shape_known:
         ev.append(Evidence("problem shape (run manifest)", inputs.manifest.shape, "-"))
-    return Hit(tuple(ev), gain, (("slots", str(slots) if slots else "the CTA slots"),))
+    # The engine holds the idle share to memory-bound work's gap to its floor.
+    return Hit(tuple(ev), idle, (("slots", str(slots) if slots else "the CTA slots"),))
 
 
 TAIL = Rule(
@@ -96,7 +94,8 @@ TAIL = Rule(
 def _floor_gap(inputs: Inputs, ev: list[Evidence], least: float) -> float | None:
     """Memory-bound work's gap to its floor (a launch's fixed time plus its bytes at the
     practical DRAM rate), 1 - floor / t, put in the evidence; None for other work. Idle SMs
-    cost such work only what keeps DRAM from that floor."""
+    cost such work only what keeps DRAM from that floor: below `least` the rule is silent,
+    and the engine caps every finding's estimate at the gap (Headroom.floor_fraction)."""
     floor, t = memory_floor_ns(inputs), inputs.profile.sol.duration_ns
     if floor is None or not t:
         return None
@@ -136,13 +135,11 @@ def _check_small_grid(inputs: Inputs) -> Hit | None:
     how = gemm_or_other(p, SMALL_GRID_GEMM, SMALL_GRID_OTHER)
     ev = [Evidence(M_GRID_SIZE, ctas, f"< {SMALL_GRID_MAX} x {sms} SMs ({M_SM_COUNT})"),
           Evidence(M_WAVES, round(waves, 3), f"< {SMALL_GRID_MAX}")]
-    gain = 1 - ctas / sms
     gap = _floor_gap(inputs, ev, 0)
-    if gap is not None:
-        if gap <= 0:
-            return None     # the CTAs it has keep DRAM at its floor
-        gain = min(gain, gap)
-    return Hit(tuple(ev), gain, fix_args=(("how", how),))
+    if gap is not None and gap <= 0:
+        return None     # the CTAs it has keep DRAM at its floor
+    # The engine holds the idle share to memory-bound work's gap to its floor.
+    return Hit(tuple(ev), 1 - ctas / sms, fix_args=(("how", how),))
 
 
 SMALL_GRID_GEMM = ("split K across CTAs (split-K with an fp32 reduction, or stream-K), or use a "
