@@ -31,6 +31,7 @@ from perfscope.kernels.launch import compile_stage
 from perfscope.kernels.spec import KernelSpec
 from perfscope.manifest import RunManifest, manifest_beside
 from perfscope.profile import (
+    HOT_LOOP_SHARE,
     Identity,
     KernelProfile,
     Launch,
@@ -254,6 +255,9 @@ class ReportAuditOptions:
 
     save_to: Path | None = None      # a folder for each audited kernel's cubin
     listing: bool = False            # the hot loop, instruction by instruction, with counts
+    # The listing's rows: instructions executed at least this share as often as the most
+    # executed one (0: every instruction that ran).
+    listing_share: float = HOT_LOOP_SHARE
 
 
 def audit_report(path: Path, arch: str | None = None, dtype: str | None = None,
@@ -315,7 +319,8 @@ def audit_report(path: Path, arch: str | None = None, dtype: str | None = None,
         audited = _audit_kernel(replace(origin, arch=sass.arch or arch or "?", notes=notes),
                                 sass, dis.tool, None, checks)
         if options.listing:
-            audited = replace(audited, listing=hot_listing(launch, sass.instructions))
+            audited = replace(audited, listing=hot_listing(launch, sass.instructions,
+                                                           options.listing_share))
         out.append(audited)
     if not out:
         raise PerfscopeError(f"none of the cubins in {path.name} holds its kernel"

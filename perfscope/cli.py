@@ -163,13 +163,24 @@ def sass(
                                            "kernel's cubin (the code that ran) to this folder."),
     listing: bool = typer.Option(False, "--listing", help="For a report: list the hot loop, "
                                  "each instruction with its executions, samples and stalls."),
+    listing_share: float | None = typer.Option(
+        None, "--listing-share", help="With --listing: list the instructions executed at least "
+        "this share (0-1) as often as the most executed one; 0 lists every instruction that "
+        "ran (default: the hot loop's 0.5)."),
 ) -> None:
     """Static SASS audit, no GPU needed: opcode families, registers and spills, the stage's
     fingerprint, and the rules that need no counters; of a report, the code that ran. Exit 1
     if a fingerprint fails."""
     from perfscope.audit import ReportAuditOptions, audit  # deferred: compiles through NVRTC
 
-    doc = audit(target, arch, dtype, ReportAuditOptions(save_cubin, listing))
+    options = ReportAuditOptions(save_cubin, listing)
+    if listing_share is not None:
+        if not listing:
+            raise PerfscopeError("--listing-share goes with --listing.")
+        if not 0.0 <= listing_share <= 1.0:
+            raise PerfscopeError(f"--listing-share {listing_share:g} is not a share between 0 and 1.")
+        options = ReportAuditOptions(save_cubin, listing, listing_share)
+    doc = audit(target, arch, dtype, options)
     _show(doc, _fmt(as_json))
     if not doc.ok:
         raise typer.Exit(1)

@@ -84,9 +84,12 @@ def code_check(profile: KernelProfile, instructions: Sequence[str]) -> str | Non
     return None
 
 
-def hot_listing(profile: KernelProfile, instructions: Sequence[str]) -> HotListing:
+def hot_listing(profile: KernelProfile, instructions: Sequence[str],
+                share: float = HOT_LOOP_SHARE) -> HotListing:
     """The hot loop of a profiled kernel, each instruction as ``instructions`` (the cubin's
-    disassembly of the same kernel, in address order) writes it, with the report's counts."""
+    disassembly of the same kernel, in address order) writes it, with the report's counts:
+    the instructions executed at least ``share`` as often as the most executed one (0: every
+    instruction that ran, the code around the loop too)."""
     why = code_check(profile, instructions)
     corr = profile.correlation
     samples = corr.pc_samples() if corr is not None else {}
@@ -94,7 +97,7 @@ def hot_listing(profile: KernelProfile, instructions: Sequence[str]) -> HotListi
         return HotListing((), int(sum(samples.values())), why)
     executed = corr.executed()
     base, top = min(executed), max(executed.values())
-    hot = sorted(pc for pc, n in executed.items() if n >= HOT_LOOP_SHARE * top)
+    hot = sorted(pc for pc, n in executed.items() if n > 0 and n >= share * top)
     reasons = corr.reason_samples(set(hot))
     rows = tuple(
         ListingRow(address=pc - base, sass=instructions[(pc - base) // INSTRUCTION_BYTES],
@@ -102,4 +105,4 @@ def hot_listing(profile: KernelProfile, instructions: Sequence[str]) -> HotListi
                    reasons=top_reasons({r: per.get(pc, 0.0) for r, per in reasons.items()},
                                        TOP_REASONS))
         for pc in hot)
-    return HotListing(rows, int(sum(samples.values())))
+    return HotListing(rows, int(sum(samples.values())), hot_share=share)

@@ -202,6 +202,30 @@ def test_listing_in_json_and_refused_for_a_stage(tmp_path):
     assert len(result.output.strip().splitlines()) == 1
 
 
+def test_listing_share_zero_lists_every_instruction_that_ran():
+    """--listing-share 0: the code around the loop too (the tile-end wgmma drain, the
+    prologue), every instruction that ran, with nearly all of the kernel's samples."""
+    disassembler_or_skip()
+    runner = CliRunner()
+    result = runner.invoke(app, ["sass", str(PERSISTENT), "--listing", "--listing-share", "0",
+                                 "--json"])
+    assert result.exit_code == 0, result.output
+    (doc,) = json.loads(result.output)
+    listing = doc["listing"]
+    rows = listing["rows"]
+    assert listing["hot_share"] == 0 and len(rows) > 10 * 59
+    assert all(r["executed"] > 0 for r in rows)
+    assert any("WARPGROUP.DEPBAR.LE gsb0, 0x0" in r["sass"] for r in rows)
+    assert sum(r["samples"] for r in rows) >= 0.99 * listing["total_samples"]
+    text = runner.invoke(app, ["sass", str(PERSISTENT), "--listing", "--listing-share", "0"]).output
+    assert f"every instruction that ran: {len(rows):,}" in text
+    for args, words in ((["--listing-share", "0.2"], "goes with --listing"),
+                        (["--listing", "--listing-share", "2"], "not a share between 0 and 1")):
+        bad = runner.invoke(app, ["sass", str(PERSISTENT), *args])
+        assert bad.exit_code == 2 and words in bad.output
+        assert len(bad.output.strip().splitlines()) == 1
+
+
 def test_of_several_modules_with_the_kernels_name_the_one_that_ran_is_taken():
     """Triton's autotuner compiles tiled_matmul_kernel once per configuration and the
     capture carries every module; only the report's SASS says which one ran (the first in

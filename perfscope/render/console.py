@@ -333,9 +333,11 @@ def _listing(listing: HotListing) -> list[str]:
     if not listing.rows:
         return [f"hot loop: no listing ({listing.note})"]
     share = listing.samples / listing.total_samples if listing.total_samples else 0.0
-    out = [f"hot loop: {len(listing.rows):,} instructions executed at least "
-           f"{listing.hot_share:.0%} as often as the most executed; {listing.samples:,} of the "
-           f"kernel's {listing.total_samples:,} warp samples ({share:.0%})",
+    which = (f"hot loop: {len(listing.rows):,} instructions executed at least "
+             f"{listing.hot_share:.0%} as often as the most executed" if listing.hot_share > 0
+             else f"every instruction that ran: {len(listing.rows):,}")
+    out = [f"{which}; {listing.samples:,} of the kernel's {listing.total_samples:,} warp "
+           f"samples ({share:.0%})",
            f"  {'offset':>8} {'executed':>12} {'samples':>8}  {'top stalls':<34} instruction"]
     for r in listing.rows:
         stalls = ", ".join(f"{k} {v}" for k, v in r.reasons)

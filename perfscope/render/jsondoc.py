@@ -304,6 +304,7 @@ def audit_dict(a: SassAudit) -> dict[str, Any]:
         "silent": list(a.evaluation.silent),
         "notes": list(a.notes),
         **({"listing": {"total_samples": a.listing.total_samples, "note": a.listing.note,
+                        "hot_share": a.listing.hot_share,
                         "rows": [dataclasses.asdict(r) for r in a.listing.rows]}}
            if a.listing is not None else {}),
     }
