@@ -28,6 +28,24 @@ def test_console_shows_every_section():
         assert text in result.output, text
 
 
+def test_memory_bound_work_says_how_far_above_its_floor_it_runs():
+    """The floor caps a memory-bound kernel's estimates, so its headroom line names it: the
+    transpose runs 60.2% above its floor, its bank conflicts capped there; a copy at its
+    floor says only that (no "0.0% above")."""
+    from perfscope.diagnosis import diagnose
+    from perfscope.render.summary import above_floor_text, headroom_text
+
+    (transpose,) = diagnose([report("smem_transpose")])
+    (copy,) = diagnose([report("float4_copy")])
+    line = headroom_text(transpose.evaluation)
+    assert "60.2% above its floor (33.8 us: fixed time + bytes at the practical DRAM rate)" in line
+    (f,) = [f for f in transpose.evaluation.findings if f.code == "PS110"]
+    assert f.estimated_gain == 0.6023 and f.capped_by == "gap to the floor"
+    assert above_floor_text(copy.evaluation) is None
+    assert "above its floor" not in headroom_text(copy.evaluation)
+    assert "at its floor" in headroom_text(copy.evaluation)
+
+
 def test_json_document_follows_schema():
     result = runner.invoke(app, ["diagnose", "--json", str(report("cublas_hgemm_4096")),
                                  str(report("spill"))])

@@ -49,6 +49,7 @@ from perfscope.render.summary import (
     NOT_COLLECTED,
     PARKED_MARK,
     Section,
+    above_floor_text,
     clock,
     duration,
     finding_texts,
@@ -466,6 +467,8 @@ def _bounds(evaluation) -> str:
     parts = []
     if fraction is not None:
         parts.append(f"headroom {fraction:.0%} of its time (1 - t_min/t at the roofline)")
+    if (above := above_floor_text(evaluation)) is not None:
+        parts.append(above)
     if combined is not None:
         parts.append(f"its findings together est. {combined:.0%} (overlapping fixes counted once)")
     if (note := headroom_note(evaluation)) is not None:

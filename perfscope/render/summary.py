@@ -324,6 +324,8 @@ def headroom_text(evaluation) -> str | None:
             f"{h.t_min_ns / 1e3:,.1f} of {h.t_ns / 1e3:,.1f} us)")
     if getattr(h, "path_fraction", None) is not None:
         text += f", {100 * h.path_fraction:.1f}% on its {h.path} path"
+    if (above := above_floor_text(evaluation)) is not None:
+        text += f", {above}"
     if evaluation.combined_gain is not None:
         text += f"; findings combined: est. {100 * evaluation.combined_gain:.1f}%"
     if evaluation.reference_cap is not None:
@@ -331,6 +333,18 @@ def headroom_text(evaluation) -> str | None:
     if (note := headroom_note(evaluation)) is not None:
         text += f"; {note}"
     return text
+
+
+def above_floor_text(evaluation) -> str | None:
+    """How far memory-bound work runs above its floor, which caps its findings' estimates
+    ("capped at the gap to the floor"); None for other work, or where the headroom note
+    already says the kernel runs at its floor."""
+    h = getattr(evaluation, "headroom", None)
+    floor = getattr(h, "floor_fraction", None)
+    if not floor or headroom_note(evaluation) == floor_text(h):
+        return None
+    return (f"{100 * floor:.1f}% above its floor ({h.t_floor_ns / 1e3:,.1f} us: fixed time + "
+            "bytes at the practical DRAM rate)")
 
 
 def headroom_note(evaluation) -> str | None:
