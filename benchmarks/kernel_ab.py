@@ -14,6 +14,9 @@ above 1 the case is faster); the case is also timed against its cuBLAS reference
 line per case goes to ``--out`` and a line of text to the terminal. ``--until F`` adds
 rounds past ``--rounds`` (up to ``--max-rounds``) until the ratio's distribution-free 90%
 interval of its median is within +-F of it, as ``perfscope bench --until`` does.
+``--probe`` times a case whose verification fails (a probe that skips work on purpose, to
+measure what that work costs); the row keeps its verdicts and says ``"probe": true``, and
+the other side must still verify.
 """
 
 from __future__ import annotations
@@ -75,9 +78,16 @@ def _spread(t) -> dict | None:
     return None if t is None else {k: round(v, 4) for k, v in dataclasses.asdict(t).items()}
 
 
-def run_case(case: Case, other: KernelSpec, opts: BenchOptions) -> dict:
+def timed(verdicts: list[str], probe: bool) -> bool:
+    """Whether a case with these verdicts (the case's, the other side's) is timed: both
+    ok, or a probe's case wrong (it ran, its output is not the product) with the other
+    side ok."""
+    return verdicts[1] == "ok" and (verdicts[0] == "ok" or (probe and verdicts[0] == "WRONG"))
+
+
+def run_case(case: Case, other: KernelSpec, opts: BenchOptions, probe: bool = False) -> dict:
     """Verify both sides, time them in alternating rounds (opts: how many), and the case
-    against cuBLAS."""
+    against cuBLAS (a probe's case, wrong on purpose, is timed whatever its verdict)."""
     from perfscope.bench import reference_spec
     from perfscope.kernels.launch import prepare
     from perfscope.timing import time_stage
@@ -90,7 +100,9 @@ def run_case(case: Case, other: KernelSpec, opts: BenchOptions) -> dict:
            "dtype": case.dtype, "other": {"stage": other.name, "params": other.param_dict,
                                           "kernel_dir": str(other.kernel_dir)},
            "verify": verdicts}
-    if verdicts != ["ok", "ok"]:
+    if probe:
+        row["probe"] = True
+    if not timed(verdicts, probe):
         return row
     t = time_stage(new, old, opts)
     row.update(speed_over_other=_spread(t.ratio_to_reference), round_ratios=list(t.round_ratios),
@@ -114,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="add rounds until the ratio's 90%% interval of its median is within "
                          "+-UNTIL of it (bench --until), up to --max-rounds")
     ap.add_argument("--max-rounds", type=int, default=15)
+    ap.add_argument("--probe", action="store_true",
+                    help="time the case even where its verification fails (a probe that "
+                         "skips work on purpose); the other side must verify")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
@@ -149,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 other = dataclasses.replace(case.spec, kernel_dir=args.against.resolve())
             try:
-                row = run_case(case, other, opts)
+                row = run_case(case, other, opts, args.probe)
             except PerfscopeError as exc:
                 # The lines already written stay: each was flushed as its case finished.
                 print(f"kernel_ab: {case.spec.name} at {case.shape_text} ({case.dtype}): {exc}",

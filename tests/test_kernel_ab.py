@@ -65,3 +65,14 @@ def test_without_a_gpu_it_says_so(ab, tmp_path, capsys):
                     "hgemm_tma_wgmma_persistent", "--out", str(out)]) == 2
     assert "needs CuPy" in capsys.readouterr().err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("verdicts, probe, timed", [
+    (["ok", "ok"], False, True),
+    (["WRONG", "ok"], False, False),
+    (["WRONG", "ok"], True, True),      # a probe skips work on purpose
+    (["ok", "WRONG"], True, False),     # the side it is held against must still be right
+    (["error", "ok"], True, False),     # a kernel that did not run has no time
+])
+def test_only_a_probe_times_a_wrong_case(ab, verdicts, probe, timed):
+    assert ab.timed(verdicts, probe) is timed
