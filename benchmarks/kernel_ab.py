@@ -14,7 +14,7 @@ above 1 the case is faster); the case is also timed against its cuBLAS reference
 line per case goes to ``--out`` and a line of text to the terminal. ``--until F`` adds
 rounds past ``--rounds`` (up to ``--max-rounds``) until the ratio's distribution-free 90%
 interval of its median is within +-F of it, as ``perfscope bench --until`` does.
-``--probe`` times a case whose verification fails (a probe that skips work on purpose, to
+``--probe`` times a case whose output is wrong (a probe that skips work on purpose, to
 measure what that work costs); the row keeps its verdicts and says ``"probe": true``, and
 the other side must still verify.
 """
@@ -35,6 +35,7 @@ from perfscope.errors import PerfscopeError  # noqa: E402
 from perfscope.kernels import get_spec  # noqa: E402
 from perfscope.kernels.fused_specs import small_m_for  # noqa: E402
 from perfscope.kernels.spec import KernelSpec, parse_params, parse_shape  # noqa: E402
+from perfscope.manifest import OK, WRONG  # noqa: E402
 from perfscope.timing import BenchOptions  # noqa: E402
 
 log = logging.getLogger("kernel_ab")
@@ -82,12 +83,12 @@ def timed(verdicts: list[str], probe: bool) -> bool:
     """Whether a case with these verdicts (the case's, the other side's) is timed: both
     ok, or a probe's case wrong (it ran, its output is not the product) with the other
     side ok."""
-    return verdicts[1] == "ok" and (verdicts[0] == "ok" or (probe and verdicts[0] == "WRONG"))
+    return verdicts[1] == OK and (verdicts[0] == OK or (probe and verdicts[0] == WRONG))
 
 
 def run_case(case: Case, other: KernelSpec, opts: BenchOptions, probe: bool = False) -> dict:
     """Verify both sides, time them in alternating rounds (opts: how many), and the case
-    against cuBLAS (a probe's case, wrong on purpose, is timed whatever its verdict)."""
+    against cuBLAS (a probe's case is timed when wrong: see timed)."""
     from perfscope.bench import reference_spec
     from perfscope.kernels.launch import prepare
     from perfscope.timing import time_stage
@@ -127,8 +128,8 @@ def main(argv: list[str] | None = None) -> int:
                          "+-UNTIL of it (bench --until), up to --max-rounds")
     ap.add_argument("--max-rounds", type=int, default=15)
     ap.add_argument("--probe", action="store_true",
-                    help="time the case even where its verification fails (a probe that "
-                         "skips work on purpose); the other side must verify")
+                    help="time the case even where its output is wrong (a probe that skips "
+                         "work on purpose); the other side must verify")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
