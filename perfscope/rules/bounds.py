@@ -307,15 +307,6 @@ def fixed_time_ns(p: KernelProfile) -> float | None:
     return KERNEL_FIXED_NS.get(p.identity.compute_capability or "")
 
 
-def memory_floor_ns(inputs: Inputs) -> float | None:
-    """The floor of memory-bound work: a launch's fixed time (none where unmeasured) plus its
-    bytes at the practical DRAM rate; None when DRAM does not bound the kernel's roofline
-    (a kernel with no FFMA or MMA at all, a copy or a transpose, is bound by its bytes) or
-    its bytes or the DRAM peak are unknown."""
-    room = headroom(inputs)
-    return room.t_floor_ns if room is not None else None
-
-
 def is_memory_bound(inputs: Inputs) -> bool:
     """Whether the work's bytes at the DRAM peak take longer than its FLOPs at the math peak
     (False when either is unknown)."""

@@ -19,7 +19,7 @@ from perfscope.metrics import (
     M_SM_COUNT,
     M_WAVES,
 )
-from perfscope.rules.bounds import headroom, memory_floor_ns
+from perfscope.rules.bounds import headroom
 from perfscope.rules.facts import gemm_or_other, tail_idle
 from perfscope.rules.model import Evidence, Hit, Inputs, NotCollected, Rule, need
 
@@ -93,13 +93,13 @@ TAIL = Rule(
 
 def _floor_gap(inputs: Inputs, ev: list[Evidence], least: float) -> float | None:
     """Memory-bound work's gap to its floor (a launch's fixed time plus its bytes at the
-    practical DRAM rate), 1 - floor / t, put in the evidence; None for other work. Idle SMs
-    cost such work only what keeps DRAM from that floor: below `least` the rule is silent,
-    and the engine caps every finding's estimate at the gap (Headroom.floor_fraction)."""
-    floor, t = memory_floor_ns(inputs), inputs.profile.sol.duration_ns
-    if floor is None or not t:
+    practical DRAM rate: Headroom.floor_fraction, the gap the engine caps every finding's
+    estimate at), put in the evidence; None for other work. Idle SMs cost such work only
+    what keeps DRAM from that floor: below `least` the rule is silent."""
+    room = headroom(inputs)
+    gap = room.floor_fraction if room is not None else None
+    if gap is None:
         return None
-    gap = 1 - floor / t
     ev.append(Evidence("memory-bound: 1 - (fixed time + bytes at the practical DRAM rate) / "
                        "duration, the most idle SMs cost it", round(gap, 3), f"> {least}"))
     return gap
