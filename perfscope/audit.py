@@ -256,8 +256,22 @@ class ReportAuditOptions:
     save_to: Path | None = None      # a folder for each audited kernel's cubin
     listing: bool = False            # the hot loop, instruction by instruction, with counts
     # The listing's rows: instructions executed at least this share as often as the most
-    # executed one (0: every instruction that ran).
-    listing_share: float = HOT_LOOP_SHARE
+    # executed one (0: every instruction that ran; None: the hot loop's HOT_LOOP_SHARE).
+    listing_share: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.listing_share is None:
+            return
+        if not self.listing:
+            raise PerfscopeError("--listing-share goes with --listing.")
+        if not 0.0 <= self.listing_share <= 1.0:
+            raise PerfscopeError(f"--listing-share {self.listing_share:g} is not a share "
+                                 "between 0 and 1.")
+
+    @property
+    def share(self) -> float:
+        """The listing's share, the hot loop's unless one was given."""
+        return HOT_LOOP_SHARE if self.listing_share is None else self.listing_share
 
 
 def audit_report(path: Path, arch: str | None = None, dtype: str | None = None,
@@ -320,7 +334,7 @@ def audit_report(path: Path, arch: str | None = None, dtype: str | None = None,
                                 sass, dis.tool, None, checks)
         if options.listing:
             audited = replace(audited, listing=hot_listing(launch, sass.instructions,
-                                                           options.listing_share))
+                                                           options.share))
         out.append(audited)
     if not out:
         raise PerfscopeError(f"none of the cubins in {path.name} holds its kernel"

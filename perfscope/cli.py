@@ -173,14 +173,7 @@ def sass(
     if a fingerprint fails."""
     from perfscope.audit import ReportAuditOptions, audit  # deferred: compiles through NVRTC
 
-    options = ReportAuditOptions(save_cubin, listing)
-    if listing_share is not None:
-        if not listing:
-            raise PerfscopeError("--listing-share goes with --listing.")
-        if not 0.0 <= listing_share <= 1.0:
-            raise PerfscopeError(f"--listing-share {listing_share:g} is not a share between 0 and 1.")
-        options = ReportAuditOptions(save_cubin, listing, listing_share)
-    doc = audit(target, arch, dtype, options)
+    doc = audit(target, arch, dtype, ReportAuditOptions(save_cubin, listing, listing_share))
     _show(doc, _fmt(as_json))
     if not doc.ok:
         raise typer.Exit(1)
