@@ -1,6 +1,7 @@
 """Energy per launch: what a GEMM costs the card where the power cap, not the work, sets the clock.
 
     PYTHONPATH=. python3 benchmarks/energy_per_launch.py --out FILE [--seconds 0.5] [--rounds 4]
+        [--shape MxNxK ...] [--dtype bf16|fp16 ...]
 
 bench times each launch after an L2 flush, in batches of 20, and at 4096^3 the card is
 already held by its 700 W cap there (power_probe.json: 1.63 GHz inside the kernel on random
@@ -14,6 +15,9 @@ draw is in every case alike). CUDA events give the time per launch and NVML's SM
 sampled while the segment runs. The cases of one shape alternate in --rounds rounds,
 reversed every other round, so the card's temperature drifts over all of them alike; each
 row has the medians over the rounds and each case's ratios to the shape's first case.
+Each --dtype (bf16 unless given) runs every case of every shape again in that dtype, cuBLAS's
+GEMM being that dtype's (cublas_hgemm for fp16); a case whose stage lacks the dtype is left
+out with a log line.
 (benchmarks/sustained_clock.py runs one kernel at a time for 2 s and samples the clock,
 power and throttle reasons; this script alternates the cases and counts energy.)
 """
@@ -31,6 +35,7 @@ from pathlib import Path
 
 from perfscope.errors import PerfscopeError
 from perfscope.kernels import Shape, get_spec
+from perfscope.kernels.registry import REFERENCE_FOR_DTYPE
 from perfscope.kernels.spec import parse_shape
 
 log = logging.getLogger("energy_per_launch")
@@ -44,6 +49,7 @@ CASES: dict[tuple[int, int, int], tuple[tuple[str, str, dict[str, int]], ...]] =
         ("cublas", "cublas_bgemm", {}),
         ("persistent", "hgemm_tma_wgmma_persistent", {}),
         ("persistent tuned", "hgemm_tma_wgmma_persistent", _PERSISTENT_TUNED),
+        ("balanced", "hgemm_tma_wgmma_balanced", {}),
         ("cluster", "hgemm_tma_wgmma_cluster", {}),
     ),
     (4096, 4096, 14336): (
@@ -57,12 +63,21 @@ CASES: dict[tuple[int, int, int], tuple[tuple[str, str, dict[str, int]], ...]] =
     (8192, 8192, 8192): (
         ("cublas", "cublas_bgemm", {}),
         ("persistent tuned", "hgemm_tma_wgmma_persistent", _PERSISTENT_TUNED),
+        ("balanced", "hgemm_tma_wgmma_balanced", {}),
         ("streamk", "hgemm_tma_wgmma_streamk", {}),
         ("cluster", "hgemm_tma_wgmma_cluster", {}),
     ),
 }
-DTYPE = "bf16"
+DTYPES = ("bf16", "fp16")
 SEED = 7
+
+
+def stage_for(stage: str, dtype: str) -> str:
+    """The stage a case runs in dtype: cuBLAS's GEMM is one stage per dtype, the rest take
+    the dtype themselves."""
+    if stage in REFERENCE_FOR_DTYPE.values():
+        return REFERENCE_FOR_DTYPE[dtype]
+    return stage
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,13 +93,14 @@ class Segment:
 class Case:
     """A verified, prepared stage with its own inputs and output."""
 
-    def __init__(self, cp, label: str, stage: str, params: dict[str, int], shape: Shape):
+    def __init__(self, cp, case: tuple[str, str, dict[str, int]], dtype: str, shape: Shape):
         from perfscope import verify
         from perfscope.kernels.launch import prepare
 
+        label, stage, params = case
         spec = get_spec(stage)
         self.label, self.cp = label, cp
-        self.prep = prepare(spec.with_params(**params) if params else spec, DTYPE, shape)
+        self.prep = prepare(spec.with_params(**params) if params else spec, dtype, shape)
         v = verify.verify(self.prep, SEED)
         self.verdict = v.verdict
         ops = verify.launch_operands(cp, self.prep, SEED, scaled=self.prep.epilogue is not None)
@@ -130,13 +146,18 @@ class Case:
                        None if e0 is None or e1 is None else e1 - e0, tuple(mhz))
 
 
-def run_shape(cp, shape: Shape, cases, clock, opts) -> list[dict]:
-    """Every case of one shape, alternating in rounds; a row per case."""
+def run_shape(cp, shape: Shape, dtype: str, clock, opts) -> list[dict]:
+    """Every case of one shape in one dtype, alternating in rounds; a row per case."""
     ready = []
-    for label, stage, params in cases:
-        case = Case(cp, label, stage, params, shape)
+    for label, stage, params in CASES[(shape.m, shape.n, shape.k)]:
+        stage = stage_for(stage, dtype)
+        if dtype not in get_spec(stage).dtypes:
+            log.info("%s %s: %s has no %s; not measured", shape, label, stage, dtype)
+            continue
+        case = Case(cp, (label, stage, params), dtype, shape)
         if case.verdict != "ok":
-            log.warning("%s %s: verification %s; not measured", shape, label, case.verdict)
+            log.warning("%s %s %s: verification %s; not measured", shape, dtype, label,
+                        case.verdict)
             continue
         ready.append((case, case.launches_for(opts.seconds)))
     got: dict[str, list[Segment]] = {c.label: [] for c, _ in ready}
@@ -151,7 +172,7 @@ def run_shape(cp, shape: Shape, cases, clock, opts) -> list[dict]:
         watts = [s.energy_mj / s.ms for s in segs if s.energy_mj is not None]
         mhz = [m for s in segs for m in s.mhz]
         params = case.prep.spec.param_dict
-        rows.append({"shape": str(shape), "dtype": DTYPE, "case": case.label,
+        rows.append({"shape": str(shape), "dtype": dtype, "case": case.label,
                      "stage": case.prep.spec.name, "params": params,
                      "launches_per_segment": segs[0].launches, "segments": len(segs),
                      "us_per_launch": round(us, 2),
@@ -165,8 +186,8 @@ def run_shape(cp, shape: Shape, cases, clock, opts) -> list[dict]:
         r["time_vs_first"] = round(r["us_per_launch"] / base["us_per_launch"], 4)
         if r["mj_per_launch"] is not None and base["mj_per_launch"]:
             r["energy_vs_first"] = round(r["mj_per_launch"] / base["mj_per_launch"], 4)
-        log.info("%s %-22s %8.1f us %6.1f TFLOP/s %8s mJ %6s W %6s MHz  time %.3f energy %s",
-                 shape, r["case"], r["us_per_launch"], r["tflops"], r["mj_per_launch"],
+        log.info("%s %s %-22s %8.1f us %6.1f TFLOP/s %8s mJ %6s W %6s MHz  time %.3f energy %s",
+                 shape, dtype, r["case"], r["us_per_launch"], r["tflops"], r["mj_per_launch"],
                  r["watts"], r["nvml_mhz_median"], r["time_vs_first"], r.get("energy_vs_first"))
     return rows
 
@@ -179,9 +200,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--shape", action="append", default=[],
                     help="MxNxK, one of the built-in shapes (repeatable; default all)")
+    ap.add_argument("--dtype", action="append", default=[],
+                    help=f"one of {', '.join(DTYPES)} (repeatable; default bf16)")
     args = ap.parse_args(argv)
     if args.seconds <= 0 or args.rounds < 1:
         print("energy_per_launch: --seconds must be positive and --rounds at least 1",
+              file=sys.stderr)
+        return 2
+    dtypes = list(dict.fromkeys(args.dtype)) or ["bf16"]
+    bad = [d for d in dtypes if d not in DTYPES]
+    if bad:
+        print(f"energy_per_launch: --dtype {bad[0]!r} is not one of {', '.join(DTYPES)}",
               file=sys.stderr)
         return 2
     try:
@@ -208,8 +237,9 @@ def main(argv: list[str] | None = None) -> int:
         print("energy_per_launch: NVML's energy counter is not readable here", file=sys.stderr)
         return 2
     rows = []
-    for m, n, k in wanted:
-        rows += run_shape(cp, Shape(m, n, k), CASES[(m, n, k)], clock, args)
+    for dtype in dtypes:
+        for m, n, k in wanted:
+            rows += run_shape(cp, Shape(m, n, k), dtype, clock, args)
     doc = {"schema": "perfscope.energy-per-launch/1",
            "environment": dataclasses.asdict(collect_environment(cp)), "rows": rows,
            "seconds": args.seconds, "rounds": args.rounds,

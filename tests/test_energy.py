@@ -21,6 +21,7 @@ def energy():
     (["--shape", "abc"], "is not of the form MxNxK"),
     (["--seconds", "0"], "--seconds must be positive"),
     (["--rounds", "0"], "--rounds at least 1"),
+    (["--dtype", "fp8"], "--dtype 'fp8' is not one of bf16, fp16"),
 ])
 def test_energy_probe_refuses_bad_input_in_one_sentence(energy, tmp_path, capsys, argv, says):
     out = tmp_path / "e.json"
@@ -41,6 +42,19 @@ def test_energy_probe_cases_name_real_stages_and_parameters(energy):
             spec = get_spec(stage)
             assert set(params) <= set(spec.param_dict)
             spec.with_params(**params)   # a value the stage refuses raises here
+
+
+def test_energy_probe_runs_each_dtype_against_its_own_cublas(energy):
+    # cuBLAS's GEMM is one stage per dtype; the stages and groups take the dtype themselves.
+    assert energy.stage_for("cublas_bgemm", "fp16") == "cublas_hgemm"
+    assert energy.stage_for("cublas_bgemm", "bf16") == "cublas_bgemm"
+    assert energy.stage_for("cublas+gelu", "fp16") == "cublas+gelu"
+    assert energy.stage_for("hgemm_tma_wgmma_balanced", "fp16") == "hgemm_tma_wgmma_balanced"
+    for cases in energy.CASES.values():
+        for dtype in energy.DTYPES:
+            assert get_spec(energy.stage_for(cases[0][1], dtype)).is_reference
+    # The ladder's best stage at 4096^3 is among the cases it is held to cuBLAS by.
+    assert "hgemm_tma_wgmma_balanced" in {stage for _, stage, _ in energy.CASES[(4096,) * 3]}
 
 
 def test_power_probe_refuses_a_bad_shape(tmp_path, capsys):
