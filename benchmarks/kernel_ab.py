@@ -16,7 +16,8 @@ rounds past ``--rounds`` (up to ``--max-rounds``) until the ratio's distribution
 interval of its median is within +-F of it, as ``perfscope bench --until`` does.
 ``--probe`` times a case whose output is wrong (a probe that skips work on purpose, to
 measure what that work costs); the row keeps its verdicts and says ``"probe": true``, and
-the other side must still verify.
+the other side must still verify. ``--label NAME`` writes ``"variant": NAME`` into every row,
+so a probe file says which patch each row measured (probes/README's variants).
 """
 
 from __future__ import annotations
@@ -86,9 +87,11 @@ def timed(verdicts: list[str], probe: bool) -> bool:
     return verdicts[1] == OK and (verdicts[0] == OK or (probe and verdicts[0] == WRONG))
 
 
-def run_case(case: Case, other: KernelSpec, opts: BenchOptions, probe: bool = False) -> dict:
+def run_case(case: Case, other: KernelSpec, opts: BenchOptions, probe: bool = False,
+             label: str | None = None) -> dict:
     """Verify both sides, time them in alternating rounds (opts: how many), and the case
-    against cuBLAS (a probe's case is timed when wrong: see timed)."""
+    against cuBLAS (a probe's case is timed when wrong: see timed); label names the variant
+    the row measured."""
     from perfscope.bench import reference_spec
     from perfscope.kernels.launch import prepare
     from perfscope.timing import time_stage
@@ -101,6 +104,8 @@ def run_case(case: Case, other: KernelSpec, opts: BenchOptions, probe: bool = Fa
            "dtype": case.dtype, "other": {"stage": other.name, "params": other.param_dict,
                                           "kernel_dir": str(other.kernel_dir)},
            "verify": verdicts}
+    if label is not None:
+        row["variant"] = label
     if probe:
         row["probe"] = True
     if not timed(verdicts, probe):
@@ -130,9 +135,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--probe", action="store_true",
                     help="time the case even where its output is wrong (a probe that skips "
                          "work on purpose); the other side must verify")
+    ap.add_argument("--label", help="the variant every row measured (its \"variant\" field)")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+    if args.label is not None and not args.label.strip():
+        print("kernel_ab: --label is empty; name the variant the rows measure", file=sys.stderr)
+        return 2
     try:
         cases = [parse_case(c) for c in args.case]
         versus = parse_stage(args.versus)[0] if args.versus else None
@@ -165,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 other = dataclasses.replace(case.spec, kernel_dir=args.against.resolve())
             try:
-                row = run_case(case, other, opts, args.probe)
+                row = run_case(case, other, opts, args.probe, args.label)
             except PerfscopeError as exc:
                 # The lines already written stay: each was flushed as its case finished.
                 print(f"kernel_ab: {case.spec.name} at {case.shape_text} ({case.dtype}): {exc}",

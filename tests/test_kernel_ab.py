@@ -45,6 +45,8 @@ def test_small_m_takes_the_hosts_tile_unless_pinned(ab):
     (["--case", "hgemm_tma_wgmma_persistent@4096x4096x4096/bf16", "--versus",
       "hgemm_tma_wgmma_persistent", "--until", "0.01", "--max-rounds", "3"],
      "--max-rounds (3) is below --rounds (9)"),
+    (["--case", "hgemm_tma_wgmma_persistent@4096x4096x4096/bf16", "--versus",
+      "hgemm_tma_wgmma_persistent", "--label", " "], "--label is empty"),
 ])
 def test_bad_input_is_one_sentence_and_exit_2(ab, tmp_path, capsys, argv, says):
     out = tmp_path / "ab.jsonl"
@@ -76,3 +78,18 @@ def test_without_a_gpu_it_says_so(ab, tmp_path, capsys):
 ])
 def test_only_a_probe_times_a_wrong_case(ab, verdicts, probe, timed):
     assert ab.timed(verdicts, probe) is timed
+
+
+def test_a_label_names_the_variant_in_every_row(ab, monkeypatch):
+    # Stand-ins for the GPU side: both sides built, the case verified WRONG (so the row is
+    # written without timing, as for any wrong case), which is all a row's labelling needs.
+    from perfscope import verify
+    from perfscope.kernels import launch
+
+    monkeypatch.setattr(launch, "prepare", lambda spec, dtype, shape: spec)
+    monkeypatch.setattr(verify, "verify", lambda prep, seed: type("V", (), {"verdict": "WRONG"}))
+    case = ab.parse_case("hgemm_tma_wgmma_balanced@4096x4096x4096/bf16")
+    row = ab.run_case(case, case.spec, None, label="trim-ringtail")
+    assert row["variant"] == "trim-ringtail" and row["verify"] == ["WRONG", "WRONG"]
+    assert "speed_over_other" not in row
+    assert "variant" not in ab.run_case(case, case.spec, None)
