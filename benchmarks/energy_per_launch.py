@@ -1,7 +1,7 @@
 """Energy per launch: what a GEMM costs the card where the power cap, not the work, sets the clock.
 
     PYTHONPATH=. python3 benchmarks/energy_per_launch.py --out FILE [--seconds 0.5] [--rounds 4]
-        [--shape MxNxK ...] [--dtype bf16|fp16 ...]
+        [--settle 0] [--shape MxNxK ...] [--dtype bf16|fp16 ...]
 
 bench times each launch after an L2 flush, in batches of 20, and at 4096^3 the card is
 already held by its 700 W cap there (power_probe.json: 1.63 GHz inside the kernel on random
@@ -15,6 +15,10 @@ draw is in every case alike). CUDA events give the time per launch and NVML's SM
 sampled while the segment runs. The cases of one shape alternate in --rounds rounds,
 reversed every other round, so the card's temperature drifts over all of them alike; each
 row has the medians over the rounds and each case's ratios to the shape's first case.
+--settle S launches each case back to back for about S seconds before its segment's energy
+and time are read: the card's power limiting answers over a fraction of a second, so without
+it a segment begins at the clock the previous case left (on an H100 at 0.5 s segments the
+cases drew 673-750 W against a 700 W limit, and energy did not follow time).
 Each --dtype (bf16 unless given) runs every case of every shape again in that dtype, cuBLAS's
 GEMM being that dtype's (cublas_hgemm for fp16); a case whose stage lacks the dtype is left
 out with a log line.
@@ -80,6 +84,12 @@ def stage_for(stage: str, dtype: str) -> str:
     return stage
 
 
+def settle_launches(launches: int, seconds: float, settle: float) -> int:
+    """Untimed launches before a segment of `launches` that fill about `seconds`: enough for
+    about `settle` seconds, and never fewer than 3 (the caches and the clock out of idle)."""
+    return max(3, round(launches * settle / seconds))
+
+
 @dataclasses.dataclass(frozen=True)
 class Segment:
     """One stretch of back-to-back launches: how many, their time and the card's energy."""
@@ -123,9 +133,11 @@ class Case:
         per = cp.cuda.get_elapsed_time(start, end) / 10 / 1e3
         return max(20, int(seconds / per))
 
-    def segment(self, launches: int, clock) -> Segment:
+    def segment(self, launches: int, clock, settle: int = 3) -> Segment:
+        """`launches` timed back to back after `settle` untimed ones (the card settling to
+        this case's power)."""
         cp = self.cp
-        for _ in range(3):
+        for _ in range(settle):
             self.launch()
         cp.cuda.get_current_stream().synchronize()
         start, end = cp.cuda.Event(), cp.cuda.Event()
@@ -159,13 +171,15 @@ def run_shape(cp, shape: Shape, dtype: str, clock, opts) -> list[dict]:
             log.warning("%s %s %s: verification %s; not measured", shape, dtype, label,
                         case.verdict)
             continue
-        ready.append((case, case.launches_for(opts.seconds)))
-    got: dict[str, list[Segment]] = {c.label: [] for c, _ in ready}
+        n = case.launches_for(opts.seconds)
+        settle = settle_launches(n, opts.seconds, opts.settle)
+        ready.append((case, n, settle))
+    got: dict[str, list[Segment]] = {c.label: [] for c, _, _ in ready}
     for rnd in range(opts.rounds):
-        for case, n in (ready if rnd % 2 == 0 else ready[::-1]):
-            got[case.label].append(case.segment(n, clock))
+        for case, n, settle in (ready if rnd % 2 == 0 else ready[::-1]):
+            got[case.label].append(case.segment(n, clock, settle))
     rows = []
-    for case, _ in ready:
+    for case, _, settle in ready:
         segs = got[case.label]
         us = statistics.median(s.ms * 1e3 / s.launches for s in segs)
         mj = [s.energy_mj / s.launches for s in segs if s.energy_mj is not None]
@@ -175,6 +189,7 @@ def run_shape(cp, shape: Shape, dtype: str, clock, opts) -> list[dict]:
         rows.append({"shape": str(shape), "dtype": dtype, "case": case.label,
                      "stage": case.prep.spec.name, "params": params,
                      "launches_per_segment": segs[0].launches, "segments": len(segs),
+                     "settle_launches": settle,
                      "us_per_launch": round(us, 2),
                      "tflops": round(shape.flops / (us * 1e-6) / 1e12, 1),
                      "mj_per_launch": round(statistics.median(mj), 3) if mj else None,
@@ -198,14 +213,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--seconds", type=float, default=0.5, help="per segment")
     ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--settle", type=float, default=0.0,
+                    help="seconds of untimed launches before each segment (default 0: 3 launches)")
     ap.add_argument("--shape", action="append", default=[],
                     help="MxNxK, one of the built-in shapes (repeatable; default all)")
     ap.add_argument("--dtype", action="append", default=[],
                     help=f"one of {', '.join(DTYPES)} (repeatable; default bf16)")
     args = ap.parse_args(argv)
-    if args.seconds <= 0 or args.rounds < 1:
-        print("energy_per_launch: --seconds must be positive and --rounds at least 1",
-              file=sys.stderr)
+    if args.seconds <= 0 or args.rounds < 1 or args.settle < 0:
+        print("energy_per_launch: --seconds must be positive, --settle not negative and "
+              "--rounds at least 1", file=sys.stderr)
         return 2
     dtypes = list(dict.fromkeys(args.dtype)) or ["bf16"]
     bad = [d for d in dtypes if d not in DTYPES]
@@ -242,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
             rows += run_shape(cp, Shape(m, n, k), dtype, clock, args)
     doc = {"schema": "perfscope.energy-per-launch/1",
            "environment": dataclasses.asdict(collect_environment(cp)), "rows": rows,
-           "seconds": args.seconds, "rounds": args.rounds,
+           "seconds": args.seconds, "settle_seconds": args.settle, "rounds": args.rounds,
            "command": "PYTHONPATH=. python3 benchmarks/energy_per_launch.py "
            + " ".join(argv if argv is not None else sys.argv[1:]),
            "time": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}

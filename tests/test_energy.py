@@ -21,6 +21,7 @@ def energy():
     (["--shape", "abc"], "is not of the form MxNxK"),
     (["--seconds", "0"], "--seconds must be positive"),
     (["--rounds", "0"], "--rounds at least 1"),
+    (["--settle", "-1"], "--settle not negative"),
     (["--dtype", "fp8"], "--dtype 'fp8' is not one of bf16, fp16"),
 ])
 def test_energy_probe_refuses_bad_input_in_one_sentence(energy, tmp_path, capsys, argv, says):
@@ -29,6 +30,13 @@ def test_energy_probe_refuses_bad_input_in_one_sentence(energy, tmp_path, capsys
     err = capsys.readouterr().err
     assert says in err and err.count("\n") == 1
     assert not out.exists()
+
+
+def test_energy_probe_settles_in_proportion_to_its_segments(energy):
+    # 400 launches fill the 0.5 s segment: a 1 s settle is 800 of them, none is the 3 warm-up
+    assert energy.settle_launches(400, 0.5, 1.0) == 800
+    assert energy.settle_launches(400, 0.5, 0.0) == 3
+    assert energy.settle_launches(20, 2.0, 0.1) == 3
 
 
 def test_energy_probe_cases_name_real_stages_and_parameters(energy):
