@@ -52,6 +52,21 @@ DRAM_PRACTICAL_SHARE = 0.89
 # is taken, what merging a launch away saves at least.
 KERNEL_FIXED_NS: Mapping[str, float] = {"9.0": 2500.0}
 
+# The shortest any launch lasts under ncu (gpu__time_duration): an empty kernel of one CTA,
+# which reads nothing (benchmarks/kernel_floor.py, probes/kernel-floor-h200 and -h100: 1,536
+# ns on the H200, 2,112 ns on an H100). No change inside a kernel takes it below this, so it
+# bounds every estimate but one that removes the launch (PS173's). By device name where
+# measured, else by compute capability, the least of its devices.
+EMPTY_KERNEL_NS_BY_DEVICE: Mapping[str, float] = {"NVIDIA H200": 1536.0,
+                                                  "NVIDIA H100 80GB HBM3": 2112.0}
+EMPTY_KERNEL_NS: Mapping[str, float] = {"9.0": 1536.0}
+
+
+def empty_kernel_ns(device: str | None, cc: str | None) -> float | None:
+    """An empty launch's time under ncu on this device (EMPTY_KERNEL_NS_BY_DEVICE), else
+    the least measured for its compute capability; None where neither is measured."""
+    return EMPTY_KERNEL_NS_BY_DEVICE.get(device or "", EMPTY_KERNEL_NS.get(cc or ""))
+
 # Shared memory serves 32 banks of 4 bytes per SM clock (sm_80 to sm_90; CUDA C++
 # Programming Guide, "Shared Memory" of the compute capabilities): what wgmma reads its
 # shared operands from and what TMA writes the tiles into, one budget.

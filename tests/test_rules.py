@@ -1339,3 +1339,29 @@ def test_idle_sms_cost_memory_bound_work_no_more_than_its_gap_to_the_floor():
     kp, kw = probe("kernel-floor-h200", 13)
     assert kp.launch.waves_per_sm == pytest.approx(4 / 3)
     assert "PS150" not in {g.code for g in evaluate(kp, **kw).findings}
+
+
+def test_no_change_inside_a_kernel_takes_it_below_an_empty_launch():
+    """An empty kernel of one CTA (1.54 us under ncu on the H200, 2.11 us on an H100) leaves
+    131 of 132 SMs idle, which PS152 alone called 0.99 of its time: a kernel that short has
+    nothing to save but its launch, and gets no finding. Made 10 us long (a synthetic edge:
+    only the duration changed) it is held at 1 - 1536 / 10000 by the empty launch; PS173,
+    whose fix removes the launch, is not (the 16 KiB read stream: 2.5 of its 2.72 us)."""
+    for name in ("kernel-floor-h200", "kernel-floor-h100"):
+        kp, kw = probe(name, 0)
+        ev = evaluate(kp, **kw)
+        assert kp.launch.grid_size == 1 and kp.identity.device.startswith(("NVIDIA H200", "NVIDIA H100"))
+        assert not ev.findings and ev.combined_gain is None
+    kp, kw = probe("kernel-floor-h200", 0)
+    longer = dataclasses.replace(kp, sol=dataclasses.replace(kp.sol, duration_ns=10_000.0))
+    ev = evaluate(longer, **kw)
+    (f,) = [f for f in ev.findings if f.code == "PS152"]
+    assert f.raw_gain > 0.99 and f.capped_by == "empty launch's time"
+    assert f.estimated_gain == ev.combined_gain == 0.8464
+    kp, kw = probe("kernel-floor-h200", 1)
+    (f,) = [f for f in evaluate(kp, **kw).findings if f.code == "PS173"]
+    assert f.estimated_gain > 1 - 1536 / kp.sol.duration_ns and f.capped_by is None
+    from perfscope.hardware import empty_kernel_ns
+    assert empty_kernel_ns("NVIDIA H100 80GB HBM3", "9.0") == 2112.0
+    assert empty_kernel_ns("NVIDIA H800", "9.0") == 1536.0     # its chip's least
+    assert empty_kernel_ns("NVIDIA A100-SXM4-80GB", "8.0") is None

@@ -59,9 +59,10 @@ Schemas, versioned by name (a field that changes bumps the version):
                    evidence: [{metric, value, threshold}], fix, reference,
                    ncu_rule (str|null), ncu_speedup_pct (float|null),
                    raw_gain (the rule's own estimate before the caps), capped_by
-                   ("headroom"|"headroom on PATH"|"reference gap"|"gap to the floor"|null),
-                   bounded_gain (the estimate under the work's roofline and, for
-                   memory-bound work, its floor, before the reference gap)}
+                   ("headroom"|"headroom on PATH"|"reference gap"|"gap to the floor"|
+                    "empty launch's time"|null),
+                   bounded_gain (the estimate under the work's roofline, an empty launch's
+                   time and, for memory-bound work, its floor, before the reference gap)}
 
     Every value the report lacks is null.
 

@@ -34,6 +34,7 @@ from perfscope.hardware import (
     DRAM_PRACTICAL_SHARE,
     ELEMENT_BYTES,
     KERNEL_FIXED_NS,
+    empty_kernel_ns,
     hmma_share,
     math_kind,
     output_element_bytes,
@@ -305,6 +306,18 @@ def _at_practical_rate(t_peak_ns: float) -> float:
 def fixed_time_ns(p: KernelProfile) -> float | None:
     """A launch's fixed time on the report's chip (KERNEL_FIXED_NS), None where unmeasured."""
     return KERNEL_FIXED_NS.get(p.identity.compute_capability or "")
+
+
+def launch_floor_fraction(p: KernelProfile) -> float | None:
+    """1 - (an empty launch's time under ncu on this device, hardware.empty_kernel_ns) / the
+    kernel's duration: the most any change inside the kernel saves, whatever its work (a
+    kernel as short as an empty one has nothing left to save but its launch). None where
+    the chip's empty launch is unmeasured or the duration unknown."""
+    empty = empty_kernel_ns(p.identity.device, p.identity.compute_capability)
+    t = p.sol.duration_ns
+    if empty is None or not t:
+        return None
+    return max(0.0, 1 - empty / t)
 
 
 def is_memory_bound(inputs: Inputs) -> bool:

@@ -1,10 +1,11 @@
 """Evaluate the rule table on one KernelProfile: pure, inputs in, an Evaluation out.
 
 Every rule's own estimate is bounded the same way (perfscope.rules.bounds): never above
-the kernel's headroom, never above the gap to its timed reference plus a margin, and for
+the kernel's headroom, never above the gap to its timed reference plus a margin, never
+below an empty launch's time (a kernel of any work lasts at least that), and for
 memory-bound work never above its gap to its floor (a launch's fixed time plus its bytes at
 the practical DRAM rate; only a fix that removes the fixed time itself, PS173's, saves
-beyond it). The
+beyond either floor). The
 severity follows from the bounded estimate, up to the rule's declared one: a finding
 with no estimate is never a warning (correctness aside), and a kernel within
 NEAR_REFERENCE of its reference, or with a math pipe at PIPE_SATURATED of its peak, gets
@@ -22,7 +23,12 @@ from collections.abc import Sequence
 from perfscope.manifest import RunManifest
 from perfscope.metrics import M_FMA_PIPE, M_TENSOR_PIPE
 from perfscope.profile import KernelProfile
-from perfscope.rules.bounds import REFERENCE_MARGIN, headroom, reference_cap
+from perfscope.rules.bounds import (
+    REFERENCE_MARGIN,
+    headroom,
+    launch_floor_fraction,
+    reference_cap,
+)
 from perfscope.rules.model import (
     ENVELOPE_GROUPS,
     OUTSIDE_ENVELOPE,
@@ -51,6 +57,7 @@ PIPE_SATURATED = 90.0
 CORRECTNESS_TAG = "incorrect-result"
 # The cap's name on a finding it holds (Finding.capped_by).
 FLOOR_CAP = "gap to the floor"
+LAUNCH_CAP = "empty launch's time"
 
 
 def _ncu_match(profile: KernelProfile, patterns: Sequence[str]) -> tuple[str | None, float | None]:
@@ -104,7 +111,8 @@ def combine(gains: Sequence[tuple[str, float]], inside_cap: float | None = None)
     """Compose (group, gain) pairs: the largest per group, groups as independent savings,
     an envelope group (a whole roofline gap) as the larger of it and the causes inside it,
     and a group outside every envelope as a saving independent of both. inside_cap bounds
-    what the envelope's causes save together (memory-bound work's gap to its floor)."""
+    what the envelope's causes save together (memory-bound work's gap to its floor, and an
+    empty launch's time)."""
     best: dict[str, float] = {}
     for group, g in gains:
         best[group] = max(best.get(group, 0.0), g)
@@ -133,14 +141,20 @@ def evaluate(profile: KernelProfile, manifest: RunManifest | None = None,
                                       (ref_cap, "reference gap")) if c is not None]
 
     floor = room.floor_fraction if room is not None else None
+    # Known even where the roofline is not (a kernel of no FLOPs and no bytes).
+    launch = launch_floor_fraction(profile)
 
     def caps_for(tag: str) -> list[tuple[float, str]]:
+        inside = OVERLAP.get(tag) not in OUTSIDE_ENVELOPE
+        out = list(caps)
         # A finding that keeps the kernel's instruction is bounded by that instruction's roof.
-        if room is None:
-            return caps
-        out = [room.cap_for(tag) if name == "headroom" else (c, name) for c, name in caps]
+        if room is not None:
+            out = [room.cap_for(tag) if name == "headroom" else (c, name) for c, name in caps]
+        # No fix inside the kernel takes it below an empty launch.
+        if launch is not None and inside:
+            out.append((launch, LAUNCH_CAP))
         # Memory-bound work: no fix inside the floor's envelope saves more than the gap to it.
-        if floor is not None and OVERLAP.get(tag) not in OUTSIDE_ENVELOPE:
+        if floor is not None and inside:
             out.append((floor, FLOOR_CAP))
         return out
 
@@ -184,12 +198,14 @@ def evaluate(profile: KernelProfile, manifest: RunManifest | None = None,
                                 capped_by=capped_by, bounded_gain=bounded))
     findings.sort(key=lambda f: (-severity_rank(f.severity), -(f.estimated_gain or 0.0), f.code))
     combined = combine([(f.group, f.estimated_gain) for f in findings
-                        if f.estimated_gain is not None and f.tag != CORRECTNESS_TAG], floor)
+                        if f.estimated_gain is not None and f.tag != CORRECTNESS_TAG],
+                       min((f for f in (floor, launch) if f is not None), default=None))
     if combined is not None:
         # Rounded down when a cap holds it, as the findings are: never above the cap (the
         # floor's too, unless a saving outside its envelope adds to it).
         outside = any(f.group in OUTSIDE_ENVELOPE for f in findings if f.estimated_gain)
-        held = [c for c, _ in caps] + ([floor] if floor is not None and not outside else [])
+        held = [c for c, _ in caps] + ([f for f in (floor, launch) if f is not None]
+                                       if not outside else [])
         cap = min(held, default=None)
         combined = (math.floor(cap * 1e4) / 1e4 if cap is not None and cap <= combined
                     else round(combined, 4))

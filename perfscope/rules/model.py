@@ -206,7 +206,8 @@ class Finding:
     ncu_rule: str | None = None           # the matching Nsight Compute result, if any
     ncu_speedup_pct: float | None = None  # and its own estimate
     raw_gain: float | None = None         # the rule's own estimate before the caps
-    capped_by: str | None = None          # "headroom" / "reference gap" / "gap to the floor"
+    capped_by: str | None = None          # "headroom" / "reference gap" / "gap to the floor" /
+                                          # "empty launch's time"
     # The estimate under the work's roofline alone, before the gap to the timed reference:
     # what two kernels' findings are compared by (a kernel at cuBLAS's speed has its
     # estimates capped near zero, which says nothing about how much of it is a problem).
