@@ -55,6 +55,11 @@ QUEUE_AHEAD_CYCLES = 40_000_000  # ~20 ms at 1.98 GHz
 STATUS_PREFIX = "external-workload:"
 BF16_TOL = 1e-2
 FP32_TOL = 1e-4
+# TF32 keeps 10 of FP32's 23 mantissa bits: about 1e-3 of relative error at K = 4096.
+TF32_TOL = 5e-3
+# int8 x int8 into int32 is exact at these K (|a|, |b| <= 16: sums below 2^31).
+INT8_TOL = 1e-9
+INT8_RANGE = 16
 
 # Filled in by _triton() the first time a Triton workload is prepared: the kernels
 # below are plain functions until then, and Triton resolves `tl` from this module's
@@ -227,6 +232,19 @@ WORKLOADS: tuple[Workload, ...] = (
     # split report keeps every module its combined report held.
     Workload("torch_fp32_4096", "torch_fp32", *S4096, "fp32",
              "torch.matmul 4096^3 FP32 with TF32 off: cuBLAS's FFMA SGEMM", "torch_mm"),
+    # cuBLAS where the easy path is closed or the math is not 16-bit floats, in an ncu
+    # process of its own (added 2026-12-06): rows 8,190 bytes apart, which TMA cannot
+    # address (its strides are multiples of 16 bytes); FP32 through TF32 tensor cores; and
+    # int8 into int32.
+    Workload("torch_odd_4095", "torch_edge", 4095, 4095, 4095, "bf16",
+             "torch.matmul 4095^3 BF16: rows 8,190 bytes apart, no TMA possible: cuBLAS's "
+             "choice for an unaligned shape", "torch_mm"),
+    Workload("torch_tf32_4096", "torch_edge", *S4096, "fp32",
+             "torch.matmul 4096^3 FP32 with allow_tf32 = True: TF32 tensor cores on FP32 data",
+             "torch_tf32"),
+    Workload("torch_int8_4096", "torch_edge", *S4096, "int8",
+             "torch._int_mm 4096^3: int8 A and B into an int32 C (cuBLASLt's integer GEMM)",
+             "torch_int8"),
     # cuBLASLt through nvmath-python (stateful Matmul: planned once, executed per call).
     Workload("cublaslt_bf16_4096", "cublaslt", *S4096, "bf16",
              "nvmath-python Matmul (cuBLASLt) 4096^3 BF16, no epilogue", "nvmath_mm"),
@@ -309,7 +327,7 @@ def _torch() -> Any:
 
 
 def _dtype(torch: Any, name: str) -> Any:
-    return {"bf16": torch.bfloat16, "fp32": torch.float32}[name]
+    return {"bf16": torch.bfloat16, "fp32": torch.float32, "int8": torch.int8}[name]
 
 
 def _inputs(torch: Any, w: Workload) -> tuple[Any, Any]:
@@ -322,7 +340,7 @@ def _inputs(torch: Any, w: Workload) -> tuple[Any, Any]:
 
 
 def _tolerance(w: Workload) -> float:
-    return FP32_TOL if w.dtype == "fp32" else BF16_TOL
+    return {"fp32": FP32_TOL, "int8": INT8_TOL}.get(w.dtype, BF16_TOL)
 
 
 def _fp32_exact(torch: Any) -> None:
@@ -540,6 +558,45 @@ def _build_torch_mm(w: Workload) -> Prepared:
     return Prepared(launch, _reference(torch, a, b), lambda: _product64(a, b), _tolerance(w))
 
 
+def _build_torch_tf32(w: Workload) -> Prepared:
+    """FP32 inputs through TF32 tensor cores, as `torch.backends.cuda.matmul.allow_tf32 =
+    True` (or set_float32_matmul_precision("high")) asks. The switch is set around each call
+    and put back, since the FP32 workload of the same `time` process wants it off."""
+    torch = _torch()
+    a, b = _inputs(torch, w)
+    c = torch.empty(w.m, w.n, dtype=a.dtype, device="cuda")
+
+    def tf32(fn: Callable[[], Any]) -> Callable[[], Any]:
+        def call() -> Any:
+            before = torch.backends.cuda.matmul.allow_tf32
+            torch.backends.cuda.matmul.allow_tf32 = True
+            try:
+                return fn()
+            finally:
+                torch.backends.cuda.matmul.allow_tf32 = before
+        return call
+
+    out = torch.empty_like(c)
+    return Prepared(tf32(lambda: torch.matmul(a, b, out=c)), tf32(lambda: torch.matmul(a, b, out=out)),
+                    lambda: _product64(a, b), TF32_TOL)
+
+
+def _build_torch_int8(w: Workload) -> Prepared:
+    """torch._int_mm: int8 A and B into an int32 C (cuBLASLt's integer GEMM), exact."""
+    torch = _torch()
+    g = torch.Generator(device="cuda").manual_seed(SEED)
+    a = torch.randint(-INT8_RANGE, INT8_RANGE + 1, (w.m, w.k), device="cuda", generator=g,
+                      dtype=torch.int8)
+    b = torch.randint(-INT8_RANGE, INT8_RANGE + 1, (w.k, w.n), device="cuda", generator=g,
+                      dtype=torch.int8)
+    if not hasattr(torch, "_int_mm"):
+        raise Unavailable("this PyTorch has no torch._int_mm")
+    c = torch.empty(w.m, w.n, dtype=torch.int32, device="cuda")
+    ref = torch.empty_like(c)
+    return Prepared(lambda: torch._int_mm(a, b, out=c), lambda: torch._int_mm(a, b, out=ref),
+                    lambda: _product64(a, b), INT8_TOL)
+
+
 def _build_torch_gelu(w: Workload) -> Prepared:
     torch = _torch()
     import torch.nn.functional as F
@@ -611,6 +668,8 @@ BUILDERS: dict[str, Callable[[Workload], Prepared]] = {
     "triton": _build_triton,
     "torch_mm": _build_torch_mm,
     "torch_gelu": _build_torch_gelu,
+    "torch_tf32": _build_torch_tf32,
+    "torch_int8": _build_torch_int8,
     "nvmath_mm": lambda w: _build_nvmath(w, None),
     "nvmath_gelu_bias": lambda w: _build_nvmath(w, "GELU_BIAS"),
 }
