@@ -82,10 +82,12 @@ SMEM_BYTES_PER_SM_CLOCK = 128
 XBAR_TO_L1_SECTORS_PER_SM_CLOCK: Mapping[str, int] = {"9.0": 4}
 
 # Element sizes in bytes.
-ELEMENT_BYTES: Mapping[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
+ELEMENT_BYTES: Mapping[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1,
+                                   "int32": 4}
 # The C a GEMM of an element type writes, where it is not that type: perfscope's fp8 GEMMs
-# (kernels/fp8.py) take e4m3 inputs and write bf16, as cuBLASLt's FP8 GEMM does by default.
-OUTPUT_DTYPE: Mapping[str, str] = {"fp8": "bf16"}
+# (kernels/fp8.py) take e4m3 inputs and write bf16, as cuBLASLt's FP8 GEMM does by default;
+# an int8 GEMM accumulates and writes int32 (torch._int_mm, cuBLASLt's CUDA_R_32I C).
+OUTPUT_DTYPE: Mapping[str, str] = {"fp8": "bf16", "int8": "int32"}
 
 
 def output_element_bytes(dtype: str | None) -> int | None:

@@ -25,7 +25,7 @@ from perfscope.profile import KernelProfile, OpcodeTraffic, Stall, Traffic, load
 from perfscope.rules import BY_CODE, REGISTRY, SEVERITIES, TAGS, Context, evaluate
 from perfscope.rules.engine import combine
 from perfscope.rules.launch import split_pieces
-from perfscope.rules.model import DOC_SECTIONS
+from perfscope.rules.model import DOC_SECTIONS, severity_rank
 
 ISSUE_TAGS = {
     "uncoalesced-global", "narrow-loads", "no-data-reuse", "small-tile", "smem-bandwidth",
@@ -47,6 +47,9 @@ ISSUE_TAGS = {
     "misaligned-tma",
     # and a launch's fixed time in a short kernel (PS173: measured by benchmarks/kernel_floor.py).
     "fixed-time",
+    # and layouts that send a library to its fallback kernels (PS107: rows not 16-byte
+    # aligned; PS108: 8-bit operands along N), from cuBLAS captures at 4095^3 and of _int_mm.
+    "unaligned-rows", "operand-layout",
 }
 
 
@@ -333,6 +336,14 @@ CASES: tuple[Case, ...] = (
          lambda: probe(SPLIT_PROBE)),
     Case("PS106", False, "real", "the same kernel unsplit: every box starts on a line, 3.99",
          lambda: reference("hgemm_tma_wgmma_persistent", "bf16")),
+    Case("PS107", True, "real", "cuBLAS at 4095^3 bf16 (H100): 8,190-byte rows, an align1 "
+         "fallback with 2-byte loads at 0.21 of the aligned rate", lambda: external("torch_odd_4095")),
+    Case("PS107", False, "real", "cuBLAS with A's rows 8,080 bytes apart: 16-byte aligned, its TMA "
+         "kernel runs", lambda: probe("cublas-ld4040-h100")),
+    Case("PS108", True, "real", "torch._int_mm with B[K][N] (H100): an sm_80 WMMA fallback at 128 "
+         "TOPS", lambda: external("torch_int8_4096")),
+    Case("PS108", False, "real", "perfscope's fp8 stage: TN, its QGMMA runs",
+         lambda: fp8("hgemm_fp8")),
     Case("PS106", True, "real", "the split again, profiled as a program on an H100 with its "
          "tensor maps recorded: 2.99", lambda: probe("column-split-h100")),
     Case("PS106", False, "real", "the same pieces started on 64-column boundaries: 3.91, and "
@@ -1365,3 +1376,55 @@ def test_no_change_inside_a_kernel_takes_it_below_an_empty_launch():
     assert empty_kernel_ns("NVIDIA H100 80GB HBM3", "9.0") == 2112.0
     assert empty_kernel_ns("NVIDIA H800", "9.0") == 1536.0     # its chip's least
     assert empty_kernel_ns("NVIDIA A100-SXM4-80GB", "8.0") is None
+
+
+def test_rows_not_16_byte_aligned_name_the_layout_not_its_symptoms():
+    """cuBLAS at 4095^3 bf16 (an H100 capture): rows 8,190 bytes apart, which TMA, 16-byte
+    copies and vector loads cannot address, so it runs an sm_75 align1 kernel (2-byte LDGs,
+    mma.sync) at 153 TFLOP/s. PS107 names the layout with the gap to the rate aligned
+    kernels reach (0.79, not held to the gap to the reference, which has the same rows,
+    nor by being near it), the fallback's symptoms stay optimizations at that gap, and
+    PS142 does not ask for TMA. The aligned 4096^3 nvjet kernel draws no PS107."""
+    kp, kw = external("torch_odd_4095")
+    ev = evaluate(kp, **kw)
+    by = {f.code: f for f in ev.findings}
+    f = by["PS107"]
+    assert f.severity == "warning" and f.capped_by is None and 0.75 < f.estimated_gain < 0.82
+    assert [e.value for e in f.evidence[:3]] == [8190, 8190, 8190]
+    assert "PS142" not in by and ev.reference_cap is not None and ev.reference_cap < 0.1
+    assert all(by[c].severity == "optimization" for c in ("PS101", "PS102", "PS141"))
+    assert ev.combined_gain == f.estimated_gain and not ev.notes
+    kp, kw = external("torch_bf16_4096")
+    assert "PS107" in evaluate(kp, **kw).silent
+    kp, _ = external("torch_odd_4095")
+    assert "PS107" in {n.code for n in evaluate(kp).not_evaluated}     # no manifest: no shape
+
+
+def test_eight_bit_operands_along_n_name_the_layout():
+    """torch._int_mm at 4096^3 with B[K][N] (an H100 capture): cuBLASLt runs an sm_80 WMMA
+    kernel (IMMA, byte-wide shared loads) at 128 TOPS: PS108 asks for B K-major (0.91 of
+    the time, against the practical int8 rate), and the work is held to the 8-bit tensor
+    peak with an int32 C. perfscope's own fp8 stage, TN, draws no PS108."""
+    kp, kw = external("torch_int8_4096")
+    ev = evaluate(kp, **kw)
+    (f,) = [f for f in ev.findings if f.code == "PS108"]
+    assert f.severity == "warning" and 0.85 < f.estimated_gain < 0.95
+    assert ev.headroom.bound == "math (tensor8)" and ev.headroom.work.dtype == "int8"
+    assert ev.headroom.work.bytes == 2 * 4096 * 4096 + 4 * 4096 * 4096
+    assert "dram-bound" not in {g.tag for g in ev.findings}
+    kp, kw = fp8("hgemm_fp8")
+    assert "PS108" in evaluate(kp, **kw).silent
+
+
+def test_fp32_on_tf32_tensor_cores_is_held_to_the_tf32_peak():
+    """cuBLAS with allow_tf32 (an H100 capture) runs HGMMA.64x256x8.F32.TF32 on fp32 data:
+    held to the FFMA pipe it had no headroom at all, to the 16-bit tensor peak 56%; on the
+    TF32 peak it has 12%, and no finding above an optimization."""
+    kp, kw = external("torch_tf32_4096")
+    ev = evaluate(kp, **kw)
+    assert ev.headroom.bound == "math (tf32)" and 0.10 < ev.headroom.fraction < 0.15
+    assert not [f for f in ev.findings if severity_rank(f.severity) >= severity_rank("warning")]
+    from perfscope.rules.bounds import infer_dtype
+    assert infer_dtype(kp)[0] == "fp32"
+    kp, _ = external("torch_int8_4096")
+    assert infer_dtype(kp)[0] == "int8"

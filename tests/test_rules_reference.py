@@ -27,7 +27,8 @@ from perfscope.metrics import M_L2_SECTORS, M_TENSOR_PIPE, M_XBAR_IN_PCT
 from perfscope.profile import load
 from perfscope.rules import evaluate, memory
 from perfscope.rules.memory import STORE_INEFFICIENCY
-from perfscope.rules.model import Inputs
+from perfscope.rules.model import OVERLAP, REFERENCE_BLIND, Inputs
+from perfscope.rules.registry import BY_CODE
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "reports" / "reference" / "h200"
@@ -96,6 +97,13 @@ EXTERNAL_LABELS: dict[str, tuple[set[str], set[str]]] = {
     # DRAM 37%, nothing multicast-starved.
     "cublaslt_gelu_bias_m256_4096": ({"latency-exposed"}, {"small-tile", "l2-locality",
                                                            "no-data-reuse", "dram-bound"}),
+    # cuBLAS off its easy path (2026-12-06, an H100): rows 8,190 bytes apart (an sm_75 align1
+    # fallback at 153 TFLOP/s; TMA cannot address them), fp32 on TF32 tensor cores (0.88 of
+    # the TF32 peak), int8 with B[K][N] (an sm_80 WMMA fallback at 128 TOPS).
+    "torch_odd_4095": ({"unaligned-rows"}, {"no-tma", "operand-layout"}),
+    "torch_tf32_4096": (set(), {"no-tensor-cores", "legacy-mma", "unaligned-rows",
+                                "operand-layout"}),
+    "torch_int8_4096": ({"operand-layout"}, {"dram-bound", "unaligned-rows", "no-tensor-cores"}),
 }
 # The fused stages of the reference run (reports/reference/h200/fused, issue 19): report
 # stem -> (must fire, must not fire).
@@ -134,7 +142,9 @@ FUSED_LABELS: dict[str, tuple[set[str], set[str]]] = {
 EXTERNAL_CUBLAS = ("torch_decode_m16", "torch_decode_m64", "torch_kheavy", "torch_bf16_4096",
                    "torch_fp32_4096", "cublaslt_bf16_4096", "cublaslt_gelu_bias_4096",
                    "cublaslt_gelu_bias_m16", "cublaslt_gelu_bias_m64_4096",
-                   "cublaslt_gelu_bias_m256_4096")
+                   "cublaslt_gelu_bias_m256_4096", "torch_tf32_4096")
+# (torch_odd_4095 and torch_int8_4096 are cuBLAS too, and warned: not about the kernel but
+# about the layout the caller gave it, which the same call at the same layout cannot fix.)
 
 
 @cache
@@ -242,10 +252,14 @@ def test_persistent_stage_has_no_warning_like_cublas(dtype):
 
 
 def test_no_warning_within_five_percent_of_the_reference():
+    """But for the layout the reference shares (PS107, PS108: the same call at the same
+    layout runs the same fallback, so its speed says nothing of the layout's cost)."""
+    blind = {r.code for r in BY_CODE.values() if OVERLAP.get(r.tag) in REFERENCE_BLIND}
+    assert blind == {"PS107", "PS108"}
     for r in (*ladder(), *external()):
         t = r.manifest.timing if r.manifest is not None else None
         if t is not None and t.ratio_to_reference is not None and t.ratio_to_reference.median >= 0.95:
-            assert _warnings([r]) == [], r.label
+            assert [w for w in _warnings([r]) if w[1] not in blind] == [], r.label
 
 
 def test_no_estimate_and_no_combined_estimate_above_the_headroom():

@@ -74,7 +74,10 @@ def main() -> int:
         report = folder / f"{name}.ncu-rep.xz"
         if not report.is_file() or "m" not in w:
             continue
-        m = manifest_for(w, data["method"], data.get("environment", {}), data.get("time", ""))
+        # A workload merged from a partial capture carries its own run's machine and time.
+        run = w.get("run") or {}
+        m = manifest_for(w, data["method"], run.get("environment") or data.get("environment", {}),
+                         run.get("time") or data.get("time", ""))
         (folder / f"{name}.json").write_text(json.dumps(m.to_dict(), indent=1) + "\n")
         written += 1
     print(f"wrote {written} run manifests into {folder}")

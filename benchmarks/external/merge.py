@@ -4,7 +4,7 @@
 
 NEW_DIR is an unpacked ``external.tar`` of the partial capture. Its workloads' entries join
 ``capture.json`` and ``timing.json`` (replacing entries of the same name), each carrying the
-command and time of the run that made it (``run``); its groups join ``capture.json`` under
+command, time and machine of the run that made it (``run``); its groups join ``capture.json`` under
 ``GROUP@TIME`` with their log renamed to match, and its reports and logs are copied beside
 the others. Nothing else in the committed set changes. Run ``manifests.py`` afterwards.
 Runs on the CPU.
@@ -48,8 +48,11 @@ def merge(new: Path, into: Path) -> list[str]:
             shutil.copyfile(new / report, into / report)
         names.append(name)
     for name, entry in tim_new["workloads"].items():
+        # The machine each workload was timed on: a partial capture may come from another
+        # card than the set's (manifests.py writes this, not the set's, into its manifest).
         tim["workloads"][name] = {**entry, "run": {"command": tim_new["command"],
-                                                   "time": tim_new["time"]}}
+                                                   "time": tim_new["time"],
+                                                   "environment": tim_new.get("environment", {})}}
     if (new / "timing.log").is_file():
         shutil.copyfile(new / "timing.log", into / f"timing@{stamp}.log")
     (into / "capture.json").write_text(json.dumps(cap, indent=1) + "\n")

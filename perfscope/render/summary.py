@@ -330,6 +330,9 @@ def headroom_text(evaluation) -> str | None:
         text += f"; findings combined: est. {100 * evaluation.combined_gain:.1f}%"
     if evaluation.reference_cap is not None:
         text += f"; capped at {100 * evaluation.reference_cap:.1f}% by the gap to its reference"
+        if evaluation.combined_gain is not None and evaluation.combined_gain > evaluation.reference_cap:
+            # A layout finding (PS107/PS108): the reference runs the same layout.
+            text += " (but for the layout, which the reference shares)"
     if (note := headroom_note(evaluation)) is not None:
         text += f"; {note}"
     return text

@@ -59,12 +59,20 @@ PART_OF_WORK = 0.5
 
 # Findings whose fix changes the math instruction itself: bounded by the dense peak, not by
 # the roof of the instruction the kernel uses now.
-PATH_CHANGE_TAGS = frozenset({"legacy-mma", "no-tensor-cores"})
+# (A layout that closes the library's fast path changes the instruction with it.)
+PATH_CHANGE_TAGS = frozenset({"legacy-mma", "no-tensor-cores", "unaligned-rows", "operand-layout"})
 
 # The M x N x K of a warpgroup MMA opcode (HGMMA.64x256x16.F32.BF16).
 MMA_SHAPE = re.compile(r"^(?:H|Q|I|B)GMMA\.(\d+)x(\d+)x(\d+)")
-# FLOP per warp-level instruction of the mma.sync shapes (m x n x k x 2).
-_HMMA_FLOPS = {"16816": 16 * 8 * 16 * 2, "1688": 16 * 8 * 8 * 2, "884": 8 * 8 * 4 * 2}
+# FLOP per warp-level instruction of the mma.sync shapes (m x n x k x 2): HMMA's, and
+# IMMA's (8-bit: m16n8k16, m16n8k32, m8n8k16; 4-bit m8n8k32).
+_HMMA_FLOPS = {"16816": 16 * 8 * 16 * 2, "1688": 16 * 8 * 8 * 2, "884": 8 * 8 * 4 * 2,
+               "16832": 16 * 8 * 32 * 2, "8816": 8 * 8 * 16 * 2, "8832": 8 * 8 * 32 * 2}
+# Tensor MMAs on 32-bit float data (HGMMA.64x256x8.F32.TF32, HMMA.1684.F32.TF32): held to
+# the TF32 peak, half the 16-bit one; the data's bytes stay fp32's.
+_TF32_MARK = ".TF32"
+# Integer tensor MMAs (IMMA.16816.S8.S8, IGMMA.64x256x32.S32.S8.S8): 8-bit inputs.
+_INT_MMA = ("IMMA", "IGMMA")
 _BF16_MARKS = (".BF16", "BF16")
 _DEMANGLED_TYPES = (("__nv_bfloat16", "bf16"), ("BFloat16", "bf16"), ("bfloat16", "bf16"),
                     ("__half", "fp16"), ("c10::Half", "fp16"))
@@ -80,6 +88,18 @@ class Work:
     bytes_source: str
     dtype: str | None
     dtype_source: str
+    kind: str | None = None     # the peak it is held to (hardware.math_kind, or tf32 by the SASS)
+
+
+def work_kind(p: KernelProfile, dtype: str | None) -> str | None:
+    """The peak the work is held to: its element type's (hardware.math_kind), except fp32
+    data that the SASS multiplies on TF32 tensor cores (cuBLAS with allow_tf32), which is
+    held to the TF32 peak rather than the FFMA pipe's."""
+    if dtype in (None, "fp32") and any(
+            base_opcode(op) in ("HGMMA", "HMMA") and _TF32_MARK in op
+            for op in p.opcodes.with_modifiers):
+        return "tf32"
+    return math_kind(dtype)
 
 
 @dataclass(frozen=True)
@@ -152,7 +172,7 @@ def sass_flops(p: KernelProfile) -> float | None:
         base = base_opcode(op)
         if (w := wgmma_work(op, n)) is not None:
             flops += w.flops
-        elif base == "HMMA":
+        elif base in ("HMMA", "IMMA"):
             shape = op.split(".")[1] if "." in op else ""
             flops += n * _HMMA_FLOPS.get(shape, 0)
         elif base in ("FFMA", "DFMA"):
@@ -167,9 +187,13 @@ def infer_dtype(p: KernelProfile) -> tuple[str | None, str]:
     ops = p.opcodes.with_modifiers
     for op in ops:
         base = base_opcode(op)
+        if base in ("HGMMA", "HMMA") and _TF32_MARK in op:
+            return "fp32", f"inferred from the SASS ({op}: fp32 data on TF32 tensor cores)"
         if base in ("HGMMA", "HMMA"):
             return ("bf16" if any(m in op for m in _BF16_MARKS) else "fp16",
                     f"inferred from the SASS ({op})")
+        if base in _INT_MMA:
+            return "int8", f"inferred from the SASS ({op})"
         if base == "QGMMA":   # e4m3 / e5m2 inputs: held to the 8-bit tensor peak
             return "fp8", f"inferred from the SASS ({op})"
     for op in ops:
@@ -216,7 +240,7 @@ def work_of(inputs: Inputs) -> Work:
             nbytes *= useful
             bytes_source = (f"DRAM bytes measured x {useful:.2f}, the share of sectors the "
                             "source counters call useful")
-    return Work(flops, flops_source, nbytes, bytes_source, dtype, dtype_source)
+    return Work(flops, flops_source, nbytes, bytes_source, dtype, dtype_source, work_kind(p, dtype))
 
 
 def dram_bytes_moved(p: KernelProfile) -> float | None:
@@ -257,11 +281,11 @@ def headroom(inputs: Inputs) -> Headroom | None:
         return None
     w = work_of(inputs)
     ident = p.identity
-    pf = peak_flops(ident.compute_capability, math_kind(w.dtype), ident.sm_count, ident.sm_clock_hz)
+    pf = peak_flops(ident.compute_capability, w.kind, ident.sm_count, ident.sm_clock_hz)
     t_math = w.flops / pf * 1e9 if w.flops and pf else None
     bw = dram_peak(p)
     t_bytes = w.bytes / bw * 1e9 if w.bytes and bw else None
-    candidates = [(v, name) for v, name in ((t_math, f"math ({math_kind(w.dtype)})"),
+    candidates = [(v, name) for v, name in ((t_math, f"math ({w.kind})"),
                                              (t_bytes, "DRAM")) if v is not None]
     if not candidates:
         return None
@@ -280,7 +304,8 @@ def headroom(inputs: Inputs) -> Headroom | None:
         t_floor = (fixed_time_ns(p) or 0.0) + _at_practical_rate(t_bytes)
         ev.append(Evidence("floor: a launch's fixed time + bytes at the practical DRAM rate (ns)",
                            round(t_floor, 1), f"{DRAM_PRACTICAL_SHARE} of the peak"))
-    share = _hmma_path_share(p) if t_math is not None else None
+    # mma.sync's rate is measured for 16-bit floats only (hmma_share).
+    share = _hmma_path_share(p) if t_math is not None and w.kind == "tensor16" else None
     if share is None:
         return Headroom(fraction, t, t_min, bound, w, tuple(ev), t_math, t_bytes,
                         t_floor_ns=t_floor)

@@ -5,7 +5,8 @@ the kernel's headroom, never above the gap to its timed reference plus a margin,
 below an empty launch's time (a kernel of any work lasts at least that), and for
 memory-bound work never above its gap to its floor (a launch's fixed time plus its bytes at
 the practical DRAM rate; only a fix that removes the fixed time itself, PS173's, saves
-beyond either floor). The
+beyond either floor); a fix that changes the layout the reference runs too (PS107, PS108)
+is held neither to the gap to the reference nor by being near it. The
 severity follows from the bounded estimate, up to the rule's declared one: a finding
 with no estimate is never a warning (correctness aside), and a kernel within
 NEAR_REFERENCE of its reference, or with a math pipe at PIPE_SATURATED of its peak, gets
@@ -33,6 +34,7 @@ from perfscope.rules.model import (
     ENVELOPE_GROUPS,
     OUTSIDE_ENVELOPE,
     OVERLAP,
+    REFERENCE_BLIND,
     Context,
     Evaluation,
     Finding,
@@ -146,10 +148,12 @@ def evaluate(profile: KernelProfile, manifest: RunManifest | None = None,
 
     def caps_for(tag: str) -> list[tuple[float, str]]:
         inside = OVERLAP.get(tag) not in OUTSIDE_ENVELOPE
-        out = list(caps)
+        # A fix that changes the reference's own problem (its layout) is not held to it.
+        out = [(c, name) for c, name in caps
+               if not (name == "reference gap" and OVERLAP.get(tag) in REFERENCE_BLIND)]
         # A finding that keeps the kernel's instruction is bounded by that instruction's roof.
         if room is not None:
-            out = [room.cap_for(tag) if name == "headroom" else (c, name) for c, name in caps]
+            out = [room.cap_for(tag) if name == "headroom" else (c, name) for c, name in out]
         # No fix inside the kernel takes it below an empty launch.
         if launch is not None and inside:
             out.append((launch, LAUNCH_CAP))
@@ -187,7 +191,8 @@ def evaluate(profile: KernelProfile, manifest: RunManifest | None = None,
         if severity is None:
             silent.append(rule.code)
             continue
-        if no_warning and rule.tag != CORRECTNESS_TAG and severity_rank(severity) >= severity_rank("warning"):
+        if no_warning and rule.tag != CORRECTNESS_TAG and OVERLAP.get(rule.tag) not in REFERENCE_BLIND \
+                and severity_rank(severity) >= severity_rank("warning"):
             severity = "optimization"
         ncu_rule, ncu_speedup = _ncu_match(profile, rule.ncu)
         findings.append(Finding(code=rule.code, tag=rule.tag, title=rule.title, severity=severity,
@@ -204,11 +209,13 @@ def evaluate(profile: KernelProfile, manifest: RunManifest | None = None,
         # Rounded down when a cap holds it, as the findings are: never above the cap (the
         # floor's too, unless a saving outside its envelope adds to it).
         outside = any(f.group in OUTSIDE_ENVELOPE for f in findings if f.estimated_gain)
-        held = [c for c, _ in caps] + ([f for f in (floor, launch) if f is not None]
-                                       if not outside else [])
+        blind = any(f.group in REFERENCE_BLIND for f in findings if f.estimated_gain)
+        held = [c for c, name in caps if not (blind and name == "reference gap")] + (
+            [f for f in (floor, launch) if f is not None] if not outside else [])
         cap = min(held, default=None)
         combined = (math.floor(cap * 1e4) / 1e4 if cap is not None and cap <= combined
                     else round(combined, 4))
-    notes = (no_warning,) if no_warning and findings else ()
+    blind = any(f.group in REFERENCE_BLIND for f in findings)
+    notes = (no_warning,) if no_warning and findings and not blind else ()
     return Evaluation(findings=tuple(findings), not_evaluated=tuple(skipped), silent=tuple(silent),
                       headroom=room, combined_gain=combined, reference_cap=ref_cap, notes=notes)

@@ -10,7 +10,7 @@ cores at 61% of wgmma's rate (measured), so the HMMA work costs its pipe time x 
 
 from __future__ import annotations
 
-from perfscope.families import FAMILY_BY_KEY
+from perfscope.families import FAMILY_BY_KEY, base_opcode
 from perfscope.hardware import TENSOR_PRACTICAL_SHARE, hmma_share, peak_flops
 from perfscope.metrics import CC_METRICS, M_ISSUE_ACTIVE, M_OPCODES, M_TENSOR_PIPE, OPCODE_METRICS
 from perfscope.rules.bounds import infer_dtype
@@ -25,6 +25,7 @@ from perfscope.rules.facts import (
     need_opcodes,
     total_instructions,
 )
+from perfscope.rules.layout import misaligned_rows
 from perfscope.rules.model import Evidence, Hit, Inputs, NotCollected, Rule, need
 from perfscope.sass.loops import tma_leaf_loops
 
@@ -125,16 +126,31 @@ def _check_legacy_mma(inputs: Inputs) -> Hit | None:
     if cc not in LEGACY_MMA_CHIPS or not hmma or hmma <= family(p, "gmma") + family(p, "utcmma"):
         return None
     pipe = p.metric(M_TENSOR_PIPE)
-    share = hmma_share(p.identity.compute_capability) or HMMA_SHARE_UNMEASURED
+    # The rate is measured for 16-bit float HMMA; integer (IMMA) and TF32 mma.sync are not.
+    measured = hmma_share(p.identity.compute_capability) if _half_mma(p) else None
+    share = measured or HMMA_SHARE_UNMEASURED
     ev = [Evidence("HMMA instructions (mma.sync)", hmma, "> HGMMA + UTC*MMA"),
           Evidence("compute capability", f"{cc[0]}.{cc[1]}", "9.0, 10.0 or 10.3"),
-          Evidence("mma.sync rate / full-rate path (measured)", round(share, 2), "< 1")]
+          Evidence("mma.sync rate / full-rate path (measured)" if measured else
+                   "mma.sync rate / full-rate path (not measured for this type: assumed)",
+                   round(share, 2), "< 1")]
     if pipe is not None:
         ev.append(Evidence(M_TENSOR_PIPE, round(pipe, 1), "-"))
     # The instruction is the symptom; without the pipe's busy share (a static audit) there
     # is no estimate.
     gain = pipe / 100 * (1 - share) if pipe is not None else None
     return Hit(tuple(ev), gain, (("path", LEGACY_MMA_CHIPS[cc]), ("target", arch_target(cc))))
+
+
+def _half_mma(p) -> bool:
+    """Whether the kernel's mma.sync is on 16-bit floats (HMMA.*.F16/BF16, not TF32, not
+    IMMA): the type mma.sync's rate on this chip was measured for (also when the report
+    names no opcode modifiers)."""
+    ops = p.opcodes.with_modifiers
+    half = sum(n for op, n in ops.items() if base_opcode(op) == "HMMA" and ".TF32" not in op)
+    other = sum(n for op, n in ops.items()
+                if base_opcode(op) == "IMMA" or (base_opcode(op) == "HMMA" and ".TF32" in op))
+    return half >= other
 
 
 LEGACY_MMA = Rule(
@@ -153,7 +169,8 @@ LEGACY_MMA = Rule(
 def _check_no_tma(inputs: Inputs) -> Hit | None:
     """Symptom: a tensor-core kernel on a chip with TMA (sm_90+) loads its tiles through
     LDGSTS (cp.async) or LDG and executes no TMA instruction (or its stage declares TMA and
-    none ran).
+    none ran). Not where the run manifest's shape leaves rows that are not 16-byte aligned:
+    TMA's strides cannot address them (PS107 names the layout).
     Why: per-thread copies spend issue slots, registers and address math that TMA does
     from one thread with hardware swizzling; cuBLAS's Hopper kernels use UTMALDG.
     Fix: cp.async.bulk.tensor through a CUtensorMap with 128B swizzle, on mbarriers.
@@ -172,6 +189,8 @@ def _check_no_tma(inputs: Inputs) -> Hit | None:
     cc = compute_capability(p)
     if cc[0] < TMA_MIN_MAJOR or not has_tensor_cores(p) or p.opcodes.has("tma"):
         return None
+    if misaligned_rows(inputs):
+        return None     # TMA cannot address rows that are not 16-byte aligned: PS107's
     copies = family(p, "ldgsts") + family(p, "ldg")
     declared = inputs.stage is not None and "tma" in inputs.stage.fingerprint
     if not copies and not declared:

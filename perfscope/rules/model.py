@@ -29,6 +29,7 @@ TAGS: tuple[str, ...] = (
     "tail-effect", "small-grid", "l2-locality", "dram-bound", "store-inefficiency",
     "incorrect-result", "issue-overhead", "clock-held", "mma-serialized", "k-loop-math",
     "producer-loop", "memory-fence", "short-runs", "misaligned-tma", "fixed-time",
+    "unaligned-rows", "operand-layout",
 )
 
 # Tags whose fixes remove the same time: within a group only the largest estimate counts
@@ -46,10 +47,15 @@ OVERLAP: Mapping[str, str] = {
     "smem-bandwidth": "shared memory",
     "register-spills": "registers", "tail-effect": "launch", "small-grid": "launch",
     "incorrect-result": "correctness", "clock-held": "clock", "fixed-time": "fixed time",
+    "unaligned-rows": "layout", "operand-layout": "layout",
 }
 # Groups that measure the whole gap to a roofline rather than one cause: composed with the
 # causes as the larger of the two, never added to them.
-ENVELOPE_GROUPS: tuple[str, ...] = ("roofline",)
+ENVELOPE_GROUPS: tuple[str, ...] = ("roofline", "layout")
+# Groups whose fix changes the problem the timed reference solves (its shape or layout):
+# the reference at the same shape runs the same fallback, so neither the gap to it nor
+# being near it bounds them.
+REFERENCE_BLIND: tuple[str, ...] = ("layout",)
 # Groups whose time lies outside every envelope (PS170's gap starts at the floor that a
 # launch's fixed time is part of): composed with the envelope as independent savings.
 OUTSIDE_ENVELOPE: tuple[str, ...] = ("fixed time",)

@@ -26,6 +26,7 @@ from perfscope.rules.latency import (
     PARTLY_EXPOSED,
 )
 from perfscope.rules.launch import SMALL_GRID, TAIL, TILE_WASTE, UNEVEN_SMS
+from perfscope.rules.layout import OPERAND_LAYOUT, UNALIGNED_ROWS
 from perfscope.rules.memory import (
     AT_SMEM_ROOF,
     BANK_CONFLICTS_LOADS,
@@ -51,6 +52,8 @@ REGISTRY: tuple[Rule, ...] = (
     SMALL_TILE,              # PS104
     STORE_INEFFICIENCY,      # PS105
     MISALIGNED_TMA,          # PS106
+    UNALIGNED_ROWS,          # PS107
+    OPERAND_LAYOUT,          # PS108
     BANK_CONFLICTS_LOADS,    # PS110
     BANK_CONFLICTS_STORES,   # PS111
     UNCOALESCED_SHARED,      # PS112
