@@ -239,6 +239,12 @@ WORKLOADS: tuple[Workload, ...] = (
     Workload("torch_odd_4095", "torch_edge", 4095, 4095, 4095, "bf16",
              "torch.matmul 4095^3 BF16: rows 8,190 bytes apart, no TMA possible: cuBLAS's "
              "choice for an unaligned shape", "torch_mm"),
+    Workload("torch_odd_k", "torch_edge", 4096, 4096, 4095, "bf16",
+             "torch.matmul 4096x4096x4095 BF16: only A's rows (K = 4095) 8,190 bytes apart",
+             "torch_mm"),
+    Workload("torch_odd_m", "torch_edge", 4095, 4096, 4096, "bf16",
+             "torch.matmul 4095x4096x4096 BF16: an odd row count, every row 16-byte aligned",
+             "torch_mm"),
     Workload("torch_tf32_4096", "torch_edge", *S4096, "fp32",
              "torch.matmul 4096^3 FP32 with allow_tf32 = True: TF32 tensor cores on FP32 data",
              "torch_tf32"),
