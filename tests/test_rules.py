@@ -1394,8 +1394,12 @@ def test_rows_not_16_byte_aligned_name_the_layout_not_its_symptoms():
     assert "PS142" not in by and ev.reference_cap is not None and ev.reference_cap < 0.1
     assert all(by[c].severity == "optimization" for c in ("PS101", "PS102", "PS141"))
     assert ev.combined_gain == f.estimated_gain and not ev.notes
-    kp, kw = external("torch_bf16_4096")
-    assert "PS107" in evaluate(kp, **kw).silent
+    kp, kw = external("torch_odd_k")          # only A's rows: K = 4095
+    (f,) = [f for f in evaluate(kp, **kw).findings if f.code == "PS107"]
+    assert f.evidence[0].metric.startswith("A's rows") and f.evidence[1].metric.startswith("global")
+    for name in ("torch_bf16_4096", "torch_odd_m"):    # an odd M leaves every row aligned
+        kp, kw = external(name)
+        assert "PS107" in evaluate(kp, **kw).silent
     kp, _ = external("torch_odd_4095")
     assert "PS107" in {n.code for n in evaluate(kp).not_evaluated}     # no manifest: no shape
 

@@ -101,6 +101,10 @@ EXTERNAL_LABELS: dict[str, tuple[set[str], set[str]]] = {
     # fallback at 153 TFLOP/s; TMA cannot address them), fp32 on TF32 tensor cores (0.88 of
     # the TF32 peak), int8 with B[K][N] (an sm_80 WMMA fallback at 128 TOPS).
     "torch_odd_4095": ({"unaligned-rows"}, {"no-tma", "operand-layout"}),
+    # Only A's rows (K = 4095) unaligned: the same fallback, 146 TFLOP/s; an odd M with every
+    # row aligned: nvjet, 783 TFLOP/s, nothing about the layout.
+    "torch_odd_k": ({"unaligned-rows"}, {"no-tma", "operand-layout"}),
+    "torch_odd_m": (set(), {"unaligned-rows", "no-tma", "legacy-mma", "narrow-loads"}),
     "torch_tf32_4096": (set(), {"no-tensor-cores", "legacy-mma", "unaligned-rows",
                                 "operand-layout"}),
     "torch_int8_4096": ({"operand-layout"}, {"dram-bound", "unaligned-rows", "no-tensor-cores"}),
@@ -142,8 +146,8 @@ FUSED_LABELS: dict[str, tuple[set[str], set[str]]] = {
 EXTERNAL_CUBLAS = ("torch_decode_m16", "torch_decode_m64", "torch_kheavy", "torch_bf16_4096",
                    "torch_fp32_4096", "cublaslt_bf16_4096", "cublaslt_gelu_bias_4096",
                    "cublaslt_gelu_bias_m16", "cublaslt_gelu_bias_m64_4096",
-                   "cublaslt_gelu_bias_m256_4096", "torch_tf32_4096")
-# (torch_odd_4095 and torch_int8_4096 are cuBLAS too, and warned: not about the kernel but
+                   "cublaslt_gelu_bias_m256_4096", "torch_tf32_4096", "torch_odd_m")
+# (torch_odd_4095, torch_odd_k and torch_int8_4096 are cuBLAS too, and warned: not about the kernel but
 # about the layout the caller gave it, which the same call at the same layout cannot fix.)
 
 
