@@ -33,6 +33,8 @@ MANIFEST_VERSION = 1
 LAYOUT = "row-major: C[M][N] = A[M][K] * B[K][N]"
 # The fp8 dtype's GEMMs take B transposed, K contiguous (kernels/fp8.py), and write bf16.
 FP8_LAYOUT = "row-major TN: C[M][N] = A[M][K] * Bt[N][K]^T (e4m3 A and Bt, bf16 C)"
+# Any other GEMM given B transposed, K contiguous (the external set's int8 TN workload).
+TN_LAYOUT = "row-major TN: C[M][N] = A[M][K] * Bt[N][K]^T"
 
 
 def layout_for(dtype: str) -> str:

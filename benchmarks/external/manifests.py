@@ -61,9 +61,10 @@ def manifest_for(w: dict, method: dict, env: dict, created: str) -> RunManifest:
         cupy=env.get("cupy", ""), cublas=str(env.get("cublaslt", "")), cuda_bindings="",
         ml_dtypes="", python=env.get("python", ""),
         extra={k: str(env[k]) for k in ("torch", "triton", "nvmath", "nvidia_smi") if k in env})
+    layout = {"layout": w["layout"]} if w.get("layout") else {}
     return RunManifest(stage=w["name"], family="external", dtype=w["dtype"], m=int(w["m"]),
                        n=int(w["n"]), k=int(w["k"]), params=params, verification=verification,
-                       timing=timing, environment=environment, created=created)
+                       timing=timing, environment=environment, created=created, **layout)
 
 
 def main() -> int:

@@ -99,6 +99,9 @@ class Workload:
     config: TritonConfig | None = None
     # What each launch inside the NVTX range is, in launch order.
     launches: tuple[str, ...] = ("gemm",)
+    # The operands' layout when it is not the set's row-major A[M][K], B[K][N] (a
+    # perfscope.manifest layout string, which manifests.py writes into the run manifest).
+    layout: str | None = None
 
     @property
     def shape(self) -> str:
@@ -178,7 +181,7 @@ class Workload:
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "group": self.group, "shape": self.shape, "m": self.m, "n": self.n,
                 "k": self.k, "dtype": self.dtype, "description": self.description,
-                "launches": list(self.launches),
+                "launches": list(self.launches), "layout": self.layout,
                 "config": asdict(self.config) if self.config else None}
 
 
@@ -208,6 +211,10 @@ WORKLOADS: tuple[Workload, ...] = (
     Workload("triton_fma_bf16", "triton", 2048, 2048, 2048, "bf16",
              "BF16 data upcast to FP32, broadcast-multiply + tl.sum (no tl.dot): FFMA on BF16 inputs",
              "triton", _tc("fma", 32, 32, 8, 2, 4)),
+    Workload("triton_tf32", "triton", *S4096, "fp32",
+             "the tiled kernel on FP32 with tl.dot's default TF32: TF32 tensor cores, timed "
+             "against cuBLAS with allow_tf32 (added 2026-12-06)",
+             "triton", _tc("tiled", 128, 128, 32, 3, 8)),
     Workload("triton_tma", "triton", *S4096, "bf16",
              "triton_good's tiles with A and B loaded through tl.make_tensor_descriptor (TMA on Hopper)",
              "triton", _tc("tma", 128, 256, 64, 3, 8)),
@@ -251,6 +258,10 @@ WORKLOADS: tuple[Workload, ...] = (
     Workload("torch_int8_4096", "torch_edge", *S4096, "int8",
              "torch._int_mm 4096^3: int8 A and B into an int32 C (cuBLASLt's integer GEMM)",
              "torch_int8"),
+    Workload("torch_int8_tn", "torch_edge", *S4096, "int8",
+             "torch._int_mm 4096^3 with B stored K-major (N x K) and passed as its transpose "
+             "view: the TN layout cuBLASLt's int8 wgmma kernels take", "torch_int8_tn",
+             layout="row-major TN: C[M][N] = A[M][K] * Bt[N][K]^T"),
     # cuBLASLt through nvmath-python (stateful Matmul: planned once, executed per call).
     Workload("cublaslt_bf16_4096", "cublaslt", *S4096, "bf16",
              "nvmath-python Matmul (cuBLASLt) 4096^3 BF16, no epilogue", "nvmath_mm"),
@@ -346,7 +357,22 @@ def _inputs(torch: Any, w: Workload) -> tuple[Any, Any]:
 
 
 def _tolerance(w: Workload) -> float:
+    if w.dtype == "fp32" and w.config is not None and w.config.precision == "tf32":
+        return TF32_TOL
     return {"fp32": FP32_TOL, "int8": INT8_TOL}.get(w.dtype, BF16_TOL)
+
+
+def _with_tf32(torch: Any, fn: Callable[[], Any]) -> Callable[[], Any]:
+    """fn with cuBLAS allowed TF32 for its call, the switch put back after: the FP32
+    workloads of the same `time` process want it off."""
+    def call() -> Any:
+        before = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = True
+        try:
+            return fn()
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = before
+    return call
 
 
 def _fp32_exact(torch: Any) -> None:
@@ -503,7 +529,7 @@ def _build_triton(w: Workload) -> Prepared:
     triton, kernels = _triton()
     cfg = w.config
     assert cfg is not None
-    if cfg.precision != "tf32" or w.dtype == "fp32":
+    if cfg.precision != "tf32":
         _fp32_exact(torch)
     a, b = _inputs(torch, w)
     c = torch.empty(w.m, w.n, dtype=a.dtype, device="cuda")
@@ -545,7 +571,10 @@ def _build_triton(w: Workload) -> Prepared:
             return c
     else:
         raise ValueError(f"unknown Triton kernel {cfg.kernel!r}")
-    return Prepared(launch, _reference(torch, a, b), lambda: _product64(a, b), _tolerance(w))
+    reference = _reference(torch, a, b)
+    if w.dtype == "fp32" and cfg.precision == "tf32":
+        reference = _with_tf32(torch, reference)     # cuBLAS on the same TF32 tensor cores
+    return Prepared(launch, reference, lambda: _product64(a, b), _tolerance(w))
 
 
 # ------------------------------------------------------------------ PyTorch and nvmath
@@ -566,24 +595,14 @@ def _build_torch_mm(w: Workload) -> Prepared:
 
 def _build_torch_tf32(w: Workload) -> Prepared:
     """FP32 inputs through TF32 tensor cores, as `torch.backends.cuda.matmul.allow_tf32 =
-    True` (or set_float32_matmul_precision("high")) asks. The switch is set around each call
-    and put back, since the FP32 workload of the same `time` process wants it off."""
+    True` (or set_float32_matmul_precision("high")) asks, around each call (_with_tf32)."""
     torch = _torch()
     a, b = _inputs(torch, w)
     c = torch.empty(w.m, w.n, dtype=a.dtype, device="cuda")
 
-    def tf32(fn: Callable[[], Any]) -> Callable[[], Any]:
-        def call() -> Any:
-            before = torch.backends.cuda.matmul.allow_tf32
-            torch.backends.cuda.matmul.allow_tf32 = True
-            try:
-                return fn()
-            finally:
-                torch.backends.cuda.matmul.allow_tf32 = before
-        return call
-
     out = torch.empty_like(c)
-    return Prepared(tf32(lambda: torch.matmul(a, b, out=c)), tf32(lambda: torch.matmul(a, b, out=out)),
+    return Prepared(_with_tf32(torch, lambda: torch.matmul(a, b, out=c)),
+                    _with_tf32(torch, lambda: torch.matmul(a, b, out=out)),
                     lambda: _product64(a, b), TF32_TOL)
 
 
@@ -599,6 +618,11 @@ def _build_torch_int8(w: Workload) -> Prepared:
         raise Unavailable("this PyTorch has no torch._int_mm")
     c = torch.empty(w.m, w.n, dtype=torch.int32, device="cuda")
     ref = torch.empty_like(c)
+    if w.builder == "torch_int8_tn":
+        # B stored K-major once (as a weight can be), passed as its transpose view: TN.
+        bt = b.t().contiguous()
+        return Prepared(lambda: torch._int_mm(a, bt.t(), out=c),
+                        lambda: torch._int_mm(a, bt.t(), out=ref), lambda: _product64(a, b), INT8_TOL)
     return Prepared(lambda: torch._int_mm(a, b, out=c), lambda: torch._int_mm(a, b, out=ref),
                     lambda: _product64(a, b), INT8_TOL)
 
@@ -676,6 +700,7 @@ BUILDERS: dict[str, Callable[[Workload], Prepared]] = {
     "torch_gelu": _build_torch_gelu,
     "torch_tf32": _build_torch_tf32,
     "torch_int8": _build_torch_int8,
+    "torch_int8_tn": _build_torch_int8,
     "nvmath_mm": lambda w: _build_nvmath(w, None),
     "nvmath_gelu_bias": lambda w: _build_nvmath(w, "GELU_BIAS"),
 }

@@ -17,7 +17,7 @@ kernel, the rate cuBLAS's aligned kernels reach (measured for 16-bit floats; ass
 from __future__ import annotations
 
 from perfscope.hardware import ELEMENT_BYTES, TENSOR_PRACTICAL_SHARE, output_element_bytes
-from perfscope.manifest import FP8_LAYOUT, LAYOUT
+from perfscope.manifest import FP8_LAYOUT, LAYOUT, TN_LAYOUT
 from perfscope.metrics import M_DURATION, OPCODE_METRICS
 from perfscope.rules.bounds import headroom
 from perfscope.rules.facts import family, need_opcodes
@@ -45,7 +45,7 @@ def _leading_dims(inputs: Inputs) -> dict[str, tuple[tuple[int, int], ...]] | No
         return None
     if m.layout == LAYOUT:
         return {"A": ((m.k, elem),), "B": ((m.n, elem),), "C": ((m.n, out),)}
-    if m.layout == FP8_LAYOUT:
+    if m.layout in (FP8_LAYOUT, TN_LAYOUT):
         return {"A": ((m.k, elem),), "B": ((m.k, elem),), "C": ((m.n, out),)}
     return {"A": ((m.k, elem), (m.m, elem)), "B": ((m.n, elem), (m.k, elem)),
             "C": ((m.n, out), (m.m, out))}
@@ -186,7 +186,7 @@ def _check_operand_layout(inputs: Inputs) -> Hit | None:
     if ELEMENT_BYTES.get(m.dtype or "") != 1:
         return None
     if m.layout != LAYOUT:
-        if m.layout == FP8_LAYOUT:
+        if m.layout in (FP8_LAYOUT, TN_LAYOUT):
             return None
         raise NotCollected("the operands' layout (a program's own: --shape says no layout)")
     fast = sum(n for op, n in p.opcodes.with_modifiers.items()
