@@ -407,6 +407,9 @@ CASES: tuple[Case, ...] = (
          lambda: reference("hgemm_tma_wgmma_ws", "bf16")),
     Case("PS123", False, "real", "the persistent stage runs one wave",
          lambda: reference("hgemm_tma_wgmma_persistent", "bf16")),
+    Case("PS123", False, "real", "Triton's TF32 matmul (H100): 7.8 waves and its pipe 17% busy, "
+         "but its warps wait on their own 4-byte strided copies (long_scoreboard 77%, no warp "
+         "roles): the main loop, not the epilogue", lambda: external("triton_tf32")),
     Case("PS124", True, "real", "hgemm_fused_bias_act: bias + GELU on 2.5% of the cycles, tensor "
          "pipe 92.0% of the active cycles", lambda: fused("hgemm_fused_bias_act-bf16-4096x4096x4096")),
     Case("PS124", True, "real", "cuBLASLt's GELU_BIAS nvjet: 2.5% FP math, tensor pipe 91.8%",

@@ -108,6 +108,13 @@ EXTERNAL_LABELS: dict[str, tuple[set[str], set[str]]] = {
     "torch_tf32_4096": (set(), {"no-tensor-cores", "legacy-mma", "unaligned-rows",
                                 "operand-layout"}),
     "torch_int8_4096": ({"operand-layout"}, {"dram-bound", "unaligned-rows", "no-tensor-cores"}),
+    # The same product with B stored K-major (TN): cuBLASLt's sm_80 IMMA m16n8k32 kernel at
+    # 849 TOPS, mma.sync where IGMMA exists, nothing about the layout.
+    "torch_int8_tn": ({"legacy-mma"}, {"operand-layout", "unaligned-rows", "dram-bound"}),
+    # Triton's tl.dot on FP32 at TF32 with B[K][N] (H100): HGMMA .TF32 fed by 4-byte strided
+    # cp.async (4x the sectors, 16x the shared wavefronts, L1TEX 90% busy): 0.21 of cuBLAS.
+    "triton_tf32": ({"uncoalesced-global"}, {"epilogue-exposed", "no-tensor-cores", "legacy-mma",
+                                             "unaligned-rows"}),
 }
 # The fused stages of the reference run (reports/reference/h200/fused, issue 19): report
 # stem -> (must fire, must not fire).
@@ -146,7 +153,8 @@ FUSED_LABELS: dict[str, tuple[set[str], set[str]]] = {
 EXTERNAL_CUBLAS = ("torch_decode_m16", "torch_decode_m64", "torch_kheavy", "torch_bf16_4096",
                    "torch_fp32_4096", "cublaslt_bf16_4096", "cublaslt_gelu_bias_4096",
                    "cublaslt_gelu_bias_m16", "cublaslt_gelu_bias_m64_4096",
-                   "cublaslt_gelu_bias_m256_4096", "torch_tf32_4096", "torch_odd_m")
+                   "cublaslt_gelu_bias_m256_4096", "torch_tf32_4096", "torch_odd_m",
+                   "torch_int8_tn")
 # (torch_odd_4095, torch_odd_k and torch_int8_4096 are cuBLAS too, and warned: not about the kernel but
 # about the layout the caller gave it, which the same call at the same layout cannot fix.)
 

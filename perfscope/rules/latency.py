@@ -380,8 +380,12 @@ FENCE_BOUND = Rule(
 def _check_epilogue_exposed(inputs: Inputs) -> Hit | None:
     """Symptom: an asynchronous-MMA (wgmma/tcgen05) kernel runs more than one wave of CTAs
     and its tensor pipe is busy less than the practical ceiling, while no barrier loop
-    (PS121) explains the idle pipe: every CTA's prologue (filling its ring) and epilogue
-    (storing C) run with the tensor pipe idle, and so does the last, partial wave.
+    (PS121) and no main loop waiting on its own loads (PS120: long_scoreboard 30% or more
+    of a kernel without warp roles, where those stalls are the loads' and not barrier
+    waits) explains the idle pipe: every CTA's prologue (filling its ring) and epilogue
+    (storing C) run with the tensor pipe idle, and so does the last, partial wave. (Triton's
+    TF32 matmul on a row-major B, an H100 capture, idles its pipe 83% waiting on 4-byte
+    strided copies: making it persistent would not feed it.)
     Why: a non-persistent grid pays prologue + epilogue per tile in series; a persistent
     grid of one CTA per multiprocessor walks the tiles and overlaps each tile's epilogue
     with the next tile's loads (the producer runs ahead).
@@ -406,6 +410,8 @@ def _check_epilogue_exposed(inputs: Inputs) -> Hit | None:
     busy = need(p.metric(M_TENSOR_PIPE), M_TENSOR_PIPE)
     if stall_share(p, ("barrier",)) >= BARRIER_MIN and not is_warp_specialised(p):
         return None     # the synchronous loop is what idles the pipe (PS121)
+    if stall_share(p, ("long_scoreboard",)) >= LONG_SCOREBOARD_MIN and not is_warp_specialised(p):
+        return None     # its warps wait on their own loads: the main loop idles the pipe (PS120)
     idle = 1 - busy / 100 / TENSOR_PIPE_PRACTICAL
     if idle <= 0:
         return None
@@ -427,6 +433,7 @@ EPILOGUE_EXPOSED = Rule(
     reference="NCU Profiling Guide: Compute Workload Analysis (pipe utilization); CUDA C++ "
               "Programming Guide: Tensor Memory Access (TMA stores)",
     thresholds=(("PERSISTENT_WAVES_MAX", PERSISTENT_WAVES_MAX), ("BARRIER_MIN", BARRIER_MIN),
+                ("LONG_SCOREBOARD_MIN", LONG_SCOREBOARD_MIN),
                 ("TENSOR_PIPE_PRACTICAL", TENSOR_PIPE_PRACTICAL)),
 )
 

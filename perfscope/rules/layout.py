@@ -170,7 +170,8 @@ def _check_operand_layout(inputs: Inputs) -> Hit | None:
     6% of the int8 peak). Its bank conflicts and mma.sync are that fallback's.
     Fix: store B K-major (transposed, N x K) once, as a weight usually can be, and pass its
     transpose view (torch._int_mm(a, bt.t()) with bt = b.t().contiguous()): the TN layout
-    the 8-bit kernels take.
+    the 8-bit kernels take (there cuBLASLt ran an sm_80 IMMA m16n8k32 kernel at 849 TOPS,
+    0.161 ms against 1.091: tests/fixtures/external/layout-fix-h100.json, torch_int8_tn).
     Estimate: 1 - (FLOPs at 0.75 of the 8-bit tensor peak at the measured clock) / the
     kernel's time (the share measured for 16-bit cuBLAS, assumed here); not held to the
     gap to the reference, which has the same layout.
@@ -211,8 +212,8 @@ OPERAND_LAYOUT = Rule(
     metrics=(*OPCODE_METRICS, M_DURATION),
     check=_check_operand_layout,
     fix="Give the 8-bit GEMM both operands K-major (the TN layout): store B transposed (N x K) "
-        "once and pass its transpose view, so wgmma-based 8-bit kernels apply; the bank "
-        "conflicts and mma.sync of this kernel go with the fallback that has them.",
+        "once and pass its transpose view, so the library's tensor-core 8-bit kernels apply; "
+        "the bank conflicts and mma.sync of this kernel go with the fallback that has them.",
     reference="PTX ISA: wgmma.mma_async (K-major operands for 8-bit types); cuBLASLt: "
               "cublasLtMatmul (TN for 8-bit kernels)",
     thresholds=(("LAYOUT_GAP_MIN", LAYOUT_GAP_MIN), ("TENSOR_PRACTICAL_SHARE", TENSOR_PRACTICAL_SHARE)),
