@@ -1435,3 +1435,19 @@ def test_fp32_on_tf32_tensor_cores_is_held_to_the_tf32_peak():
     assert infer_dtype(kp)[0] == "fp32"
     kp, _ = external("torch_int8_4096")
     assert infer_dtype(kp)[0] == "int8"
+
+
+def test_an_l1tex_busy_with_its_own_copies_is_the_bound():
+    """Triton's TF32 matmul (H100): L1TEX 90% busy with 4-byte cp.async at 16x the shared
+    wavefronts, long_scoreboard 77% of the stalls and few throttle stalls (0.08): the unit
+    is the bound, so PS120 (a deeper ring) and PS131 (more warps) do not speak. L1TEX as busy
+    from wgmma's operand reads (cuBLAS: 73%, warp-specialised, TMA) confirms nothing, and
+    triton_one_stage (78%) stays below the saturation line."""
+    from perfscope.rules.facts import saturated_unit
+    kp, kw = external("triton_tf32")
+    assert saturated_unit(kp) == ("l1tex", pytest.approx(90.0, abs=0.1))
+    assert not {"PS120", "PS131"} & codes(kp, **kw)
+    kp, _ = external("torch_bf16_4096")
+    assert saturated_unit(kp)[0] == "math pipe"
+    kp, kw = external("triton_one_stage")
+    assert saturated_unit(kp) is None and "PS120" in codes(kp, **kw)

@@ -113,8 +113,11 @@ EXTERNAL_LABELS: dict[str, tuple[set[str], set[str]]] = {
     "torch_int8_tn": ({"legacy-mma"}, {"operand-layout", "unaligned-rows", "dram-bound"}),
     # Triton's tl.dot on FP32 at TF32 with B[K][N] (H100): HGMMA .TF32 fed by 4-byte strided
     # cp.async (4x the sectors, 16x the shared wavefronts, L1TEX 90% busy): 0.21 of cuBLAS.
+    # Its L1TEX is the bound (90% busy, the warps waiting on its copies), so neither more
+    # warps nor a deeper ring is the fix.
     "triton_tf32": ({"uncoalesced-global"}, {"epilogue-exposed", "no-tensor-cores", "legacy-mma",
-                                             "unaligned-rows"}),
+                                             "unaligned-rows", "occupancy-limited",
+                                             "latency-exposed"}),
 }
 # The fused stages of the reference run (reports/reference/h200/fused, issue 19): report
 # stem -> (must fire, must not fire).

@@ -135,10 +135,19 @@ def saturated_unit(p: KernelProfile) -> tuple[str, float] | None:
         v = getattr(p.sol, name)
         if v is None:
             continue
-        near_peak = v >= SATURATED_PCT and name != "l1tex_pct"
+        near_peak = v >= SATURATED_PCT and (name != "l1tex_pct" or _waits_on_l1tex(p))
         if near_peak or (v >= BUSY_PCT and throttle >= THROTTLE_CONFIRM):
             return name.removesuffix("_pct"), v
     return None
+
+
+def _waits_on_l1tex(p: KernelProfile) -> bool:
+    """Whether the warps' waits are on the L1TEX unit's own loads: long_scoreboard is
+    CONFIRM_SHARE of the stalls or more in a kernel that copies through L1 (LDG, LDGSTS)
+    with no TMA and no warp roles (where those stalls are barrier waits instead). An L1TEX
+    busy from a tensor kernel's shared-memory operand reads alone (cuBLAS: 73%) is not."""
+    return (not p.opcodes.has("tma") and not is_warp_specialised(p)
+            and stall_share(p, ("long_scoreboard",)) >= CONFIRM_SHARE)
 
 
 def need_reads(inputs: Inputs) -> tuple[OperandRead, ...]:
