@@ -2,7 +2,7 @@
 
 Every rule's own estimate is bounded the same way (perfscope.rules.bounds): never above
 the kernel's headroom, never above the gap to its timed reference plus a margin, never
-below an empty launch's time (a kernel of any work lasts at least that), and for
+more than its time beyond an empty launch's (a kernel of any work lasts that long), and for
 memory-bound work never above its gap to its floor (a launch's fixed time plus its bytes at
 the practical DRAM rate; only a fix that removes the fixed time itself, PS173's, saves
 beyond either floor); a fix that changes the layout the reference runs too (PS107, PS108)

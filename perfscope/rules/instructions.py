@@ -132,7 +132,7 @@ def _check_legacy_mma(inputs: Inputs) -> Hit | None:
     ev = [Evidence("HMMA instructions (mma.sync)", hmma, "> HGMMA + UTC*MMA"),
           Evidence("compute capability", f"{cc[0]}.{cc[1]}", "9.0, 10.0 or 10.3"),
           Evidence("mma.sync rate / full-rate path (measured)" if measured else
-                   "mma.sync rate / full-rate path (not measured for this type: assumed)",
+                   "mma.sync rate / full-rate path (not measured for this chip and type: assumed)",
                    round(share, 2), "< 1")]
     if pipe is not None:
         ev.append(Evidence(M_TENSOR_PIPE, round(pipe, 1), "-"))
