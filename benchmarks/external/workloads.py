@@ -215,6 +215,10 @@ WORKLOADS: tuple[Workload, ...] = (
              "the tiled kernel on FP32 with tl.dot's default TF32: TF32 tensor cores, timed "
              "against cuBLAS with allow_tf32 (added 2026-12-06)",
              "triton", _tc("tiled", 128, 128, 32, 3, 8)),
+    Workload("triton_odd_k", "triton", 4096, 4096, 4095, "bf16",
+             "triton_good's kernel and tiles at K = 4095: A's rows 8,190 bytes apart, so Triton "
+             "cannot vectorise their loads (added 2026-12-06)",
+             "triton", _tc("tiled", 128, 256, 64, 3, 8)),
     Workload("triton_tma", "triton", *S4096, "bf16",
              "triton_good's tiles with A and B loaded through tl.make_tensor_descriptor (TMA on Hopper)",
              "triton", _tc("tma", 128, 256, 64, 3, 8)),
