@@ -103,15 +103,16 @@ def _check_unaligned_rows(inputs: Inputs) -> Hit | None:
     bytes a row), the kernel reads its operands in loads of 4 bytes or less and no TMA,
     and it runs well below the tensor rate aligned kernels reach.
     Why: TMA's global strides, cp.async's 16-byte copies and 16-byte vector loads all need
-    16-byte alignment, so a library given such rows falls back to kernels that load 2 or
-    4 bytes a lane (cuBLAS at 4095^3 bf16 on an H100: cutlass_75_tensorop ... align1,
-    mma.sync with 2-byte loads, 153 TFLOP/s, where it runs about 785 at 4096^3). The
-    narrow-load, latency and mma.sync findings beside this one are that fallback's
-    symptoms, and the reference at the same shape runs the same fallback.
+    16-byte alignment, so a library or compiler given such rows falls back to code that
+    loads 2 or 4 bytes a lane (Triton's tiled kernel at K = 4095: 2-byte LDGs staged through
+    STS.U16, 242 TFLOP/s where it runs about 750 at 4096^3; cuBLAS at 4095^3 on an H100
+    runs cutlass_75_tensorop ... align1, mma.sync with 2-byte loads, at 153 TFLOP/s, where
+    it runs about 785 at 4096^3). The narrow-load, latency and mma.sync findings beside this
+    one are that fallback's symptoms, and the reference at the same shape runs a fallback
+    too.
     Fix: pad the leading dimensions to a multiple of 16 bytes (8 bf16/fp16 elements, 4
     fp32): allocate the padded width and compute on a view (C = A[:, :K] @ B[:K, :N] with
-    A and B stored 4096 wide), or pad K with zeros; then the library's TMA/wgmma kernels
-    apply.
+    A and B stored 4096 wide), or pad K with zeros; then TMA/wgmma kernels apply.
     Estimate: 1 - (FLOPs at 0.75 of the dense tensor peak at the measured clock) / the
     kernel's time: the rate cuBLAS's aligned kernels reach; not held to the gap to the
     reference, which has the same rows.
@@ -143,7 +144,7 @@ def _check_unaligned_rows(inputs: Inputs) -> Hit | None:
 
 UNALIGNED_ROWS = Rule(
     code="PS107", tag="unaligned-rows",
-    title="Rows not 16-byte aligned: the library's fallback kernel runs",
+    title="Rows not 16-byte aligned: no 16-byte loads, copies or TMA for them",
     severity="warning",
     metrics=(*OPCODE_METRICS, M_DURATION),
     check=_check_unaligned_rows,
