@@ -105,7 +105,7 @@ def _check_unaligned_rows(inputs: Inputs) -> Hit | None:
     Why: TMA's global strides, cp.async's 16-byte copies and 16-byte vector loads all need
     16-byte alignment, so a library or compiler given such rows falls back to code that
     loads 2 or 4 bytes a lane (Triton's tiled kernel at K = 4095: 2-byte LDGs staged through
-    STS.U16, 242 TFLOP/s where it runs about 750 at 4096^3; cuBLAS at 4095^3 on an H100
+    STS.U16, 245 TFLOP/s where it runs 748 at 4096^3; cuBLAS at 4095^3 on an H100
     runs cutlass_75_tensorop ... align1, mma.sync with 2-byte loads, at 153 TFLOP/s, where
     it runs about 785 at 4096^3). The narrow-load, latency and mma.sync findings beside this
     one are that fallback's symptoms, and the reference at the same shape runs a fallback
