@@ -141,6 +141,16 @@ def saturated_unit(p: KernelProfile) -> tuple[str, float] | None:
     return None
 
 
+def scalar_ldg_share(p: KernelProfile) -> float | None:
+    """Global loads (LDG) no wider than 4 bytes over all LDGs executed; None without LDGs."""
+    ldgs = {op: n for op, n in p.opcodes.with_modifiers.items() if base_opcode(op) == "LDG"}
+    total = sum(ldgs.values())
+    if not total:
+        return None
+    wide = sum(n for op, n in ldgs.items() if any(m in ("64", "128") for m in op.split(".")[1:]))
+    return 1 - wide / total
+
+
 def _waits_on_l1tex(p: KernelProfile) -> bool:
     """Whether the warps' waits are on the L1TEX unit's own loads: long_scoreboard is
     CONFIRM_SHARE of the stalls or more in a kernel that copies through L1 (LDG, LDGSTS)

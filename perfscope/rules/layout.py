@@ -20,7 +20,7 @@ from perfscope.hardware import ELEMENT_BYTES, TENSOR_PRACTICAL_SHARE, output_ele
 from perfscope.manifest import FP8_LAYOUT, LAYOUT, TN_LAYOUT
 from perfscope.metrics import M_DURATION, OPCODE_METRICS
 from perfscope.rules.bounds import headroom
-from perfscope.rules.facts import family, need_opcodes
+from perfscope.rules.facts import family, need_opcodes, scalar_ldg_share
 from perfscope.rules.model import Evidence, Hit, Inputs, NotCollected, Rule, need
 
 # -- thresholds --
@@ -86,17 +86,6 @@ def _practical_gap(inputs: Inputs) -> tuple[float, list[Evidence]]:
         Evidence("gap to that rate", round(gap, 3), f">= {LAYOUT_GAP_MIN}")]
 
 
-def _narrow_share(inputs: Inputs) -> float | None:
-    """Global loads no wider than 4 bytes over all global loads (None without LDGs)."""
-    ops = inputs.profile.opcodes.with_modifiers
-    ldgs = {op: n for op, n in ops.items() if op.split(".")[0] == "LDG"}
-    total = sum(ldgs.values())
-    if not total:
-        return None
-    wide = sum(n for op, n in ldgs.items() if any(w in op.split(".")[1:] for w in ("64", "128")))
-    return 1 - wide / total
-
-
 def _check_unaligned_rows(inputs: Inputs) -> Hit | None:
     """Symptom: the GEMM's shape puts some operand's rows on addresses that are not
     multiples of 16 bytes whatever its layout (a bf16 matrix with 4095 columns: 8,190
@@ -129,7 +118,7 @@ def _check_unaligned_rows(inputs: Inputs) -> Hit | None:
         raise NotCollected("the GEMM's shape and element type (run manifest, --shape --dtype)")
     if not bad or p.opcodes.has("tma"):
         return None
-    narrow = _narrow_share(inputs)
+    narrow = scalar_ldg_share(p)
     if narrow is None or narrow < NARROW_LOAD_SHARE:
         return None
     gap, ev = _practical_gap(inputs)

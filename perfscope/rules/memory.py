@@ -64,6 +64,7 @@ from perfscope.rules.facts import (
     need_opcodes,
     need_reads,
     pressure,
+    scalar_ldg_share,
     stall_share,
     total_instructions,
     worst,
@@ -180,11 +181,6 @@ UNCOALESCED_GLOBAL = Rule(
 )
 
 
-def _is_scalar_ldg(opcode: str) -> bool:
-    mods = opcode.split(".")[1:]
-    return not any(m in ("64", "128") for m in mods)
-
-
 def _check_scalar_loads(inputs: Inputs) -> Hit | None:
     """Symptom: a GEMM-like kernel loads global memory with scalar (<= 4-byte) LDGs and
     spends its stall time waiting on them. The loads may well be coalesced (their sectors
@@ -207,7 +203,7 @@ def _check_scalar_loads(inputs: Inputs) -> Hit | None:
     ldg = sum(ldgs.values())
     if not ldg or not is_gemm_like(p):
         return None
-    scalar = sum(n for op, n in ldgs.items() if _is_scalar_ldg(op)) / ldg
+    scalar = scalar_ldg_share(p)
     if scalar < SCALAR_LOAD_SHARE_MIN:
         return None
     if ldg / total_instructions(p) < MIN_SHARE_OF_INSTRUCTIONS:
