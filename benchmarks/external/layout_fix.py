@@ -3,7 +3,8 @@
     PYTHONPATH=. python3 benchmarks/external/layout_fix.py --out FILE.json [--rounds 5] [--runs 20]
 
 Two pairs, each checked against float64 and then timed with CUDA events in alternating
-rounds (a 256 MiB write before every timed call, so L2 starts cold, as workloads.py times):
+rounds, by workloads.py's own batch (a 256 MiB write before every timed call, so L2 starts
+cold; layout-fix-h100.json was made by a copy of it that synchronised after each call):
 
 - ``unaligned_rows``: torch.matmul at 4095^3 bf16 (rows 8,190 bytes apart: the external
   set's torch_odd_4095) against the same product with K and N padded with zeros to 4096
@@ -25,21 +26,17 @@ import sys
 import time
 from pathlib import Path
 
-FLUSH_BYTES = 256 << 20
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import workloads as wl  # noqa: E402  (the external set's timing: flush, queue-ahead, events)
+
 SEED = 20261206
 
 
 def _timed(torch, fn, flush, runs: int) -> float:
-    """Median ms of `runs` calls, each after writing the flush buffer."""
-    times = []
-    for _ in range(runs):
-        flush.fill_(1)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
+    """Median ms of `runs` calls, each after writing the flush buffer (workloads.py's batch)."""
+    times, _ = wl._timed_batch(torch, fn, flush, runs)
     return statistics.median(times)
 
 
@@ -86,7 +83,7 @@ def run_pair(torch, name: str, rounds: int, runs: int) -> dict:
            "tolerance": tol, "verdict": "ok" if max(errs) <= tol else "WRONG"}
     if row["verdict"] != "ok":
         return row
-    flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    flush = torch.empty(wl.FLUSH_BYTES, dtype=torch.uint8, device="cuda")
     for fn in (before, fixed):
         for _ in range(3):
             fn()

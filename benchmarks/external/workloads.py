@@ -610,8 +610,10 @@ def _build_torch_tf32(w: Workload) -> Prepared:
                     lambda: _product64(a, b), TF32_TOL)
 
 
-def _build_torch_int8(w: Workload) -> Prepared:
-    """torch._int_mm: int8 A and B into an int32 C (cuBLASLt's integer GEMM), exact."""
+def _build_torch_int8(w: Workload, k_major_b: bool = False) -> Prepared:
+    """torch._int_mm: int8 A and B into an int32 C (cuBLASLt's integer GEMM), exact; with
+    k_major_b, B stored K-major once (as a weight can be) and passed as its transpose view:
+    the TN layout."""
     torch = _torch()
     g = torch.Generator(device="cuda").manual_seed(SEED)
     a = torch.randint(-INT8_RANGE, INT8_RANGE + 1, (w.m, w.k), device="cuda", generator=g,
@@ -622,13 +624,9 @@ def _build_torch_int8(w: Workload) -> Prepared:
         raise Unavailable("this PyTorch has no torch._int_mm")
     c = torch.empty(w.m, w.n, dtype=torch.int32, device="cuda")
     ref = torch.empty_like(c)
-    if w.builder == "torch_int8_tn":
-        # B stored K-major once (as a weight can be), passed as its transpose view: TN.
-        bt = b.t().contiguous()
-        return Prepared(lambda: torch._int_mm(a, bt.t(), out=c),
-                        lambda: torch._int_mm(a, bt.t(), out=ref), lambda: _product64(a, b), INT8_TOL)
-    return Prepared(lambda: torch._int_mm(a, b, out=c), lambda: torch._int_mm(a, b, out=ref),
-                    lambda: _product64(a, b), INT8_TOL)
+    operand = b.t().contiguous().t() if k_major_b else b
+    return Prepared(lambda: torch._int_mm(a, operand, out=c),
+                    lambda: torch._int_mm(a, operand, out=ref), lambda: _product64(a, b), INT8_TOL)
 
 
 def _build_torch_gelu(w: Workload) -> Prepared:
@@ -704,7 +702,7 @@ BUILDERS: dict[str, Callable[[Workload], Prepared]] = {
     "torch_gelu": _build_torch_gelu,
     "torch_tf32": _build_torch_tf32,
     "torch_int8": _build_torch_int8,
-    "torch_int8_tn": _build_torch_int8,
+    "torch_int8_tn": lambda w: _build_torch_int8(w, k_major_b=True),
     "nvmath_mm": lambda w: _build_nvmath(w, None),
     "nvmath_gelu_bias": lambda w: _build_nvmath(w, "GELU_BIAS"),
 }

@@ -205,17 +205,18 @@ def evaluate(profile: KernelProfile, manifest: RunManifest | None = None,
     combined = combine([(f.group, f.estimated_gain) for f in findings
                         if f.estimated_gain is not None and f.tag != CORRECTNESS_TAG],
                        min((f for f in (floor, launch) if f is not None), default=None))
+    # A layout finding (always estimated) frees the combined estimate and the page's note
+    # from the reference the layout is shared with.
+    blind = any(f.group in REFERENCE_BLIND for f in findings if f.estimated_gain)
     if combined is not None:
         # Rounded down when a cap holds it, as the findings are: never above the cap (the
         # floor's too, unless a saving outside its envelope adds to it).
         outside = any(f.group in OUTSIDE_ENVELOPE for f in findings if f.estimated_gain)
-        blind = any(f.group in REFERENCE_BLIND for f in findings if f.estimated_gain)
         held = [c for c, name in caps if not (blind and name == "reference gap")] + (
             [f for f in (floor, launch) if f is not None] if not outside else [])
         cap = min(held, default=None)
         combined = (math.floor(cap * 1e4) / 1e4 if cap is not None and cap <= combined
                     else round(combined, 4))
-    blind = any(f.group in REFERENCE_BLIND for f in findings)
     notes = (no_warning,) if no_warning and findings and not blind else ()
     return Evaluation(findings=tuple(findings), not_evaluated=tuple(skipped), silent=tuple(silent),
                       headroom=room, combined_gain=combined, reference_cap=ref_cap, notes=notes)
