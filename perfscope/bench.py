@@ -180,7 +180,7 @@ def make_manifest(job: Job, verification: Verification, **kw: Any) -> RunManifes
     """The run manifest of one job, with its verification and whatever else the run measured."""
     s = job.shape
     return RunManifest(stage=job.spec.name, family=job.spec.family, dtype=job.dtype,
-                       m=s.m, n=s.n, k=s.k, params=job.spec.param_dict,
+                       m=s.m, n=s.n, k=s.k, batch=s.batch, params=job.spec.param_dict,
                        verification=verification, parent=job.spec.parent,
                        variant=job.spec.variant, layout=layout_for(job.dtype), created=_now(),
                        **kw)
@@ -374,7 +374,7 @@ def parent_steps(manifests: Sequence[RunManifest]) -> list[ParentStep]:
     shape: the defaults, hgemm_small_m's tile the host's choice on the run's GPU)."""
     def is_default(m: RunManifest) -> bool:
         sms = m.environment.sm_count if m.environment is not None else H200_MULTIPROCESSORS
-        params = declared_params(m.stage, Shape(m.m, m.n, m.k), sms)
+        params = declared_params(m.stage, Shape(m.m, m.n, m.k, m.batch), sms)
         return params is not None and at_defaults(m.params, params)
 
     timed = {(m.stage, m.dtype, m.shape): m for m in manifests

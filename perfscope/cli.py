@@ -234,9 +234,9 @@ def diff(
                                    "committed reference run, not reports/local."),
     reference_dir: Path | None = typer.Option(None, "--reference-dir", help="Resolve stage names in "
                                               "this reference run folder."),
-    shape: str | None = typer.Option(None, "--shape", help="GEMM shape MxNxK of both kernels, for "
-                                     "reports without a run manifest (a manifest's shape wins; a "
-                                     "different --shape is refused)."),
+    shape: str | None = typer.Option(None, "--shape", help="GEMM shape MxNxK (BxMxNxK: a batch of "
+                                     "B) of both kernels, for reports without a run manifest (a "
+                                     "manifest's shape wins; a different --shape is refused)."),
     dtype: str | None = typer.Option(None, "--dtype", help="For stage names: which dtype's report."),
     as_json: bool = typer.Option(False, "--json", help="Print the diff as JSON."),
     markdown: bool = typer.Option(False, "--markdown", help="Print Markdown for a PR comment."),
@@ -265,7 +265,7 @@ def diff(
     side_a, side_b = diagnosis.resolve_pair(a, b, options,
                                             make_reference=None if root is not None else _make_reference)
     given = parse_shape(shape) if shape else None
-    flops = d.shape_flops(side_a, side_b, (given.m, given.n, given.k)) if given else None
+    flops = d.shape_flops(side_a, side_b, (*given.lead, given.m, given.n, given.k)) if given else None
     result = d.compare(side_a, side_b, flops)
     violated = d.check_gates(result, fail_if or [], fail_on_new_findings)
     document = d.DiffDocument(result, tuple(violated))
@@ -308,7 +308,8 @@ def profile(
     ctx: typer.Context,
     stages: list[str] | None = typer.Argument(None, help="Stage names or 'all'."),
     shape: str | None = typer.Option(None, "--shape", help="Problem size MxNxK (stages: default "
-                                     "4096x4096x4096; a program: its kernel's GEMM)."),
+                                     "4096x4096x4096; a program: its kernel's GEMM; BxMxNxK: a "
+                                     "batch of B in one launch, cuBLAS's references and programs)."),
     dtype: list[str] | None = typer.Option(None, "--dtype", help="fp32, fp16, bf16 or fp8 (repeat for "
                                            "stages; one for a program's kernel)."),
     param: list[str] | None = typer.Option(None, "--param", help="Template parameter, e.g. STAGES=4."),
@@ -327,7 +328,7 @@ def profile(
                                             "launches to profile (ncu -c)."),
     nvtx: list[str] | None = typer.Option(None, "--nvtx", help="A program: only launches inside "
                                           "this NVTX range (ncu --nvtx-include; repeat); a range "
-                                          "named ...-<dtype>-MxNxK also gives the shape."),
+                                          "named ...-<dtype>-MxNxK (or BxMxNxK) also gives the shape."),
     replay: str = typer.Option("kernel", "--replay", help="kernel, application or range "
                                "(ncu --replay-mode)."),
     ncu_arg: list[str] | None = typer.Option(None, "--ncu-arg", help="Passed to ncu verbatim "
@@ -419,7 +420,8 @@ def profile(
 @app.command()
 def bench(
     stages: list[str] | None = typer.Argument(None, help="Stage names, or 'all' (the default)."),
-    shape: str = typer.Option("4096x4096x4096", "--shape", help="Problem size MxNxK."),
+    shape: str = typer.Option("4096x4096x4096", "--shape", help="Problem size MxNxK (BxMxNxK: a "
+                                "batch of B, cuBLAS's references only)."),
     dtype: list[str] | None = typer.Option(None, "--dtype", help="fp32, fp16, bf16 or fp8 (repeat)."),
     param: list[str] | None = typer.Option(None, "--param", help="Template parameter, e.g. STAGES=4."),
     out: Path | None = typer.Option(None, "--out", help="Write the bench file (the run manifests) "

@@ -81,7 +81,7 @@ def manifest_reads(manifest: RunManifest | None) -> tuple[OperandRead, ...] | No
     if manifest is None or not (manifest.m and manifest.n and manifest.k):
         return None
     return run_reads(manifest.stage, manifest.params, manifest.dtype,
-                     Shape(manifest.m, manifest.n, manifest.k))
+                     Shape(manifest.m, manifest.n, manifest.k, manifest.batch))
 
 
 def diagnose_profiles(path: Path, profiles: list[KernelProfile], catalogue: Catalogue,

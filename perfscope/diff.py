@@ -21,6 +21,7 @@ to, its structure; shares of B's time), and ``remaining`` what A still has.
 from __future__ import annotations
 
 import logging
+import math
 import operator
 import re
 from collections.abc import Mapping, Sequence
@@ -798,17 +799,16 @@ def _verdict(draft: ProfileDiff, shapes: tuple[LaunchShape, LaunchShape]
     return tuple(reasons[:VERDICT_REASONS]), False, gap
 
 
-def shape_flops(a: Diagnosed, b: Diagnosed, shape: tuple[int, int, int]) -> int:
-    """The FLOPs of --shape MxNxK for both sides, refused when a run manifest says otherwise
-    (a shape 8x off makes every per-MFLOP row 8x off, silently)."""
+def shape_flops(a: Diagnosed, b: Diagnosed, shape: tuple[int, ...]) -> int:
+    """The FLOPs of --shape MxNxK (BxMxNxK) for both sides, refused when a run manifest says
+    otherwise (a shape 8x off makes every per-MFLOP row 8x off, silently)."""
     given = "x".join(map(str, shape))
     for side, record in (("A", a), ("B", b)):
         if record.shape is not None and record.shape != tuple(shape):
             raise PerfscopeError(f"--shape {given} contradicts {side}'s run manifest, which says "
                                  f"{'x'.join(map(str, record.shape))} ({record.path}); leave --shape "
                                  "out to use the manifests' shapes.")
-    m, n, k = shape
-    return 2 * m * n * k
+    return 2 * math.prod(shape)
 
 
 def compare(a: Diagnosed, b: Diagnosed, flops: int | None = None) -> ProfileDiff:

@@ -232,6 +232,8 @@ class RunManifest:
     # what the recording found ("" where it was not asked for).
     tensor_maps: tuple[KernelMaps, ...] = ()
     tensor_maps_note: str = ""
+    # How many MxNxK products the launch ran (a strided batched GEMM); 1 for one GEMM.
+    batch: int = 1
 
     def __post_init__(self) -> None:
         if self.timing is not None and self.verification.verdict not in (OK, UNVERIFIED):
@@ -239,8 +241,14 @@ class RunManifest:
 
     @property
     def shape(self) -> str:
-        """The problem shape as MxNxK."""
-        return f"{self.m}x{self.n}x{self.k}"
+        """The problem shape as MxNxK, or BxMxNxK for a batch of B."""
+        one = f"{self.m}x{self.n}x{self.k}"
+        return f"{self.batch}x{one}" if self.batch > 1 else one
+
+    @property
+    def flops(self) -> int:
+        """2·B·M·N·K: the work of the product(s) the manifest describes (0 when unknown)."""
+        return 2 * self.batch * self.m * self.n * self.k
 
     @property
     def shape_known(self) -> bool:
@@ -248,8 +256,12 @@ class RunManifest:
         return self.m > 0 and self.n > 0 and self.k > 0
 
     def to_dict(self) -> dict[str, Any]:
-        """The manifest as plain JSON-ready values."""
-        return asdict(self)
+        """The manifest as plain JSON-ready values (a single GEMM's without "batch": every
+        manifest written before batches existed reads the same, and reads back as one GEMM)."""
+        d = asdict(self)
+        if self.batch == 1:
+            del d["batch"]
+        return d
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunManifest:
@@ -292,7 +304,9 @@ class BenchFile:
 
     def to_json(self) -> str:
         """The bench file as JSON text (NaN refused)."""
-        return json.dumps(asdict(self), indent=1, sort_keys=False, allow_nan=False) + "\n"
+        d = asdict(self)
+        d["manifests"] = [m.to_dict() for m in self.manifests]
+        return json.dumps(d, indent=1, sort_keys=False, allow_nan=False) + "\n"
 
     def write(self, path: Path) -> None:
         """Write the bench file through a temporary beside it, so a reader never sees half of one."""
@@ -368,7 +382,7 @@ def manifest_beside(report: str | Path) -> RunManifest | None:
 
 def run_key(m: RunManifest) -> tuple:
     """What identifies one run: stage, dtype, shape and parameters."""
-    return (m.stage, m.dtype, m.m, m.n, m.k, tuple(sorted(m.params.items())))
+    return (m.stage, m.dtype, m.m, m.n, m.k, tuple(sorted(m.params.items())), m.batch)
 
 
 def _bench_timing(bench: Path, manifest: RunManifest) -> Timing | None:

@@ -498,7 +498,7 @@ def profile_command(command: Sequence[str], output: Path, options: ncu_mod.NcuOp
 PROGRAMS_DIR = LOCAL_ROOT / "programs"
 # An NVTX range named like a report stem (``...-bf16-4096x4096x4096``) carries the GEMM's
 # dtype and shape, for a capture made with --nvtx and without --shape/--dtype.
-_RANGE_SHAPE = re.compile(r"-(fp32|fp16|bf16)-(\d+)x(\d+)x(\d+)$")
+_RANGE_SHAPE = re.compile(r"-(fp32|fp16|bf16)-((?:\d+x)?\d+x\d+x\d+)$")
 TIMING_METHOD = ("a program's kernel cannot be launched again outside its program (perfscope has "
                  "neither its arguments nor its memory), so it is not event-timed: these are ncu's "
                  "durations (gpu__time_duration) of the captured launches and of the reference's, "
@@ -572,13 +572,14 @@ def default_output(command: Sequence[str], now: datetime | None = None,
 
 
 def shape_from_ranges(exprs: Sequence[str]) -> tuple[str, Shape] | None:
-    """(dtype, shape) named by the first NVTX filter whose range ends ``-<dtype>-MxNxK``."""
+    """(dtype, shape) named by the first NVTX filter whose range ends ``-<dtype>-MxNxK`` (or
+    ``-<dtype>-BxMxNxK`` for a batch)."""
     for expr in exprs:
         parts = [p for p in expr.split("/") if p and p != "*"]
         name = parts[-1].rsplit("@", 1)[-1] if parts else ""
         m = _RANGE_SHAPE.search(name)
         if m:
-            return m.group(1), Shape(int(m.group(2)), int(m.group(3)), int(m.group(4)))
+            return m.group(1), parse_shape(m.group(2))
     return None
 
 
@@ -696,8 +697,10 @@ def _program_manifest(req: ProgramRequest, known: tuple[str, Shape] | None, laun
                       replay_mode=o.replay_mode, launches=launches, fault=fault,
                       untrusted_launches=untrusted)
     # Unknown, the shape is 0x0x0 (RunManifest.shape_known) and the dtype empty.
-    dtype, (m, n, k) = (known[0], (known[1].m, known[1].n, known[1].k)) if known else ("", (0, 0, 0))
-    return RunManifest(stage=PROGRAM, family=PROGRAM, dtype=dtype, m=m, n=n, k=k, params={},
+    dtype, shape = known if known else ("", None)
+    m, n, k, batch = (shape.m, shape.n, shape.k, shape.batch) if shape else (0, 0, 0, 1)
+    return RunManifest(stage=PROGRAM, family=PROGRAM, dtype=dtype, m=m, n=n, k=k, batch=batch,
+                       params={},
                        verification=Verification(UNVERIFIED, detail="a program's own kernel: "
                                                  "perfscope did not make its inputs, so it cannot "
                                                  "check its output"),
@@ -729,7 +732,7 @@ def _time_against_reference(capture: ProgramCapture, manifest: RunManifest,
     if not a_ms or not b_ns:
         return replace(capture, timing="not timed: ncu's duration (gpu__time_duration) was not "
                        "collected in one of the reports; cycles stay the comparison")
-    flops = 2 * manifest.m * manifest.n * manifest.k
+    flops = manifest.flops
     b_ms = b_ns / 1e6
     ratio = b_ms / Spread.of(a_ms).median
 

@@ -59,15 +59,18 @@ class Diagnosed:
 
     @property
     def flops(self) -> int | None:
-        """The GEMM's 2*M*N*K floating-point operations, None when the shape is not known."""
+        """The GEMM's 2*B*M*N*K floating-point operations, None when the shape is not known."""
         m = self.manifest
-        return 2 * m.m * m.n * m.k if m is not None and m.shape_known else None
+        return m.flops if m is not None and m.shape_known else None
 
     @property
-    def shape(self) -> tuple[int, int, int] | None:
-        """(M, N, K) from the run manifest, None when the shape is not known."""
+    def shape(self) -> tuple[int, ...] | None:
+        """(M, N, K) from the run manifest, (B, M, N, K) for a batch of B; None when the
+        shape is not known."""
         m = self.manifest
-        return (m.m, m.n, m.k) if m is not None and m.shape_known else None
+        if m is None or not m.shape_known:
+            return None
+        return (m.m, m.n, m.k) if m.batch == 1 else (m.batch, m.m, m.n, m.k)
 
     @property
     def launch_id(self) -> str:

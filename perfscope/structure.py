@@ -159,9 +159,10 @@ def _tile(kp: KernelProfile, manifest: RunManifest | None, shape: tuple[int, int
     grid = kp.identity.grid
     waves = kp.launch.waves_per_sm
     # A multi-wave 2-D grid over the output: one tile per CTA, x over N and y over M
-    # (how perfscope's stages and most GEMMs launch). A 1-D grid (Triton's, a persistent
-    # one) says how many tiles there are, not their shape.
-    if (shape and grid and grid[0] > 1 and grid[1] > 1 and grid[2] == 1 and waves is not None
+    # (how perfscope's stages and most GEMMs launch; z over a batch's products). A 1-D grid
+    # (Triton's, a persistent one) says how many tiles there are, not their shape.
+    batch = manifest.batch if manifest is not None else 1
+    if (shape and grid and grid[0] > 1 and grid[1] > 1 and grid[2] == batch and waves is not None
             and waves > ONE_WAVE):
         m, n, _ = shape
         return (math.ceil(m / grid[1]), math.ceil(n / grid[0])), "grid"
@@ -169,7 +170,7 @@ def _tile(kp: KernelProfile, manifest: RunManifest | None, shape: tuple[int, int
 
 
 def _persistent(ctas: int | None, waves: float | None, tile: tuple[int, int] | None,
-                shape: tuple[int, int, int] | None) -> bool | None:
+                shape: tuple[int, int, int] | None, batch: int = 1) -> bool | None:
     if ctas is None or waves is None:
         return None
     if waves > ONE_WAVE:
@@ -178,8 +179,8 @@ def _persistent(ctas: int | None, waves: float | None, tile: tuple[int, int] | N
         return None
     m, n, _ = shape
     if tile is not None:
-        return math.ceil(m / tile[0]) * math.ceil(n / tile[1]) > ctas
-    return m * n / ctas > REGISTER_FILE_WORDS
+        return batch * math.ceil(m / tile[0]) * math.ceil(n / tile[1]) > ctas
+    return batch * m * n / ctas > REGISTER_FILE_WORDS
 
 
 def mma_fragment(mma: str | None) -> tuple[int, int] | None:
@@ -216,6 +217,7 @@ def launch_shape(kp: KernelProfile, manifest: RunManifest | None,
     reads: how the run read its operands by TMA, where the loader knows)."""
     shape = (manifest.m, manifest.n, manifest.k) if manifest is not None and manifest.m > 0 \
         and manifest.n > 0 and manifest.k > 0 else None
+    batch = manifest.batch if manifest is not None else 1
     tile, source = _tile(kp, manifest, shape)
     ctas = kp.launch.grid_size
     waves = kp.launch.waves_per_sm
@@ -227,7 +229,7 @@ def launch_shape(kp: KernelProfile, manifest: RunManifest | None,
     waits = sum(n for op, n in kp.opcodes.with_modifiers.items()
                 if op.startswith("WARPGROUP.DEPBAR"))
     return LaunchShape(
-        ctas=ctas, waves=waves, persistent=_persistent(ctas, waves, tile, shape), tile=tile,
+        ctas=ctas, waves=waves, persistent=_persistent(ctas, waves, tile, shape, batch), tile=tile,
         tile_source=source, mma=_mma(kp), cluster=kp.identity.cluster, multicast=multicast,
         warpgroups=threads // WARPGROUP if threads and fast and threads % WARPGROUP == 0 else None,
         setmaxreg=_count(kp, "USETMAXREG") > 0, tma_stores=_count(kp, "UTMASTG"),

@@ -77,15 +77,16 @@ CHECK_SHAPES: tuple[Shape, ...] = (
 
 def make_inputs(cp: Any, shape: Shape, dtype: str, seed: int | None,
                 scaled: bool = False) -> tuple[Any, Any]:
-    """Seeded standard-normal A (MxK) and B (KxN) in the element type, contiguous on the GPU;
+    """Seeded standard-normal A (MxK) and B (KxN), or B of each for a batch, in the element
+    type, contiguous on the GPU;
     ``scaled``: A divided by sqrt(K), so A·B is of order one (for the epilogues)."""
     if dtype == FP8:   # e4m3 codes, B as Bt (N x K); no fp8 stage has an epilogue
         return make_fp8_inputs(cp, shape.m, shape.n, shape.k, seed)
     rng = cp.random.default_rng(seed)
     nd = numpy_dtype(dtype)
-    a = rng.standard_normal((shape.m, shape.k), dtype=cp.float32)
+    a = rng.standard_normal((*shape.lead, shape.m, shape.k), dtype=cp.float32)
     a = (a / float(shape.k) ** 0.5 if scaled else a).astype(nd)
-    b = rng.standard_normal((shape.k, shape.n), dtype=cp.float32).astype(nd)
+    b = rng.standard_normal((*shape.lead, shape.k, shape.n), dtype=cp.float32).astype(nd)
     return cp.ascontiguousarray(a), cp.ascontiguousarray(b)
 
 
@@ -145,7 +146,8 @@ def _products(cp: Any, a: Any, b: Any, dtype: str) -> tuple[Any, Any]:
 
 def _poisoned(cp: Any, shape: Shape, dtype: str) -> Any:
     # NaN in the output's own type: an element the kernel never writes stays NaN.
-    return cp.full((shape.m, shape.n), float("nan"), dtype=cp.float32).astype(numpy_dtype(dtype))
+    return cp.full((*shape.lead, shape.m, shape.n), float("nan"),
+                   dtype=cp.float32).astype(numpy_dtype(dtype))
 
 
 def check_result(cp: Any, a: Any, b: Any, c: Any, dtype: str,
@@ -290,10 +292,12 @@ def _compare(cp: Any, c: Any, ref: Any, limits: Bound) -> Verification:
     if err > fro_tol or bad:
         where = ""
         if bad:
-            idx = int(cp.argmax(ratio))
-            i, j = divmod(idx, c.shape[1])
-            where = (f"; worst at C[{i}][{j}] = {float(c64[i, j]):.6g}, "
-                     f"reference {float(ref[i, j]):.6g}")
+            import numpy as np
+
+            # C[i][j], or C[b][i][j] for a batch.
+            at = tuple(int(x) for x in np.unravel_index(int(cp.argmax(ratio)), c.shape))
+            where = (f"; worst at C{''.join(f'[{x}]' for x in at)} = {float(c64[at]):.6g}, "
+                     f"reference {float(ref[at]):.6g}")
         detail = (f"relative Frobenius error {err:.3g} (tolerance {fro_tol:g}); "
                   f"{bad} elements outside the elementwise bound{where}")
         return Verification(WRONG, err, fro_tol, worst, bad, 0, detail)

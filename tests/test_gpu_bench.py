@@ -181,3 +181,28 @@ def test_l2_flush_evicts_what_the_last_launch_read(mode):
     warm = timed(lambda: (buf.sum(), spin((1,), (32,), (np.int64(200_000),))))
     cold = timed(flush)
     assert cold > 1.3 * warm
+
+
+BATCHED = (Shape(127, 129, 65, batch=3), Shape(512, 256, 1024, batch=8))
+
+
+@pytest.mark.parametrize("shape", BATCHED, ids=str)
+@pytest.mark.parametrize("name", ["cublas_sgemm", "cublas_hgemm", "cublas_bgemm"])
+def test_cublas_batch_is_one_strided_batched_launch_and_correct(name, shape):
+    """A batched shape runs cuBLAS on 3-D operands (every product checked against float64),
+    and a wrong product anywhere in the batch is named with its index."""
+    spec = get_spec(name)
+    dtype = spec.dtypes[0]
+    prep = prepare(spec, dtype, shape)
+    v = verify.verify(prep, 1)
+    assert v.verdict == OK, f"{name} {shape}: {v.detail}"
+    cp = require_gpu()
+    a, b = verify.make_inputs(cp, shape, dtype, 1)
+    assert a.shape == (shape.batch, shape.m, shape.k) and b.shape == (shape.batch, shape.k, shape.n)
+    c = verify.poisoned_output(cp, prep)
+    prep.launch(a, b, c)
+    # On the host: CuPy has no arithmetic on ml_dtypes' bfloat16.
+    host = cp.asnumpy(c)
+    host[shape.batch - 1, 5, 7] = np.float32(host[shape.batch - 1, 5, 7]) + np.float32(1000)
+    wrong = verify.check_result(cp, a, b, cp.asarray(host), dtype)
+    assert wrong.verdict != OK and f"C[{shape.batch - 1}][5][7]" in wrong.detail

@@ -97,16 +97,37 @@ def test_unknown_stage_lists_valid_names():
     assert "sgemm_fast" in msg and "hgemm_bcf_dbf_rw" in msg and "\n" not in msg
 
 
-@pytest.mark.parametrize("text", ["4096", "4x4", "axbxc", "1x2x3x4", "", "2.5x3x3"])
+@pytest.mark.parametrize("text", ["4096", "4x4", "axbxc", "1x2x3x4x5", "", "2.5x3x3", "x2x3x4"])
 def test_malformed_shape(text):
     with pytest.raises(PerfscopeError, match="MxNxK"):
         parse_shape(text)
 
 
-@pytest.mark.parametrize("text", ["0x4x4", "4x-1x4", "4x4x0"])
+@pytest.mark.parametrize("text", ["0x4x4", "4x-1x4", "4x4x0", "0x4x4x4", "-2x4x4x4"])
 def test_non_positive_shape(text):
     with pytest.raises(PerfscopeError, match="positive"):
         parse_shape(text)
+
+
+def test_batched_shape_reads_batch_first_and_counts_every_product():
+    s = parse_shape("8x1024x2048x64")
+    assert (s.batch, s.m, s.n, s.k) == (8, 1024, 2048, 64)
+    assert str(s) == "8x1024x2048x64" and s.lead == (8,)
+    assert s.flops == 8 * 2 * 1024 * 2048 * 64
+    # A batch of one is the plain GEMM, named as before (stems, manifests).
+    one = parse_shape("1x4096x4096x4096")
+    assert one == Shape(4096, 4096, 4096) and str(one) == "4096x4096x4096" and one.lead == ()
+
+
+def test_only_the_cublas_references_take_a_batch():
+    batched = parse_shape("4x512x512x512")
+    for name in ("cublas_sgemm", "cublas_hgemm", "cublas_bgemm"):
+        get_spec(name).check_shape(batched)
+    with pytest.raises(PerfscopeError, match="one GEMM a launch, not a batch") as exc:
+        get_spec("hgemm_tma_wgmma_balanced").check_shape(batched)
+    assert "\n" not in str(exc.value) and "cublas_bgemm" in str(exc.value)
+    with pytest.raises(PerfscopeError, match="not a batch"):
+        get_spec("cublaslt_bgemm").check_shape(batched)
 
 
 def test_constraint_refusal_is_one_sentence():

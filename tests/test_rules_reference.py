@@ -121,6 +121,15 @@ EXTERNAL_LABELS: dict[str, tuple[set[str], set[str]]] = {
     "triton_tf32": ({"uncoalesced-global"}, {"epilogue-exposed", "no-tensor-cores", "legacy-mma",
                                              "unaligned-rows", "occupancy-limited",
                                              "latency-exposed"}),
+    # torch.bmm (cuBLAS's strided batched GEMM, one launch for the batch, H100): attention's
+    # Q K^T over 32 heads writes 256 MiB of scores (DRAM-bound, 2048 x 2048 from K = 128),
+    # P V reads them (DRAM-bound); 16 square products are compute-bound at the power cap.
+    # Held to the whole batch's work (run manifest's BxMxNxK), nothing warns: at one
+    # product's work the roofline would be 32x or 16x too small.
+    "torch_bmm_scores": (set(), {"small-tile", "no-data-reuse", "operand-layout",
+                                 "latency-exposed", "small-grid"}),
+    "torch_bmm_values": (set(), {"small-tile", "no-data-reuse", "latency-exposed", "small-grid"}),
+    "torch_bmm_square": (set(), {"small-tile", "dram-bound", "latency-exposed", "small-grid"}),
 }
 # The fused stages of the reference run (reports/reference/h200/fused, issue 19): report
 # stem -> (must fire, must not fire).
@@ -160,7 +169,7 @@ EXTERNAL_CUBLAS = ("torch_decode_m16", "torch_decode_m64", "torch_kheavy", "torc
                    "torch_fp32_4096", "cublaslt_bf16_4096", "cublaslt_gelu_bias_4096",
                    "cublaslt_gelu_bias_m16", "cublaslt_gelu_bias_m64_4096",
                    "cublaslt_gelu_bias_m256_4096", "torch_tf32_4096", "torch_odd_m",
-                   "torch_int8_tn")
+                   "torch_int8_tn", "torch_bmm_scores", "torch_bmm_values", "torch_bmm_square")
 # (torch_odd_4095, torch_odd_k and torch_int8_4096 are cuBLAS too, and warned: not about the kernel but
 # about the layout the caller gave it, which the same call at the same layout cannot fix.)
 

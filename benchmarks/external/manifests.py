@@ -36,7 +36,7 @@ def manifest_for(w: dict, method: dict, env: dict, created: str) -> RunManifest:
                                 detail="" if ok else str(w.get("detail", "")))
     timing = None
     if ok and w.get("ms_median"):
-        flops = 2.0 * w["m"] * w["n"] * w["k"]
+        flops = 2.0 * int(w.get("batch", 1)) * w["m"] * w["n"] * w["k"]
         clock = w.get("sm_clock_mhz") or {}
 
         def tflops(ms: float) -> float:
@@ -63,7 +63,8 @@ def manifest_for(w: dict, method: dict, env: dict, created: str) -> RunManifest:
         extra={k: str(env[k]) for k in ("torch", "triton", "nvmath", "nvidia_smi") if k in env})
     layout = {"layout": w["layout"]} if w.get("layout") else {}
     return RunManifest(stage=w["name"], family="external", dtype=w["dtype"], m=int(w["m"]),
-                       n=int(w["n"]), k=int(w["k"]), params=params, verification=verification,
+                       n=int(w["n"]), k=int(w["k"]), batch=int(w.get("batch", 1)), params=params,
+                       verification=verification,
                        timing=timing, environment=environment, created=created, **layout)
 
 

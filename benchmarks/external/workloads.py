@@ -102,14 +102,17 @@ class Workload:
     # The operands' layout when it is not the set's row-major A[M][K], B[K][N] (a
     # perfscope.manifest layout string, which manifests.py writes into the run manifest).
     layout: str | None = None
+    # Products of M x N x K in the one launch (torch.bmm: A[B][M][K] · B[B][K][N]).
+    batch: int = 1
 
     @property
     def shape(self) -> str:
-        return f"{self.m}x{self.n}x{self.k}"
+        one = f"{self.m}x{self.n}x{self.k}"
+        return f"{self.batch}x{one}" if self.batch > 1 else one
 
     @property
     def flop(self) -> int:
-        return 2 * self.m * self.n * self.k
+        return 2 * self.batch * self.m * self.n * self.k
 
     def prepare(self) -> Prepared:
         return BUILDERS[self.builder](self)
@@ -180,7 +183,7 @@ class Workload:
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "group": self.group, "shape": self.shape, "m": self.m, "n": self.n,
-                "k": self.k, "dtype": self.dtype, "description": self.description,
+                "k": self.k, "batch": self.batch, "dtype": self.dtype, "description": self.description,
                 "launches": list(self.launches), "layout": self.layout,
                 "config": asdict(self.config) if self.config else None}
 
@@ -266,6 +269,19 @@ WORKLOADS: tuple[Workload, ...] = (
              "torch._int_mm 4096^3 with B stored K-major (N x K) and passed as its transpose "
              "view: the TN layout cuBLASLt's int8 wgmma kernels take", "torch_int8_tn",
              layout="row-major TN: C[M][N] = A[M][K] * Bt[N][K]^T"),
+    # Batched GEMMs through torch.bmm (cuBLAS's strided batched GEMM: one launch for every
+    # product), in an ncu process of their own (added 2026-12-06): attention's two products
+    # per head (32 heads x sequences of 2048, head dimension 128) and a batch of square ones.
+    Workload("torch_bmm_scores", "torch_batched", 2048, 2048, 128, "bf16",
+             "torch.bmm(Q, K^T) over 32 heads: S = Q K^T, 2048 x 2048 scores from a head "
+             "dimension of 128 (K^T a transposed view: B K-major), the 256 MiB of C its cost",
+             "torch_bmm_kt", batch=32, layout="row-major TN: C[M][N] = A[M][K] * Bt[N][K]^T"),
+    Workload("torch_bmm_values", "torch_batched", 2048, 128, 2048, "bf16",
+             "torch.bmm(P, V) over 32 heads: O = P V, 2048 x 128 outputs a head from 2048 "
+             "probabilities a row", "torch_bmm", batch=32),
+    Workload("torch_bmm_square", "torch_batched", 2048, 2048, 2048, "bf16",
+             "torch.bmm of 16 products of 2048^3: batched and compute-bound", "torch_bmm",
+             batch=16),
     # cuBLASLt through nvmath-python (stateful Matmul: planned once, executed per call).
     Workload("cublaslt_bf16_4096", "cublaslt", *S4096, "bf16",
              "nvmath-python Matmul (cuBLASLt) 4096^3 BF16, no epilogue", "nvmath_mm"),
@@ -352,10 +368,12 @@ def _dtype(torch: Any, name: str) -> Any:
 
 
 def _inputs(torch: Any, w: Workload) -> tuple[Any, Any]:
-    """Seeded standard-normal A (M x K) and B (K x N), row-major, in the workload's dtype."""
+    """Seeded standard-normal A (M x K) and B (K x N), row-major, in the workload's dtype
+    (B of each for a batch)."""
     g = torch.Generator(device="cuda").manual_seed(SEED)
-    a = torch.randn(w.m, w.k, device="cuda", dtype=torch.float32, generator=g)
-    b = torch.randn(w.k, w.n, device="cuda", dtype=torch.float32, generator=g)
+    lead = (w.batch,) if w.batch > 1 else ()
+    a = torch.randn(*lead, w.m, w.k, device="cuda", dtype=torch.float32, generator=g)
+    b = torch.randn(*lead, w.k, w.n, device="cuda", dtype=torch.float32, generator=g)
     dt = _dtype(torch, w.dtype)
     return a.to(dt).contiguous(), b.to(dt).contiguous()
 
@@ -597,6 +615,18 @@ def _build_torch_mm(w: Workload) -> Prepared:
     return Prepared(launch, _reference(torch, a, b), lambda: _product64(a, b), _tolerance(w))
 
 
+def _build_torch_bmm(w: Workload, k_major_b: bool = False) -> Prepared:
+    """torch.bmm over the batch; with k_major_b, each B stored K-major (N x K, as attention's
+    K is) and passed as its transpose view, as Q·K^T is written."""
+    torch = _torch()
+    a, b = _inputs(torch, w)
+    operand = b.transpose(1, 2).contiguous().transpose(1, 2) if k_major_b else b
+    c = torch.empty(w.batch, w.m, w.n, dtype=a.dtype, device="cuda")
+    ref = torch.empty_like(c)
+    return Prepared(lambda: torch.bmm(a, operand, out=c), lambda: torch.bmm(a, operand, out=ref),
+                    lambda: _product64(a, b), _tolerance(w))
+
+
 def _build_torch_tf32(w: Workload) -> Prepared:
     """FP32 inputs through TF32 tensor cores, as `torch.backends.cuda.matmul.allow_tf32 =
     True` (or set_float32_matmul_precision("high")) asks, around each call (_with_tf32)."""
@@ -703,6 +733,8 @@ BUILDERS: dict[str, Callable[[Workload], Prepared]] = {
     "torch_tf32": _build_torch_tf32,
     "torch_int8": _build_torch_int8,
     "torch_int8_tn": lambda w: _build_torch_int8(w, k_major_b=True),
+    "torch_bmm": _build_torch_bmm,
+    "torch_bmm_kt": lambda w: _build_torch_bmm(w, k_major_b=True),
     "nvmath_mm": lambda w: _build_nvmath(w, None),
     "nvmath_gelu_bias": lambda w: _build_nvmath(w, "GELU_BIAS"),
 }

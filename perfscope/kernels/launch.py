@@ -171,12 +171,39 @@ def numpy_dtype(dtype: str) -> Any:
     raise PerfscopeError(f"unknown dtype {dtype!r}")
 
 
+# cuBLAS's enums for cublasGemmStridedBatchedEx (library_types.h, cublas_api.h).
+_CUDA_DATA_TYPE = {"fp32": 0, "fp16": 2, "bf16": 14}     # CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF
+_CUBLAS_COMPUTE_32F = 68     # fp32 accumulate; no TF32 unless the handle's math mode asks
+_CUBLAS_GEMM_DEFAULT = -1
+
+
+def _strided_batched(cupy: Any, a: Any, b: Any, c: Any) -> None:
+    """C[i] = A[i]·B[i] for the whole batch in one cublasGemmStridedBatchedEx, the call
+    torch.bmm makes (CuPy's matmul on 3-D bfloat16 operands fails on the dtype). Row-major
+    operands are column-major transposes, so cuBLAS computes C^T = B^T·A^T."""
+    import numpy as np
+    from cupy_backends.cuda.libs import cublas
+
+    batch, m, k = a.shape
+    n = b.shape[2]
+    dtype = _CUDA_DATA_TYPE[{np.dtype(np.float32): "fp32", np.dtype(np.float16): "fp16"}.get(
+        np.dtype(a.dtype), "bf16")]
+    one, zero = np.ones(1, np.float32), np.zeros(1, np.float32)
+    handle = cupy.cuda.device.get_cublas_handle()
+    cublas.setStream(handle, cupy.cuda.get_current_stream().ptr)
+    cublas.gemmStridedBatchedEx(handle, cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_N, n, m, k,
+                                one.ctypes.data, b.data.ptr, dtype, n, k * n,
+                                a.data.ptr, dtype, k, m * k, zero.ctypes.data,
+                                c.data.ptr, dtype, n, m * n, batch, _CUBLAS_COMPUTE_32F,
+                                _CUBLAS_GEMM_DEFAULT)
+
+
 def output_array(cp: Any, prep: Prepared) -> Any:
     """An uninitialised C for a prepared stage: of its dtype, or one byte per element (uint8
     codes for fp8, int8) for a quantising stage or group."""
     out = output_dtype(prep.spec, prep.dtype)
     nd = {"fp8": cp.uint8, "int8": cp.int8}.get(out) or numpy_dtype(out)
-    return cp.empty((prep.shape.m, prep.shape.n), dtype=nd)
+    return cp.empty((*prep.shape.lead, prep.shape.m, prep.shape.n), dtype=nd)
 
 
 def compile_stage(spec: KernelSpec, dtype: str, arch: str) -> CompiledModule:
@@ -261,6 +288,9 @@ class Prepared:
         if self.function is None:
             import cupy
 
+            if self.shape.batch > 1:
+                _strided_batched(cupy, a, b, c)
+                return
             cupy.matmul(a, b, out=c if self.scratch is None else self.scratch)
             if self.elementwise is not None:
                 self._elementwise(cupy, c, extra)

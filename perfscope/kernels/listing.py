@@ -50,7 +50,7 @@ def _timed(manifests: Sequence[RunManifest], source: str,
         t = m.timing
         if t is None or t.ratio_to_reference is None:
             continue
-        shape = Shape(m.m, m.n, m.k)
+        shape = Shape(m.m, m.n, m.k, m.batch)
         defaults = declared_params(m.stage, shape)
         if defaults is None or not at_defaults(m.params, defaults):
             continue

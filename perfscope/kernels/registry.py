@@ -549,13 +549,13 @@ REGISTRY: tuple[KernelSpec, ...] = (
                      "persistent stage's, the whole tile staged.", **_HOPPER,
                space=_SPACE_CLUSTER),
     # ------------------------------------------------------------------ cuBLAS references
-    KernelSpec(name="cublas_sgemm", family="cublas", dtypes=("fp32",),
+    KernelSpec(name="cublas_sgemm", family="cublas", batched=True, dtypes=("fp32",),
                change="cuBLAS FP32 GEMM through cupy.matmul (TF32 off).",
                seed="002 §5", fingerprint=("ffma",)),
-    KernelSpec(name="cublas_hgemm", family="cublas", dtypes=("fp16",),
+    KernelSpec(name="cublas_hgemm", family="cublas", batched=True, dtypes=("fp16",),
                change="cuBLAS FP16 GEMM (fp32 accumulate) through cupy.matmul.",
                seed="004 §5", fingerprint=("gmma",)),
-    KernelSpec(name="cublas_bgemm", family="cublas", dtypes=("bf16",),
+    KernelSpec(name="cublas_bgemm", family="cublas", batched=True, dtypes=("bf16",),
                change="cuBLAS BF16 GEMM (fp32 accumulate) through cupy.matmul on "
                       "ml_dtypes.bfloat16 arrays.",
                seed="004 §5", fingerprint=("gmma",)),

@@ -57,14 +57,17 @@ def normalize_dtype(name: str) -> str:
 
 @dataclass(frozen=True)
 class Shape:
-    """A GEMM problem size: C[M][N] = A[M][K] · B[K][N]."""
+    """A GEMM problem size: C[M][N] = A[M][K] · B[K][N]; with ``batch`` B > 1, B such products
+    in one launch (a strided batched GEMM: A[B][M][K] · B[B][K][N], as torch.bmm and
+    attention's score and value products run), written BxMxNxK."""
 
     m: int
     n: int
     k: int
+    batch: int = 1
 
     def __post_init__(self) -> None:
-        for dim, value in (("M", self.m), ("N", self.n), ("K", self.k)):
+        for dim, value in (("M", self.m), ("N", self.n), ("K", self.k), ("the batch", self.batch)):
             if value <= 0:
                 raise PerfscopeError(f"{dim} must be a positive size, got {value}")
         if max(self.m * self.k, self.k * self.n, self.m * self.n) >= 2**31:
@@ -74,18 +77,25 @@ class Shape:
 
     @property
     def flops(self) -> int:
-        """Floating-point operations of the product: one multiply and one add per M·N·K."""
-        return 2 * self.m * self.n * self.k
+        """Floating-point operations of the product(s): one multiply and one add per
+        B·M·N·K."""
+        return 2 * self.batch * self.m * self.n * self.k
+
+    @property
+    def lead(self) -> tuple[int, ...]:
+        """The operands' leading (batch) dimension as an array shape prefix: () for one GEMM."""
+        return (self.batch,) if self.batch > 1 else ()
 
     def dim(self, name: str) -> int:
         """The size of dimension "M", "N" or "K"."""
         return {"M": self.m, "N": self.n, "K": self.k}[name]
 
     def __str__(self) -> str:
-        return f"{self.m}x{self.n}x{self.k}"
+        one = f"{self.m}x{self.n}x{self.k}"
+        return f"{self.batch}x{one}" if self.batch > 1 else one
 
 
-_SHAPE_RE = re.compile(r"^\s*(-?\d+)\s*[xX×]\s*(-?\d+)\s*[xX×]\s*(-?\d+)\s*$")
+_SHAPE_RE = re.compile(r"^\s*(?:(-?\d+)\s*[xX×]\s*)?(-?\d+)\s*[xX×]\s*(-?\d+)\s*[xX×]\s*(-?\d+)\s*$")
 
 
 def parse_params(items: Sequence[str]) -> dict[str, int]:
@@ -104,12 +114,16 @@ def parse_params(items: Sequence[str]) -> dict[str, int]:
 
 
 def parse_shape(text: str) -> Shape:
-    """``"1000x2000x500"`` -> Shape(1000, 2000, 500); anything else is refused in a sentence."""
+    """``"1000x2000x500"`` -> Shape(1000, 2000, 500), ``"8x1024x1024x64"`` -> the batch of 8
+    such GEMMs (the batch first, as in torch.bmm's operands); anything else is refused in a
+    sentence."""
     m = _SHAPE_RE.match(text)
     if not m:
         raise PerfscopeError(
-            f"shape {text!r} is not of the form MxNxK with three integers, e.g. 4096x4096x4096")
-    return Shape(*(int(g) for g in m.groups()))
+            f"shape {text!r} is not of the form MxNxK with three integers, e.g. 4096x4096x4096 "
+            "(or BxMxNxK for a batch of B, e.g. 8x1024x1024x64)")
+    batch, dims = m.group(1), (int(g) for g in m.groups()[1:])
+    return Shape(*dims, batch=1 if batch is None else int(batch))
 
 
 @dataclass(frozen=True)
@@ -235,6 +249,9 @@ class KernelSpec:
     min_cc: int = 80
     variant: bool = False
     constraints: tuple[ShapeConstraint, ...] = ()
+    # Takes a batch of GEMMs in one launch (Shape.batch > 1): cuBLAS through cupy.matmul on
+    # 3-D operands (a strided batched GEMM); no ladder kernel indexes a batch.
+    batched: bool = False
     flags: tuple[str, ...] = ()
     # SASS opcode families (perfscope.families keys) the compiled kernel must use.
     fingerprint: tuple[str, ...] = ()
@@ -365,6 +382,11 @@ class KernelSpec:
 
     def check_shape(self, shape: Shape) -> None:
         """Refuse, in one sentence, a shape one of the stage's constraints rules out."""
+        if shape.batch > 1 and not self.batched:
+            raise PerfscopeError(
+                f"{self.name} runs one GEMM a launch, not a batch: the shape {shape} asks for "
+                f"{shape.batch}; give MxNxK (batched shapes run on cublas_sgemm, cublas_hgemm "
+                "and cublas_bgemm)")
         for c in self.constraints:
             c.check(self.name, shape)
 

@@ -212,7 +212,8 @@ def _traffic_rows(kind: str, unit: str, traffic) -> list[dict[str, str]]:
 
 def _manifest_rows(m) -> list[tuple[str, str]]:
     v = m.verification
-    rows = [("shape (M x N x K)", m.shape), ("dtype", m.dtype),
+    dims = "M x N x K" if m.batch == 1 else f"B x M x N x K, a batch of {m.batch}"
+    rows = [(f"shape ({dims})", m.shape), ("dtype", m.dtype),
             ("parameters", ", ".join(f"{k}={v}" for k, v in m.params.items()) or "none"),
             ("verification", v.verdict + ("" if v.rel_fro_error is None else
                                           f" (relative error {v.rel_fro_error:.2e}, tolerance "

@@ -40,6 +40,7 @@ from perfscope.hardware import (
     output_element_bytes,
     peak_flops,
 )
+from perfscope.manifest import RunManifest
 from perfscope.metrics import M_DRAM_READ, M_DRAM_WRITE, SECTOR_BYTES
 from perfscope.profile import KernelProfile
 from perfscope.rules.model import Evidence, Inputs
@@ -56,6 +57,13 @@ MIN_PCT_FOR_PEAK = 0.1
 # A launch whose SASS counts less than this share of the manifest's 2·M·N·K does only
 # part of the manifest's work (one launch of a group): it is judged by its own counters.
 PART_OF_WORK = 0.5
+# The most work a launch of the manifest's products can execute: every tile padded (tiles
+# of up to 256 x 256, k steps of up to 64), with BEYOND_PADDING of slack for the FP math
+# that is not the product's (an FFMA kernel's scaling and address math: 1.06x the
+# product's FLOPs for ps_regs_uncapped at 1024^3). More than that, and the launch ran more
+# products than the manifest names (a batch labelled with one product's shape: 2x or more).
+PADDED_TILE_MAX, PADDED_K_STEP = 256, 64
+BEYOND_PADDING = 1.5
 
 # Findings whose fix changes the math instruction itself: bounded by the dense peak, not by
 # the roof of the instruction the kernel uses now.
@@ -220,17 +228,28 @@ def work_of(inputs: Inputs) -> Work:
     counted = sass_flops(p)
     if m is not None and not m.shape_known:
         m = None    # a program captured without --shape: its manifest says 0x0x0
-    if m is not None and counted is not None and counted < PART_OF_WORK * 2.0 * m.m * m.n * m.k:
+    if m is not None and counted is not None and counted < PART_OF_WORK * m.flops:
         # One launch of several (a split-K reduction, an elementwise op after the GEMM):
         # the manifest's shape is the group's work, not this launch's.
         m = None
+    beyond = None
+    if m is not None and counted is not None and counted > BEYOND_PADDING * padded_flops(m):
+        beyond, m = counted / m.flops, None
     if m is not None:
-        flops, flops_source = 2.0 * m.m * m.n * m.k, f"2·M·N·K of {m.shape} (run manifest)"
+        flops = float(m.flops)
+        flops_source = (f"2·M·N·K of {m.shape} (run manifest)" if m.batch == 1 else
+                        f"2·B·M·N·K of {m.shape}, a batch of {m.batch} (run manifest)")
         out = output_element_bytes(dtype)
-        nbytes = (m.m * m.k + m.k * m.n) * elem + m.m * m.n * out if elem and out else None
-        bytes_source = "A, B read once and C written once (run manifest)"
+        nbytes = (m.batch * ((m.m * m.k + m.k * m.n) * elem + m.m * m.n * out)
+                  if elem and out else None)
+        bytes_source = ("A, B read once and C written once (run manifest)" if m.batch == 1 else
+                        "each product's A, B read once and C written once (run manifest)")
     else:
         flops, flops_source = counted, "executed SASS (MMA shapes, FFMA lanes)"
+        if beyond is not None:
+            flops_source += (f"; {beyond:.1f}x the run manifest's {inputs.manifest.shape}, more "
+                             "than its tiles' padding explains: a batch of products, or a "
+                             "--shape that is not this launch's (BxMxNxK names a batch)")
         nbytes = dram_bytes_moved(p)
         bytes_source = ("DRAM bytes measured, the writes at least what the stores wrote (an upper "
                         "bound on what the work needs)")
@@ -241,6 +260,15 @@ def work_of(inputs: Inputs) -> Work:
             bytes_source = (f"DRAM bytes measured x {useful:.2f}, the share of sectors the "
                             "source counters call useful")
     return Work(flops, flops_source, nbytes, bytes_source, dtype, dtype_source, work_kind(p, dtype))
+
+
+def padded_flops(m: RunManifest) -> float:
+    """The most FLOPs the MMAs of the manifest's products can execute with every tile padded:
+    M and N up to multiples of PADDED_TILE_MAX, K of PADDED_K_STEP."""
+    def up(x: int, step: int) -> int:
+        return -(-x // step) * step
+
+    return 2.0 * m.batch * up(m.m, PADDED_TILE_MAX) * up(m.n, PADDED_TILE_MAX) * up(m.k, PADDED_K_STEP)
 
 
 def dram_bytes_moved(p: KernelProfile) -> float | None:

@@ -539,8 +539,9 @@ def _fp_math_idle(inputs: Inputs) -> _FpMath | None:
     per_element = None
     if m is not None and m.m and m.n:
         # An epilogue's math is a few operations per output element whatever K is.
-        per_element = math_ops * WARP_LANES / (m.m * m.n)
-        ev.append(Evidence("FP math operations per output element (run manifest's M x N)",
+        per_element = math_ops * WARP_LANES / (m.batch * m.m * m.n)
+        dims = "M x N" if m.batch == 1 else "B x M x N"
+        ev.append(Evidence(f"FP math operations per output element (run manifest's {dims})",
                            round(per_element, 1), f"<= {EPILOGUE_OPS_PER_ELEMENT_MAX} an "
                            "epilogue's, more grows with K"))
     return _FpMath(tuple(ev), idle, math_share, per_element, shape.mma or "",

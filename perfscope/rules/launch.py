@@ -290,7 +290,7 @@ def tile_rounds(m: RunManifest | None, grid: int | None) -> float | None:
         bm, bn = _tile(m.params or {})
     except NotCollected:
         return None
-    return math.ceil(m.m / bm) * math.ceil(m.n / bn) / grid
+    return m.batch * math.ceil(m.m / bm) * math.ceil(m.n / bn) / grid
 
 
 UNEVEN_SMS = Rule(

@@ -334,7 +334,7 @@ def _reference_tile(p: KernelProfile, manifest: RunManifest | None) -> tuple[int
         return bm, bn, ""
 
     def tiles(t: tuple[int, int]) -> int:
-        return -(-m // t[0]) * -(-n // t[1])
+        return manifest.batch * -(-m // t[0]) * -(-n // t[1])
 
     fill = min(ctas, sms)
     if tiles((bm, bn)) >= fill:
