@@ -374,6 +374,9 @@ CASES: tuple[Case, ...] = (
          lambda: (one("cublas_sgemm_4096"), {})),
     Case("PS112", False, "real", "the transpose's excess is on LDS loads, a bank conflict",
          lambda: (one("smem_transpose"), {})),
+    Case("PS112", True, "real", "Triton's TF32 matmul transposes B in its 4-byte copies: 16x "
+         "the ideal wavefronts with L1TEX 90% busy, its bound",
+         lambda: external("triton_tf32")),
     Case("PS114", True, "real", "hgemm_small_m's paired 128x64 tiles at 256x4096x14336: m64n64 "
          "wgmmas and 24 KB in per k tile, roof 0.57 of the tensor peak, run at 0.59",
          lambda: fused("hgemm_small_m@AROWS=128,BM=128,BN=64,MPAIR=2-bf16-256x4096x14336")),
@@ -1451,3 +1454,16 @@ def test_an_l1tex_busy_with_its_own_copies_is_the_bound():
     assert saturated_unit(kp)[0] == "math pipe"
     kp, kw = external("triton_one_stage")
     assert saturated_unit(kp) is None and "PS120" in codes(kp, **kw)
+
+
+def test_uncoalesced_shared_writes_warn_only_where_they_bound_the_kernel():
+    """PS112's severity follows its estimate: cuBLAS's SGEMM's 4-byte cp.async writes (3x
+    ideal) cost it little, an info; Triton's TF32 matmul's (16x ideal, L1TEX 90% busy, its
+    warps waiting on the copies) are what bounds it, the warning, ahead of PS101's."""
+    def ps112(kp, kw):
+        (f,) = [f for f in evaluate(kp, **kw).findings if f.code == "PS112"]
+        return f
+
+    assert ps112(one("cublas_sgemm_4096"), {}).severity == "info"
+    f = ps112(*external("triton_tf32"))
+    assert f.severity == "warning" and f.estimated_gain > 0.5

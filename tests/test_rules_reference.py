@@ -118,9 +118,9 @@ EXTERNAL_LABELS: dict[str, tuple[set[str], set[str]]] = {
     # cp.async (4x the sectors, 16x the shared wavefronts, L1TEX 90% busy): 0.21 of cuBLAS.
     # Its L1TEX is the bound (90% busy, the warps waiting on its copies), so neither more
     # warps nor a deeper ring is the fix.
-    "triton_tf32": ({"uncoalesced-global"}, {"epilogue-exposed", "no-tensor-cores", "legacy-mma",
-                                             "unaligned-rows", "occupancy-limited",
-                                             "latency-exposed"}),
+    "triton_tf32": ({"uncoalesced-global", "uncoalesced-shared"},
+                    {"epilogue-exposed", "no-tensor-cores", "legacy-mma", "unaligned-rows",
+                     "occupancy-limited", "latency-exposed"}),
     # torch.bmm (cuBLAS's strided batched GEMM, one launch for the batch, H100): attention's
     # Q K^T over 32 heads writes 256 MiB of scores (DRAM-bound, 2048 x 2048 from K = 128),
     # P V reads them (DRAM-bound); 16 square products are compute-bound at the power cap.
