@@ -249,8 +249,9 @@ class KernelSpec:
     min_cc: int = 80
     variant: bool = False
     constraints: tuple[ShapeConstraint, ...] = ()
-    # Takes a batch of GEMMs in one launch (Shape.batch > 1): cuBLAS through cupy.matmul on
-    # 3-D operands (a strided batched GEMM); no ladder kernel indexes a batch.
+    # Takes a batch of GEMMs in one launch (Shape.batch > 1): the cuBLAS references, through
+    # cublasGemmStridedBatchedEx on 3-D operands (launch._strided_batched); no ladder kernel
+    # indexes a batch.
     batched: bool = False
     flags: tuple[str, ...] = ()
     # SASS opcode families (perfscope.families keys) the compiled kernel must use.
