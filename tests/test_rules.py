@@ -309,6 +309,9 @@ CASES: tuple[Case, ...] = (
          lambda: (one("float4_copy"), {})),
     Case("PS101", False, "real", "cuBLAS's bf16 GEMM through PyTorch loads its tiles by TMA",
          lambda: external("torch_bf16_4096")),
+    Case("PS101", False, "real", "torch._grouped_mm's GEMM loads each group's pointers by LDG at "
+         "1.5x their ideal sectors, 0.00004 of all it takes in (its operands come by TMA)",
+         lambda: external("torch_grouped_moe", 1)),
     Case("PS102", True, "real", "sgemm_naive waits on scalar LDG.E.CONSTANT (86% of stalls)",
          lambda: reference("sgemm_naive", "fp32")),
     Case("PS102", False, "real", "the uncapped FFMA kernel is compute-bound (3% long scoreboard)",
@@ -523,6 +526,11 @@ CASES: tuple[Case, ...] = (
     Case("PS152", False, "real", "the 256-CTA transpose fills a quarter of the slots but every SM",
          lambda: (one("many_launches", 14), {})),
     Case("PS152", False, "real", "cuBLAS's SGEMM runs 3.88 waves", lambda: (one("cublas_sgemm_4096"), {})),
+    Case("PS152", False, "real", "torch._grouped_mm's setup kernel: one CTA of 8 threads, nothing "
+         "to spread over more SMs (3.0 us, its launch: PS173's)",
+         lambda: external("torch_grouped_moe", 0)),
+    Case("PS173", True, "real", "torch._grouped_mm's setup kernel: 3.0 us, 2.5 of them a launch's "
+         "fixed time", lambda: external("torch_grouped_moe", 0)),
     Case("PS153", True, "real", "hgemm_tma_wgmma_persistent: 512 tiles on 132 CTAs, the idlest SM "
          "active 0.75 of the busiest", lambda: reference("hgemm_tma_wgmma_persistent", "bf16")),
     Case("PS153", True, "real", "cuBLAS's nvjet 256x128 persistent grid has the same last round",
@@ -1361,17 +1369,22 @@ def test_idle_sms_cost_memory_bound_work_no_more_than_its_gap_to_the_floor():
 def test_no_change_inside_a_kernel_takes_it_below_an_empty_launch():
     """An empty kernel of one CTA (1.54 us under ncu on the H200, 2.11 us on an H100) leaves
     131 of 132 SMs idle, which PS152 alone called 0.99 of its time: a kernel that short has
-    nothing to save but its launch, and gets no finding. Made 10 us long (a synthetic edge:
-    only the duration changed) it is held at 1 - 1536 / 10000 by the empty launch; PS173,
-    whose fix removes the launch, is not (the 16 KiB read stream: 2.5 of its 2.72 us)."""
+    nothing to save but its launch, and gets no finding. Made 10 us long with a block of 256
+    threads (a synthetic edge: only the duration and the block changed; one CTA of a warp's
+    threads or fewer has nothing to spread, which PS152 leaves alone) it is held at
+    1 - 1536 / 10000 by the empty launch; PS173, whose fix removes the launch, is not (the
+    16 KiB read stream: 2.5 of its 2.72 us)."""
     for name in ("kernel-floor-h200", "kernel-floor-h100"):
         kp, kw = probe(name, 0)
         ev = evaluate(kp, **kw)
         assert kp.launch.grid_size == 1 and kp.identity.device.startswith(("NVIDIA H200", "NVIDIA H100"))
         assert not ev.findings and ev.combined_gain is None
     kp, kw = probe("kernel-floor-h200", 0)
-    longer = dataclasses.replace(kp, sol=dataclasses.replace(kp.sol, duration_ns=10_000.0))
+    longer = dataclasses.replace(kp, sol=dataclasses.replace(kp.sol, duration_ns=10_000.0),
+                                 identity=dataclasses.replace(kp.identity, block=(256, 1, 1)))
     ev = evaluate(longer, **kw)
+    assert "PS152" in evaluate(dataclasses.replace(longer, identity=kp.identity), **kw).silent
+    assert math.prod(kp.identity.block) <= 32
     (f,) = [f for f in ev.findings if f.code == "PS152"]
     assert f.raw_gain > 0.99 and f.capped_by == "empty launch's time"
     assert f.estimated_gain == ev.combined_gain == 0.8464

@@ -130,6 +130,12 @@ EXTERNAL_LABELS: dict[str, tuple[set[str], set[str]]] = {
                                  "latency-exposed", "small-grid"}),
     "torch_bmm_values": (set(), {"small-tile", "no-data-reuse", "latency-exposed", "small-grid"}),
     "torch_bmm_square": (set(), {"small-tile", "dram-bound", "latency-exposed", "small-grid"}),
+    # torch._grouped_mm (H100): a 1-CTA, 8-thread setup kernel (3.0 us: its launch, PS173's,
+    # not a small grid) and CUTLASS's ptr-array GEMM, 128 x 256 tiles by TMA, 0.93 of torch.bmm
+    # of the same products; its per-group pointers by LDG are no uncoalesced-load finding.
+    # Its manifest leaves the shape unknown (each group its own B): counters alone.
+    "torch_grouped_moe": ({"fixed-time"}, {"small-grid", "uncoalesced-global", "small-tile",
+                                           "latency-exposed", "no-data-reuse"}),
 }
 # The fused stages of the reference run (reports/reference/h200/fused, issue 19): report
 # stem -> (must fire, must not fire).

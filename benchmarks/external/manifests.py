@@ -62,9 +62,11 @@ def manifest_for(w: dict, method: dict, env: dict, created: str) -> RunManifest:
         ml_dtypes="", python=env.get("python", ""),
         extra={k: str(env[k]) for k in ("torch", "triton", "nvmath", "nvidia_smi") if k in env})
     layout = {"layout": w["layout"]} if w.get("layout") else {}
-    return RunManifest(stage=w["name"], family="external", dtype=w["dtype"], m=int(w["m"]),
-                       n=int(w["n"]), k=int(w["k"]), batch=int(w.get("batch", 1)), params=params,
-                       verification=verification,
+    # A grouped GEMM has no one shape (each group its own B): left unknown, 0x0x0, so the
+    # roofline comes from its counters.
+    m, n, k = (0, 0, 0) if int(w.get("groups", 1)) > 1 else (int(w["m"]), int(w["n"]), int(w["k"]))
+    return RunManifest(stage=w["name"], family="external", dtype=w["dtype"], m=m, n=n, k=k,
+                       batch=int(w.get("batch", 1)), params=params, verification=verification,
                        timing=timing, environment=environment, created=created, **layout)
 
 

@@ -29,6 +29,11 @@ TAIL_IDLE_MIN = 0.10
 # A grid under this share of one wave, and of CTAs under this share of the SM count,
 # leaves SMs idle for the whole launch.
 SMALL_GRID_MAX = 0.90
+# A launch of this many threads or fewer in all has no parallel work to give other SMs (one
+# warp's lanes): a setup kernel, such as the one torch._grouped_mm launches before its GEMM
+# (1 CTA of 8 threads, 3.0 us against a 2.1 us empty launch), whose cost is its launch
+# (PS173's), not its grid.
+SMALL_WORK_THREADS = 32
 # Within one wave: SM time idle while the busiest SM works, above this share of it.
 SM_IMBALANCE_MIN = 0.03
 # Exactly one wave: a CTA on every SM slot at once (a persistent grid), to this tolerance.
@@ -115,6 +120,8 @@ def _check_small_grid(inputs: Inputs) -> Hit | None:
     occupancy, not this.
     Fix: split-K or stream-K so every SM gets work, or a smaller N tile; for a kernel that
     is no GEMM, more and smaller CTAs (at least one per SM).
+    Not for a launch of one warp's threads or fewer in all (SMALL_WORK_THREADS): it has no
+    parallel work to spread, and its launch is what it costs (PS173).
     Estimate: 1 - CTAs / SMs, the share of SMs without a CTA (all CTAs equal, each SM's
     time set by its own CTA); for memory-bound work no more than its gap to its floor (a
     launch's fixed time plus its bytes at the practical DRAM rate): hgemm_small_m's 112
@@ -132,6 +139,9 @@ def _check_small_grid(inputs: Inputs) -> Hit | None:
     sms = need(p.identity.sm_count, M_SM_COUNT)
     if not sms or ctas >= SMALL_GRID_MAX * sms:
         return None     # every SM has a CTA: fewer warps per SM is occupancy, not idle SMs
+    block = p.identity.block
+    if block and ctas * math.prod(block) <= SMALL_WORK_THREADS:
+        return None     # a warp's work or less: nothing to spread over more SMs
     how = gemm_or_other(p, SMALL_GRID_GEMM, SMALL_GRID_OTHER)
     ev = [Evidence(M_GRID_SIZE, ctas, f"< {SMALL_GRID_MAX} x {sms} SMs ({M_SM_COUNT})"),
           Evidence(M_WAVES, round(waves, 3), f"< {SMALL_GRID_MAX}")]
@@ -154,7 +164,7 @@ SMALL_GRID = Rule(
     check=_check_small_grid,
     fix="Give every SM work: {how}.",
     reference="NCU Profiling Guide: Launch Statistics (waves per SM)",
-    thresholds=(("SMALL_GRID_MAX", SMALL_GRID_MAX),),
+    thresholds=(("SMALL_GRID_MAX", SMALL_GRID_MAX), ("SMALL_WORK_THREADS", SMALL_WORK_THREADS)),
 )
 
 
