@@ -136,6 +136,8 @@ EXTERNAL_LABELS: dict[str, tuple[set[str], set[str]]] = {
     # Its manifest leaves the shape unknown (each group its own B): counters alone.
     "torch_grouped_moe": ({"fixed-time"}, {"small-grid", "uncoalesced-global", "small-tile",
                                            "latency-exposed", "no-data-reuse"}),
+    # The same 8 products as one torch.bmm: cuBLAS's nvjet, 0.93x the grouped GEMM's cycles.
+    "torch_bmm_moe": (set(), {"small-tile", "dram-bound", "latency-exposed", "small-grid"}),
 }
 # The fused stages of the reference run (reports/reference/h200/fused, issue 19): report
 # stem -> (must fire, must not fire).
@@ -175,7 +177,8 @@ EXTERNAL_CUBLAS = ("torch_decode_m16", "torch_decode_m64", "torch_kheavy", "torc
                    "torch_fp32_4096", "cublaslt_bf16_4096", "cublaslt_gelu_bias_4096",
                    "cublaslt_gelu_bias_m16", "cublaslt_gelu_bias_m64_4096",
                    "cublaslt_gelu_bias_m256_4096", "torch_tf32_4096", "torch_odd_m",
-                   "torch_int8_tn", "torch_bmm_scores", "torch_bmm_values", "torch_bmm_square")
+                   "torch_int8_tn", "torch_bmm_scores", "torch_bmm_values", "torch_bmm_square",
+                   "torch_bmm_moe")
 # (torch_odd_4095, torch_odd_k and torch_int8_4096 are cuBLAS too, and warned: not about the kernel but
 # about the layout the caller gave it, which the same call at the same layout cannot fix.)
 

@@ -296,6 +296,10 @@ WORKLOADS: tuple[Workload, ...] = (
              "torch_grouped", groups=8,
              launches=("prepare_grouped_gemm_data: each group's pointers and shapes",
                        "grouped GEMM (CUTLASS ptr-array kernel)")),
+    Workload("torch_bmm_moe", "torch_grouped", 1024, 2048, 4096, "bf16",
+             "torch.bmm of the same 8 experts' products as one strided batch: what "
+             "torch_grouped_moe is timed against, captured for `perfscope diff`", "torch_bmm",
+             batch=8),
     # cuBLASLt through nvmath-python (stateful Matmul: planned once, executed per call).
     Workload("cublaslt_bf16_4096", "cublaslt", *S4096, "bf16",
              "nvmath-python Matmul (cuBLASLt) 4096^3 BF16, no epilogue", "nvmath_mm"),
