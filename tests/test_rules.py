@@ -310,7 +310,7 @@ CASES: tuple[Case, ...] = (
     Case("PS101", False, "real", "cuBLAS's bf16 GEMM through PyTorch loads its tiles by TMA",
          lambda: external("torch_bf16_4096")),
     Case("PS101", False, "real", "torch._grouped_mm's GEMM loads each group's pointers by LDG at "
-         "1.5x their ideal sectors, 0.00004 of all it takes in (its operands come by TMA)",
+         "1.5x their ideal sectors, 0.0002 of all it takes in (its operands come by TMA)",
          lambda: external("torch_grouped_moe", 1)),
     Case("PS102", True, "real", "sgemm_naive waits on scalar LDG.E.CONSTANT (86% of stalls)",
          lambda: reference("sgemm_naive", "fp32")),

@@ -145,7 +145,7 @@ def _check_uncoalesced_global(inputs: Inputs) -> Hit | None:
     SMs take in where the L2 -> SM count is larger (TMA's sectors are no LDG's): a kernel
     whose operands come by TMA loads a few pointers by LDG, and their excess says little
     about its time (torch._grouped_mm's GEMM: 10,160 excess sectors of per-group pointers
-    and shapes, 0.24 of its LDG sectors and 0.00004 of all it took in; 0.07 before).
+    and shapes, 0.24 of its LDG sectors and 0.0002 of all it took in; 0.07 before).
     Example:
         before: float a = A[k * lda + row];         // lanes stride by lda
         after:  float a = A[row * lda + k];         // lanes walk the contiguous index
