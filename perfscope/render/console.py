@@ -215,7 +215,7 @@ def _rules(doc: RuleTable, color: bool = False, width: int | None = None) -> str
                         _width(width), keys=2), color, width)
 
 
-BENCH_COLUMNS = ("stage", "dtype", "MxNxK", "verdict", "rel err", "TFLOP/s median (min-max)",
+BENCH_COLUMNS = ("stage", "dtype", "shape", "verdict", "rel err", "TFLOP/s median (min-max)",
                  "vs cuBLAS median (min-max)", "vs parent, same rounds", "NVML MHz", "regs")
 
 
