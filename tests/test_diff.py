@@ -744,3 +744,21 @@ def test_reference_parked_warps_are_not_a_reason():
     plain = d.compare(resolve(ref("hgemm_tma_wgmma_persistent", "bf16")),
                       resolve(ref("cublas_bgemm", "bf16")))
     assert not [r for r in table_rows(plain) if r[0] == PARKED_ROW]
+
+
+def test_a_gap_no_reason_explains_names_the_stall_shares_that_moved_as_leads():
+    """torch._grouped_mm's GEMM takes 1.07x the cycles of torch.bmm of the same 8 products
+    (H100) and no finding, path or structure accounts for it: the verdict says so and names
+    the stall shares that moved most (5 points or more, under the 10 a reason needs) as
+    where to look, without a claim."""
+    from perfscope.render.diff import verdict_lines
+
+    opts = ResolveOptions()
+    a = resolve(f"{EXTERNAL / 'torch_grouped_moe.ncu-rep.xz'}:device_kernel", opts)
+    b = resolve(str(EXTERNAL / "torch_bmm_moe.ncu-rep.xz"), opts)
+    got = d.compare(a, b)
+    assert not got.verdict and not got.improved
+    (line,) = verdict_lines(got)
+    assert line.startswith("No finding explains a difference; the stall shares that moved most: ")
+    assert "long_scoreboard 30% of A's stall time against 20% in B" in line
+    assert line.endswith(": compare the tables above.")

@@ -86,6 +86,24 @@ def _numbered(reasons, fixes: bool) -> list[str]:
             for i, r in enumerate(reasons, 1)]
 
 
+# With no reason to give, the stall shares that moved at least this much (and less than the
+# STALL_SHIFT_MIN a reason needs) are named as where to look, the largest first, at most
+# LEAD_SHIFTS of them: no claim, a lead.
+LEAD_SHIFT_MIN = 0.05
+LEAD_SHIFTS = 2
+
+
+def _leads(diff: ProfileDiff) -> str:
+    """"; the stall shares that moved most: R X% of A's stall time against Y% in B, ..." or ""."""
+    moved = sorted((s for s in diff.stalls if abs(s.delta) >= LEAD_SHIFT_MIN),
+                   key=lambda s: -abs(s.delta))[:LEAD_SHIFTS]
+    if not moved:
+        return ""
+    return "; the stall shares that moved most: " + ", ".join(
+        f"{s.reason} {(s.share_a or 0):.0%} of A's stall time against {(s.share_b or 0):.0%} in B"
+        for s in moved)
+
+
 def verdict_lines(diff: ProfileDiff) -> list[str]:
     """The verdict under verdict_heading: why A is slower, or what A improved (no fixes:
     A made them), each with its share of the cycle gap."""
@@ -93,9 +111,9 @@ def verdict_lines(diff: ProfileDiff) -> list[str]:
     if lines:
         return lines
     if diff.improved:
-        return ["No finding, instruction path or launch structure accounts for the improvement: "
-                "compare the tables."]
-    return ["No finding explains a difference: compare the tables above."]
+        return ["No finding, instruction path or launch structure accounts for the improvement"
+                + _leads(diff) + ": compare the tables."]
+    return ["No finding explains a difference" + _leads(diff) + ": compare the tables above."]
 
 
 REMAINING_HEADING = "What remains in A"
