@@ -177,7 +177,7 @@ _CUBLAS_COMPUTE_32F = 68     # fp32 accumulate; no TF32 unless the handle's math
 _CUBLAS_GEMM_DEFAULT = -1
 
 
-def _strided_batched(cupy: Any, a: Any, b: Any, c: Any) -> None:
+def _strided_batched(cupy: Any, a: Any, b: Any, c: Any, dtype: str) -> None:
     """C[i] = A[i]·B[i] for the whole batch in one cublasGemmStridedBatchedEx, the call
     torch.bmm makes (CuPy's matmul on 3-D bfloat16 operands fails on the dtype). Row-major
     operands are column-major transposes, so cuBLAS computes C^T = B^T·A^T."""
@@ -186,15 +186,14 @@ def _strided_batched(cupy: Any, a: Any, b: Any, c: Any) -> None:
 
     batch, m, k = a.shape
     n = b.shape[2]
-    dtype = _CUDA_DATA_TYPE[{np.dtype(np.float32): "fp32", np.dtype(np.float16): "fp16"}.get(
-        np.dtype(a.dtype), "bf16")]
+    data_type = _CUDA_DATA_TYPE[dtype]
     one, zero = np.ones(1, np.float32), np.zeros(1, np.float32)
     handle = cupy.cuda.device.get_cublas_handle()
     cublas.setStream(handle, cupy.cuda.get_current_stream().ptr)
     cublas.gemmStridedBatchedEx(handle, cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_N, n, m, k,
-                                one.ctypes.data, b.data.ptr, dtype, n, k * n,
-                                a.data.ptr, dtype, k, m * k, zero.ctypes.data,
-                                c.data.ptr, dtype, n, m * n, batch, _CUBLAS_COMPUTE_32F,
+                                one.ctypes.data, b.data.ptr, data_type, n, k * n,
+                                a.data.ptr, data_type, k, m * k, zero.ctypes.data,
+                                c.data.ptr, data_type, n, m * n, batch, _CUBLAS_COMPUTE_32F,
                                 _CUBLAS_GEMM_DEFAULT)
 
 
@@ -289,7 +288,7 @@ class Prepared:
             import cupy
 
             if self.shape.batch > 1:
-                _strided_batched(cupy, a, b, c)
+                _strided_batched(cupy, a, b, c, self.dtype)
                 return
             cupy.matmul(a, b, out=c if self.scratch is None else self.scratch)
             if self.elementwise is not None:

@@ -78,9 +78,9 @@ _HMMA_FLOPS = {"16816": 16 * 8 * 16 * 2, "1688": 16 * 8 * 8 * 2, "884": 8 * 8 * 
                "16832": 16 * 8 * 32 * 2, "8816": 8 * 8 * 16 * 2, "8832": 8 * 8 * 32 * 2}
 # Tensor MMAs on 32-bit float data (HGMMA.64x256x8.F32.TF32, HMMA.1684.F32.TF32): held to
 # the TF32 peak, half the 16-bit one; the data's bytes stay fp32's.
-_TF32_MARK = ".TF32"
+TF32_MARK = ".TF32"
 # Integer tensor MMAs (IMMA.16816.S8.S8, IGMMA.64x256x32.S32.S8.S8): 8-bit inputs.
-_INT_MMA = ("IMMA", "IGMMA")
+INT_MMA = ("IMMA", "IGMMA")
 _BF16_MARKS = (".BF16", "BF16")
 _DEMANGLED_TYPES = (("__nv_bfloat16", "bf16"), ("BFloat16", "bf16"), ("bfloat16", "bf16"),
                     ("__half", "fp16"), ("c10::Half", "fp16"))
@@ -104,7 +104,7 @@ def work_kind(p: KernelProfile, dtype: str | None) -> str | None:
     data that the SASS multiplies on TF32 tensor cores (cuBLAS with allow_tf32), which is
     held to the TF32 peak rather than the FFMA pipe's."""
     if dtype in (None, "fp32") and any(
-            base_opcode(op) in ("HGMMA", "HMMA") and _TF32_MARK in op
+            base_opcode(op) in ("HGMMA", "HMMA") and TF32_MARK in op
             for op in p.opcodes.with_modifiers):
         return "tf32"
     return math_kind(dtype)
@@ -195,12 +195,12 @@ def infer_dtype(p: KernelProfile) -> tuple[str | None, str]:
     ops = p.opcodes.with_modifiers
     for op in ops:
         base = base_opcode(op)
-        if base in ("HGMMA", "HMMA") and _TF32_MARK in op:
+        if base in ("HGMMA", "HMMA") and TF32_MARK in op:
             return "fp32", f"inferred from the SASS ({op}: fp32 data on TF32 tensor cores)"
         if base in ("HGMMA", "HMMA"):
             return ("bf16" if any(m in op for m in _BF16_MARKS) else "fp16",
                     f"inferred from the SASS ({op})")
-        if base in _INT_MMA:
+        if base in INT_MMA:
             return "int8", f"inferred from the SASS ({op})"
         if base == "QGMMA":   # e4m3 / e5m2 inputs: held to the 8-bit tensor peak
             return "fp8", f"inferred from the SASS ({op})"

@@ -202,9 +202,11 @@ def evaluate(profile: KernelProfile, manifest: RunManifest | None = None,
                                 raw_gain=round(raw, 4) if raw is not None else None,
                                 capped_by=capped_by, bounded_gain=bounded))
     findings.sort(key=lambda f: (-severity_rank(f.severity), -(f.estimated_gain or 0.0), f.code))
+    # What the causes inside the envelope save together: the floor's gap and the launch's.
+    inside_caps = [c for c in (floor, launch) if c is not None]
     combined = combine([(f.group, f.estimated_gain) for f in findings
                         if f.estimated_gain is not None and f.tag != CORRECTNESS_TAG],
-                       min((f for f in (floor, launch) if f is not None), default=None))
+                       min(inside_caps, default=None))
     # A layout finding (always estimated) frees the combined estimate and the page's note
     # from the reference the layout is shared with.
     blind = any(f.group in REFERENCE_BLIND for f in findings if f.estimated_gain)
@@ -213,7 +215,7 @@ def evaluate(profile: KernelProfile, manifest: RunManifest | None = None,
         # floor's too, unless a saving outside its envelope adds to it).
         outside = any(f.group in OUTSIDE_ENVELOPE for f in findings if f.estimated_gain)
         held = [c for c, name in caps if not (blind and name == "reference gap")] + (
-            [f for f in (floor, launch) if f is not None] if not outside else [])
+            inside_caps if not outside else [])
         cap = min(held, default=None)
         combined = (math.floor(cap * 1e4) / 1e4 if cap is not None and cap <= combined
                     else round(combined, 4))

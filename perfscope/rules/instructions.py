@@ -13,7 +13,7 @@ from __future__ import annotations
 from perfscope.families import FAMILY_BY_KEY, base_opcode
 from perfscope.hardware import TENSOR_PRACTICAL_SHARE, hmma_share, peak_flops
 from perfscope.metrics import CC_METRICS, M_ISSUE_ACTIVE, M_OPCODES, M_TENSOR_PIPE, OPCODE_METRICS
-from perfscope.rules.bounds import infer_dtype
+from perfscope.rules.bounds import INT_MMA, TF32_MARK, infer_dtype
 from perfscope.rules.facts import (
     TENSOR_FAMILIES,
     achieved_flops,
@@ -147,9 +147,9 @@ def _half_mma(p) -> bool:
     IMMA): the type mma.sync's rate on this chip was measured for (also when the report
     names no opcode modifiers)."""
     ops = p.opcodes.with_modifiers
-    half = sum(n for op, n in ops.items() if base_opcode(op) == "HMMA" and ".TF32" not in op)
+    half = sum(n for op, n in ops.items() if base_opcode(op) == "HMMA" and TF32_MARK not in op)
     other = sum(n for op, n in ops.items()
-                if base_opcode(op) == "IMMA" or (base_opcode(op) == "HMMA" and ".TF32" in op))
+                if base_opcode(op) in INT_MMA or (base_opcode(op) == "HMMA" and TF32_MARK in op))
     return half >= other
 
 
