@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from perfscope.errors import PerfscopeError
-from perfscope.families import GLOBAL_KIND, SHARED_KIND, base_opcode, group_families
+from perfscope.families import GLOBAL_KIND, SHARED_KIND, base_opcode, family_of, group_families
 from perfscope.metrics import (
     CC_METRICS,
     CLUSTER_DIMS,
@@ -341,6 +341,26 @@ class HotLoop:
     # waiting for their operands (a warp-specialised kernel's consumers at the full
     # barrier; its producer's waits for a free slot lie outside it). None if not sampled.
     operand_waits: float | None = None
+    # The longest stretch of the loop with no math in it, where its math is synchronous
+    # (FFMA or mma.sync); None for other loops or without samples.
+    math_gap: MathGap | None = None
+
+
+@dataclass(frozen=True)
+class MathGap:
+    """The run of a main loop's instructions, in address order between two of its math
+    instructions (FFMA or HMMA), whose warp samples add up to the most: a warp in it issues
+    no math."""
+
+    math: str                         # the loop's math family key: "ffma" or "hmma"
+    first: int                        # the run's first instruction, from the kernel's start
+    instructions: int                 # how many the run holds
+    share: float                      # its warp samples over all the kernel's samples
+    # Of those, the samples of warps waiting on memory, a barrier or a fence (what the
+    # latency rules read), over all the kernel's samples.
+    waiting: float
+    reasons: tuple[tuple[str, int], ...]   # its stall samples by reason, most first
+    copies: int                       # of its instructions, global loads and copies
 
 
 # Warps are parked at a source line when its waiting instructions lie outside the main loop,
@@ -714,6 +734,11 @@ class _Sass:
             words = words[1:]
         return words[0].rstrip(";") if words else "?"
 
+    def never_runs(self, pc: int) -> bool:
+        """Predicated on !PT, never true: ptxas's padding (``@!PT LDS RZ, [RZ]`` beside a
+        kernel's LDGSTS), issued but moving no data."""
+        return self.text(pc).startswith("@!PT ")
+
     def source(self, pc: int) -> tuple[str | None, int | None]:
         info = self.action.source_info(pc)
         if info is None:
@@ -956,15 +981,63 @@ def _hot_loop(r: _Reader, sass: _Sass) -> HotLoop | None:
     if top <= 0:
         return None
     hot = [pc for pc, n in executed.items() if n >= HOT_LOOP_SHARE * top]
-    # Each PC counts once: the loop's static mix, not its executions.
-    families = group_families((sass.opcode(pc), 1) for pc in hot)
+    # Each PC counts once: the loop's static mix, not its executions. Padding that never
+    # runs is in the instruction count (it takes issue slots) but in no family: three
+    # `@!PT LDS` before each LDGSTS group are no shared-memory loads.
+    families = group_families((sass.opcode(pc), 1) for pc in hot if not sass.never_runs(pc))
     samples = r.instances(M_PC_SAMPLES)
-    waits = None
+    waits = gap = None
     if samples and sum(samples.values()) > 0:
         at = r.instances_at(M_LONG_SCOREBOARD_SAMPLES, set(hot))
         waits = sum(at.values()) / sum(samples.values())
+        gap = _math_gap(r, sorted(hot), families, sass, _base_pc(r, samples))
     return HotLoop(instructions=len(hot), families={k: int(v) for k, v in families.items()},
-                   operand_waits=waits)
+                   operand_waits=waits, math_gap=gap)
+
+
+# Synchronous math: a warp issues it and its result is the warp's own, so a warp that is
+# elsewhere in its loop issues none (wgmma runs on while its warps do other work).
+SYNC_MATH = ("ffma", "hmma")
+
+
+# Stall reasons that are waits on memory or on other warps: the latency rules' evidence.
+WAITING_REASONS = ("long_scoreboard", "barrier", "membar", "sleeping")
+# Instructions that bring operand tiles in from global memory.
+COPY_FAMILIES = ("ldgsts", "ldg", "tma")
+
+
+def _math_gap(r: _Reader, hot: list[int], families: Mapping[str, float], sass: _Sass,
+              base: int) -> MathGap | None:
+    math = max(SYNC_MATH, key=lambda k: families.get(k, 0))
+    if not families.get(math) or any(families.get(k) for k in ("gmma", "utcmma")):
+        return None
+    samples = r.instances(M_PC_SAMPLES) or {}
+    total = sum(samples.values())
+    best: tuple[float, int, int] | None = None       # samples, first PC, instructions
+    run: list[int] = []
+    for pc in [*hot, None]:
+        if pc is not None and family_of(sass.opcode(pc)) != math:
+            run.append(pc)
+            continue
+        if run:
+            held = sum(samples.get(q, 0.0) for q in run)
+            if best is None or held > best[0]:
+                best = (held, run[0], len(run))
+            run = []
+    if best is None:
+        return None
+    first = hot.index(best[1])
+    pcs = set(hot[first:first + best[2]])
+    by_reason: dict[str, int] = {}
+    for reasons in _reasons_at(r, pcs).values():
+        for reason, n in reasons:
+            by_reason[reason] = by_reason.get(reason, 0) + n
+    waiting = sum(by_reason.get(k, 0) for k in WAITING_REASONS)
+    copies = sum(family_of(sass.opcode(q)) in COPY_FAMILIES for q in pcs)
+    return MathGap(math=math, first=best[1] - base, instructions=best[2], share=best[0] / total,
+                   waiting=waiting / total,
+                   reasons=tuple(sorted(by_reason.items(), key=lambda kv: (-kv[1], kv[0]))),
+                   copies=copies)
 
 
 _MSG_TYPES = {0: "none", 1: "ok", 2: "optimization", 3: "warning", 4: "error"}

@@ -50,6 +50,9 @@ ISSUE_TAGS = {
     # and layouts that send a library to its fallback kernels (PS107: rows not 16-byte
     # aligned; PS108: 8-bit operands along N), from cuBLAS captures at 4095^3 and of _int_mm.
     "unaligned-rows", "operand-layout",
+    # and an mma.sync loop that stops its math for a block of copy work (PS127: measured by
+    # spreading hgemm_ring's copies over its k16 steps, 1.054x on an H100).
+    "math-gap",
 }
 
 
@@ -455,6 +458,21 @@ CASES: tuple[Case, ...] = (
          "mbarrier: no membar stalls", lambda: probe(SMALL_M_SPLIT)),
     Case("PS126", False, "real", "cuBLAS's decode GEMM (split over K as well): 0% membar",
          lambda: external("torch_decode_m16")),
+    Case("PS127", True, "real", "hgemm_ring (H200): a 108-instruction block of copy work with "
+         "no mma.sync after each k tile's barrier, 0.130 of the samples its own work",
+         lambda: reference("hgemm_ring", "bf16")),
+    Case("PS127", False, "real", "the same ring with its copies cheap and spread between the "
+         "k16 steps (probes/, H100): no run without mma.sync longer than one instruction",
+         lambda: probe("hgemm_ring_spread-bf16-4096x4096x4096-h100")),
+    Case("PS127", False, "real", "cuBLAS's mma.sync kernel for an odd K (torch): a 60-instruction "
+         "run, mostly waiting on its loads (PS120's), 0.050 its own work",
+         lambda: external("torch_odd_k")),
+    Case("PS127", False, "real", "hgemm_bcf_dbf (H200): its 62-instruction block holds the "
+         "copies but its warps mostly wait there, on loads and the barrier: 0.31 of 0.56",
+         lambda: reference("hgemm_bcf_dbf", "bf16")),
+    Case("PS127", False, "real", "sgemm_stages4: an FFMA loop (its 95-instruction copy block "
+         "takes issue slots, PS143's measure, not tensor-pipe time)",
+         lambda: reference("sgemm_stages4", "fp32")),
     Case("PS124", False, "real", "hgemm_fused_quant with its bias held: one wait per wgmma, the "
          "idle pipe is the serialization's (PS145)", lambda: wgmma_pipeline("held")),
     Case("PS145", True, "real", "hgemm_fused_quant with its bias held: 1.00 WARPGROUP.DEPBAR per "
@@ -476,6 +494,11 @@ CASES: tuple[Case, ...] = (
          lambda: (one("spill", 1), {})),
     Case("PS130", False, "real", "the same code uncapped (80 registers) does not",
          lambda: (one("spill", 0), {})),
+    Case("PS130", True, "real", "sgemm_stages4 with its copies spread over the k steps (probes/, "
+         "H100): spills under 1% of its instructions, but 0.56 of the sectors it moves are local",
+         lambda: probe("sgemm_stages4-fp32-4096x4096x4096-spread-h100")),
+    Case("PS130", False, "real", "cuBLAS's TF32 kernel (torch): 2.8 MB of local traffic, nothing "
+         "beside the tiles TMA brings (no LDG counts them)", lambda: external("torch_tf32_4096")),
     Case("PS131", True, "real", "hgemm_bcf: registers alone cap 2 blocks, 74% latency stalls, issue 20%",
          lambda: reference("hgemm_bcf", "bf16")),
     Case("PS131", False, "real", "cuBLAS's SGEMM at 254 registers keeps its FMA pipe busy",
@@ -723,6 +746,18 @@ def test_rule_metrics_are_in_the_collection_set():
     declared = set(VIEW_METRICS) | set(EXTRA_METRICS)
     for rule in REGISTRY:
         assert set(rule.metrics) <= declared, (rule.code, set(rule.metrics) - declared)
+
+
+def test_math_gap_is_the_copy_block_of_the_ring():
+    """PS127's input, read per PC: hgemm_ring's (H200, bf16) longest main-loop run without an
+    mma.sync is its 108-instruction copy block after each k tile's barrier (12 LDGSTS);
+    cuBLAS's wgmma kernel has none (its math is asynchronous), sgemm_stages4's is FFMA's."""
+    kp, _ = reference("hgemm_ring", "bf16")
+    gap = kp.hot_loop.math_gap
+    assert (gap.math, gap.first, gap.instructions, gap.copies) == ("hmma", 0x2380, 108, 12)
+    assert 0.14 < gap.share < 0.16 and gap.waiting < 0.1 * gap.share
+    assert reference("cublas_bgemm", "bf16")[0].hot_loop.math_gap is None
+    assert reference("sgemm_stages4", "fp32")[0].hot_loop.math_gap.math == "ffma"
 
 
 def test_rules_are_documented_data():

@@ -15,9 +15,11 @@ from perfscope.families import base_opcode
 from perfscope.hardware import TENSOR_PIPE_ACTIVE_PRACTICAL, TENSOR_PIPE_PRACTICAL
 from perfscope.metrics import (
     M_CYCLES,
+    M_INST_EXECUTED_PC,
     M_ISSUE_ACTIVE,
     M_LONG_SCOREBOARD_SAMPLES,
     M_OPCODES,
+    M_PC_SAMPLES,
     M_SM_ACTIVE_AVG,
     M_SM_COUNT,
     M_SPILL_INST,
@@ -710,5 +712,89 @@ MMA_SERIALIZED = Rule(
 )
 
 
+# -- PS127 --
+# A math-free run of at least this many main-loop instructions is a block of work: a wait on
+# a load or a barrier is one instruction, and PS120/PS121 read those.
+MATH_GAP_RUN_MIN = 16
+# The block's own work (its warps issuing it, or stalled on its fixed-latency dependencies,
+# dispatch or branches) from this share of all warp samples on. Below it the fix returns
+# little: on the one step measured it gave back 0.4 of the share (hgemm_ring, 0.129 ->
+# 0.051), and cuBLAS's own mma.sync kernels for odd shapes reach 0.050.
+MATH_GAP_WORK_MIN = 0.06
+MATH_GAP_WORK_REASONS = ("selected", "wait", "dispatch_stall", "branch_resolving")
+# A block whose warps mostly wait (on memory, a barrier, a fence) is a wait with copies in
+# it: the latency rules' (hgemm_bcf_dbf's: 0.56 of all samples, 0.31 of them waits).
+MATH_GAP_WAITING_MAX = 0.5
+
+
+def _check_math_gap(inputs: Inputs) -> Hit | None:
+    """Symptom: the main loop of an mma.sync GEMM holds a block of at least 16 instructions
+    with no mma.sync in it, among them its global copies, and the warps' own work in that
+    block (issuing it, or stalled on its fixed-latency dependencies, dispatch or branches:
+    not waiting on memory or a barrier) is at least 6% of all warp samples, and waits are
+    under half of the block's samples (a wait with copies in it is PS120/PS121's).
+    Why: mma.sync is synchronous: a warp in its copy block (address arithmetic, bounds
+    checks, LDGSTS) issues no math, and the tensor pipe is fed by the scheduler's other
+    warps alone, one or two at the occupancy a 64 x 64 warp tile allows. The barrier that
+    ends each k tile lines the warps up, so they reach the block together and the pipe
+    runs dry for about as long as the block takes.
+    Fix: make the copies cheap and spread them out: work out each thread's copy addresses
+    and bounds once before the loop (a whole-K tile's copy is then one address and one
+    LDGSTS; only the tile past K checks k), and issue a tile's copies in shares between the
+    next tile's k16 steps, so each warp's block is a few instructions between mma.syncs.
+    Estimate: the block's own-work share of the samples, an upper bound: the pipe idles
+    that long only if every warp of a scheduler sits in the block at once with no mma.sync
+    still queued. On the one step measured (hgemm_ring to its copies spread over the k16
+    steps, H100, probes/ring-spread-h100.jsonl) the block held 0.129 of the samples in its
+    own work and the spread saved 0.051 of the time (1.054x): other warps' queued math
+    covers the rest, so the declared severity stays below a warning.
+    Example:
+        before: barrier; 12 x { address, bounds checks, select, LDGSTS } (108 instructions); 128 HMMA
+        after:  barrier; 4 x { 3 x { address, LDGSTS }; 32 HMMA }
+    Source: seed 004 §3 (the cp.async ring); seed 002 §4 (prefetch under the math); the
+    interleaved copies of CUTLASS's multistage mainloop; NCU Profiling Guide: Source
+    Counters (warp samples per instruction)."""
+    p = inputs.profile
+    loop = p.hot_loop
+    gap = loop.math_gap if loop is not None else None
+    if loop is not None and gap is None and loop.families.get("hmma"):
+        need(None, "warp samples per instruction (the Source Counters section)")
+    if gap is None or gap.math != "hmma" or not is_gemm_like(p):
+        return None
+    reasons = dict(gap.reasons)
+    sampled = sum(reasons.values())
+    work = gap.share * sum(reasons.get(k, 0) for k in MATH_GAP_WORK_REASONS) / sampled if sampled else 0.0
+    if (gap.instructions < MATH_GAP_RUN_MIN or not gap.copies or work < MATH_GAP_WORK_MIN
+            or gap.waiting > MATH_GAP_WAITING_MAX * gap.share):
+        return None
+    top = ", ".join(f"{k} {n}" for k, n in gap.reasons[:3])
+    return Hit((
+        Evidence(f"main-loop instructions in a row with no mma.sync (from offset {gap.first:#x})",
+                 gap.instructions, f">= {MATH_GAP_RUN_MIN}"),
+        Evidence("global loads and copies among them", gap.copies, "> 0"),
+        Evidence(f"their warp samples / all samples (most: {top})", round(gap.share, 3), "-"),
+        Evidence("of which waits on memory, a barrier or a fence / all samples",
+                 round(gap.waiting, 3), f"<= {MATH_GAP_WAITING_MAX} of theirs"),
+        Evidence("of which their own work (issuing; wait, dispatch, branch stalls) / all samples",
+                 round(work, 3), f">= {MATH_GAP_WORK_MIN}"),
+    ), work, fix_args=(("first", f"{gap.first:#x}"), ("n", str(gap.instructions))))
+
+
+MATH_GAP = Rule(
+    code="PS127", tag="math-gap",
+    title="The mma.sync loop stops for a block of copy work each k tile",
+    severity="optimization",
+    metrics=(M_PC_SAMPLES, M_INST_EXECUTED_PC, *OPCODE_METRICS),
+    check=_check_math_gap,
+    fix="Work out each thread's copy addresses and bounds once, before the k loop (a whole-K "
+        "tile's copy is then one address and one LDGSTS; only a tile past K checks k), and "
+        "issue each tile's copies in shares between the next tile's k16 steps, so no warp "
+        "leaves its mma.sync stream for the {n} instructions at {first}.",
+    reference="NCU Profiling Guide: Source Counters (warp state samples per instruction); "
+              "CUTLASS: the multistage (cp.async) mainloop's interleaved copies",
+    thresholds=(("MATH_GAP_RUN_MIN", MATH_GAP_RUN_MIN), ("MATH_GAP_WORK_MIN", MATH_GAP_WORK_MIN),
+                ("MATH_GAP_WAITING_MAX", MATH_GAP_WAITING_MAX)),
+)
+
 RULES = (LOADS_NOT_OVERLAPPED, PARTLY_EXPOSED, BARRIER_BOUND, EPILOGUE_EXPOSED,
-         EPILOGUE_MATH_EXPOSED, K_LOOP_MATH, MMA_SERIALIZED)
+         EPILOGUE_MATH_EXPOSED, K_LOOP_MATH, MMA_SERIALIZED, MATH_GAP)

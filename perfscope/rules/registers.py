@@ -27,6 +27,7 @@ from perfscope.metrics import (
     M_THEORETICAL_OCCUPANCY,
     MEMORY_PCT_METRICS,
     OCCUPANCY_LIMITS,
+    SECTOR_BYTES,
     SOL_METRICS,
     STALL_METRICS,
     TRAFFIC_METRICS_GLOBAL,
@@ -46,11 +47,17 @@ from perfscope.rules.facts import (
     stall_share,
     total_instructions,
 )
+from perfscope.rules.memory import bytes_into_sms
 from perfscope.rules.model import Evidence, Hit, Inputs, Rule, need
 
 # -- thresholds --
 # Spill (or other local-memory) instructions above this share of all instructions.
 SPILL_SHARE_MIN = MIN_SHARE_OF_INSTRUCTIONS
+# ... or local memory carries at least this share of the sectors the kernel's loads and
+# stores move (local + global): a few spilled registers reloaded in the main loop. The FP32
+# ring with its copies spread over the k steps (probes/, an H100) spilled 20 registers'
+# worth there: 0.9% of its instructions, 0.56 of its sectors, 1.17x the cycles.
+SPILL_TRAFFIC_MIN = 0.10
 # Theoretical occupancy under this is "low".
 OCCUPANCY_LOW_PCT = 50.0
 # Fewer eligible warps per scheduler per cycle than this: issue slots go empty.
@@ -75,8 +82,8 @@ def spill_share_significant(spills: float, total: float) -> bool:
 
 
 def _check_spills(inputs: Inputs) -> Hit | None:
-    """Symptom: local-memory (LDL/STL) instructions are a visible share of the kernel:
-    registers spill.
+    """Symptom: local-memory (LDL/STL) instructions are a visible share of the kernel, or
+    local memory a visible share of the sectors its loads and stores move: registers spill.
     Why: a register tile larger than the register budget (the cap from -maxrregcount or
     __launch_bounds__, or 255) turns accumulators into local-memory traffic through L1/L2.
     Fix: a smaller per-thread tile, a higher cap, constant-indexed fragment arrays.
@@ -93,13 +100,20 @@ def _check_spills(inputs: Inputs) -> Hit | None:
         reqs = (p.memory.local_load_requests, p.memory.local_store_requests)
         need(reqs[0], M_SPILL_INST)
         spills = sum(r or 0.0 for r in reqs)
-    if not spill_share_significant(spills, total):
-        return None
     local = local_sectors(p)
+    # What the SMs move besides: their global loads and stores, or, where TMA brings the
+    # tiles (no LDG counts them), every sector they take in from L2.
+    into = bytes_into_sms(p) if p.opcodes.has("tma") else None
+    other = max(p.memory.global_.actual or 0.0, into[0] / SECTOR_BYTES if into else 0.0)
+    share = local / (local + other) if local else 0.0
+    if not spill_share_significant(spills, total) and share < SPILL_TRAFFIC_MIN:
+        return None
     pr = pressure(p, GLOBAL_FIELDS, GLOBAL_WAIT_STALLS)
-    share = local / (local + (p.memory.global_.actual or 0.0)) if local else 0.0
-    ev = [Evidence(f"{M_SPILL_INST} / all instructions", round(spills / total, 3),
-                   f">= {SPILL_SHARE_MIN}")]
+    ev = [Evidence(f"{M_SPILL_INST} / all instructions", round(spills / total, 3) if total else 0.0,
+                   f">= {SPILL_SHARE_MIN}, or"),
+          Evidence("local sectors / (local + global sectors, or all into the SMs from L2)",
+                   round(share, 3),
+                   f">= {SPILL_TRAFFIC_MIN}")]
     if p.memory.local_bytes is not None:
         ev.append(Evidence("local memory bytes (l1tex local ld+st sectors x 32)",
                            p.memory.local_bytes, "> 0"))
@@ -122,7 +136,7 @@ SPILLS = Rule(
     reference="CUDA C++ Best Practices Guide: Register Pressure; NCU Profiling Guide: Memory "
               "Workload Analysis (local memory)",
     ncu=("MemoryCacheAccessPattern/Local",),
-    thresholds=(("SPILL_SHARE_MIN", SPILL_SHARE_MIN),),
+    thresholds=(("SPILL_SHARE_MIN", SPILL_SHARE_MIN), ("SPILL_TRAFFIC_MIN", SPILL_TRAFFIC_MIN)),
 )
 
 

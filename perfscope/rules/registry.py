@@ -22,6 +22,7 @@ from perfscope.rules.latency import (
     FENCE_BOUND,
     K_LOOP_MATH,
     LOADS_NOT_OVERLAPPED,
+    MATH_GAP,
     MMA_SERIALIZED,
     PARTLY_EXPOSED,
 )
@@ -67,6 +68,7 @@ REGISTRY: tuple[Rule, ...] = (
     EPILOGUE_MATH_EXPOSED,   # PS124
     K_LOOP_MATH,             # PS125
     FENCE_BOUND,             # PS126
+    MATH_GAP,                # PS127
     SPILLS,                  # PS130
     REGISTER_OCCUPANCY,      # PS131
     SMEM_OCCUPANCY,          # PS132
