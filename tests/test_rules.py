@@ -760,6 +760,16 @@ def test_math_gap_is_the_copy_block_of_the_ring():
     assert reference("sgemm_stages4", "fp32")[0].hot_loop.math_gap.math == "ffma"
 
 
+def test_math_gap_without_per_instruction_counts_is_not_evaluated():
+    # An mma.sync kernel profiled without the Source Counters: PS127 says so, never "none".
+    kp, kw = reference("hgemm_ring", "bf16")
+    bare = dataclasses.replace(kp, hot_loop=None)
+    ev = evaluate(bare, **kw)
+    assert "PS127" not in {f.code for f in ev.findings}
+    (skip,) = [n for n in ev.not_evaluated if n.code == "PS127"]
+    assert "Source Counters" in skip.reason
+
+
 def test_rules_are_documented_data():
     for rule in BY_CODE.values():
         assert rule.severity in SEVERITIES

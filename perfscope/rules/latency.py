@@ -756,9 +756,9 @@ def _check_math_gap(inputs: Inputs) -> Hit | None:
     Counters (warp samples per instruction)."""
     p = inputs.profile
     loop = p.hot_loop
+    if p.opcodes.has("hmma") and (loop is None or loop.operand_waits is None):
+        need(None, "executions and warp samples per instruction (the Source Counters section)")
     gap = loop.math_gap if loop is not None else None
-    if loop is not None and gap is None and loop.families.get("hmma"):
-        need(None, "warp samples per instruction (the Source Counters section)")
     if gap is None or gap.math != "hmma" or not is_gemm_like(p):
         return None
     reasons = dict(gap.reasons)
