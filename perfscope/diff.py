@@ -609,7 +609,10 @@ def _reasons(d: _Direction, findings: Sequence[Finding], only_fast: Sequence[str
              aspects: Sequence[Aspect], gap: float | None) -> list[Reason]:
     """Why the slower side takes more cycles than the faster, ranked by each reason's share
     of the gap; findings: the slower side's that the faster lacks."""
-    left = list(findings)
+    # A finding the faster side has just under the line (its estimate too small to be one)
+    # is compared as one both have: what it adds is the difference of the two shares.
+    quiet = dict(d.fast.evaluation.quiet)
+    left = [f for f in findings if f.code not in quiet]
     differing = [a for a in aspects if a.differs]
     claims = []
     path = _path_claim(d, only_fast, left, differing)
@@ -655,19 +658,21 @@ def _grown_claims(d: _Direction) -> list[_Claim]:
     """Findings both sides have that take a larger share of the slower side's time: the
     difference of the two shares (each bounded by its work's roofline, not by its gap to
     cuBLAS) is what they add to the gap."""
-    fast = {f.code: f for f in d.fast.evaluation.findings if _bounded_share(f) is not None}
+    fast = {f.code: _bounded_share(f) for f in d.fast.evaluation.findings
+            if _bounded_share(f) is not None}
+    quiet = {code: gain for code, gain in d.fast.evaluation.quiet if code not in fast}
     out = []
     for f in d.slow.evaluation.findings:
-        other = fast.get(f.code)
+        theirs = fast.get(f.code, quiet.get(f.code))
         mine = _bounded_share(f)
-        if other is None or mine is None:
+        if theirs is None or mine is None:
             continue
-        theirs = _bounded_share(other)
         growth = mine - theirs
         if growth < GROWN_MIN:
             continue
         slow, quick = d.names
-        lead = (f"{f.code} {f.title}, in both but larger in {slow} ({mine:.0%} of its "
+        where = "in both" if f.code in fast else f"in {quick} too, under a finding's size,"
+        lead = (f"{f.code} {f.title}, {where} but larger in {slow} ({mine:.0%} of its "
                 f"time against {theirs:.0%} of {quick}'s)")
         out.append(_Claim(lead, _evidence_text(f), f.code, f.fix, "grown", growth, False,
                           _group(f), (f,)))

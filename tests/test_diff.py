@@ -711,6 +711,38 @@ def test_the_main_loops_side_by_side():
 
 
 @needs_reference
+def test_a_finding_just_under_the_line_on_the_other_side_is_compared_not_counted_whole():
+    """hgemm_tma_wgmma against hgemm_bcf_dbf_rw (the H200's reports): A's step gets rid of
+    B's PS112 (cp.async writes taking extra wavefronts, 0.028 of B's time), a reason of its
+    own. Had A the same symptom with an estimate too small to be a finding (the engine's
+    Evaluation.quiet; no committed pair has one where it matters, so it is set here), the
+    reason is the difference of the two: under GROWN_MIN none, above it a "grown" reason
+    that says A has it too."""
+    import dataclasses
+
+    a = resolve(ref("hgemm_tma_wgmma", "bf16"))
+    b = resolve(ref("hgemm_bcf_dbf_rw", "bf16"))
+    assert "PS112" in {r.code for r in d.compare(a, b).verdict if r.kind == "finding"}
+
+    def with_quiet(gain: float):
+        quiet = dataclasses.replace(a.evaluation, quiet=(("PS112", gain),))
+        return d.compare(dataclasses.replace(a, evaluation=quiet), b)
+
+    assert "PS112" not in {r.code for r in with_quiet(0.009).verdict}     # 0.028 - 0.009
+    (grown,) = [r for r in with_quiet(0.001).verdict if r.code == "PS112"]
+    assert grown.kind == "grown" and "in A too, under a finding's size" in grown.sentence
+
+
+def test_the_engine_keeps_a_symptom_too_small_to_be_a_finding():
+    """sgemm_tile8x16 (H200): its cp.async writes take extra wavefronts (PS112's symptom),
+    worth 0.0055 of its time, under MIN_GAIN: silent, and in Evaluation.quiet."""
+    r = resolve(ref("sgemm_tile8x16", "fp32"))
+    assert "PS112" in r.evaluation.silent
+    assert "PS112" not in {f.code for f in r.evaluation.findings}
+    assert dict(r.evaluation.quiet)["PS112"] == pytest.approx(0.0055, abs=5e-4)
+
+
+@needs_reference
 def test_padding_that_never_runs_is_no_shared_load():
     """hgemm_ring with its copies spread over the k16 steps against hgemm_ring (probes/, one
     H100 call): ptxas puts three `@!PT LDS RZ, [RZ]` before each LDGSTS group, 12 in the

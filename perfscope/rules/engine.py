@@ -166,6 +166,7 @@ def evaluate(profile: KernelProfile, manifest: RunManifest | None = None,
     findings: list[Finding] = []
     skipped: list[NotEvaluated] = []
     silent: list[str] = []
+    quiet: list[tuple[str, float]] = []
     for rule in rules:
         try:
             hit = rule.check(inputs)
@@ -190,6 +191,8 @@ def evaluate(profile: KernelProfile, manifest: RunManifest | None = None,
         severity = severity_for(rule, gain)
         if severity is None:
             silent.append(rule.code)
+            if bounded is not None:
+                quiet.append((rule.code, bounded))
             continue
         if no_warning and rule.tag != CORRECTNESS_TAG and OVERLAP.get(rule.tag) not in REFERENCE_BLIND \
                 and severity_rank(severity) >= severity_rank("warning"):
@@ -221,4 +224,5 @@ def evaluate(profile: KernelProfile, manifest: RunManifest | None = None,
                     else round(combined, 4))
     notes = (no_warning,) if no_warning and findings and not blind else ()
     return Evaluation(findings=tuple(findings), not_evaluated=tuple(skipped), silent=tuple(silent),
-                      headroom=room, combined_gain=combined, reference_cap=ref_cap, notes=notes)
+                      headroom=room, combined_gain=combined, reference_cap=ref_cap, notes=notes,
+                      quiet=tuple(quiet))

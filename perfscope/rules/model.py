@@ -247,6 +247,11 @@ class Evaluation:
     combined_gain: float | None = None
     reference_cap: float | None = None     # 1 - ratio to the timed reference + margin
     notes: tuple[str, ...] = ()            # why severities were capped, in words
+    # Rules whose symptom is there but whose estimate, under the work's roofline, is too
+    # small to be a finding: (code, that estimate). Silent all the same; `diff` reads them so
+    # that a finding on one side is held against the same symptom just under the line on the
+    # other, not against nothing.
+    quiet: tuple[tuple[str, float], ...] = ()
 
     @property
     def tags(self) -> frozenset[str]:
