@@ -464,6 +464,10 @@ CASES: tuple[Case, ...] = (
     Case("PS127", False, "real", "the same ring with its copies cheap and spread between the "
          "k16 steps (probes/, H100): no run without mma.sync longer than one instruction",
          lambda: probe("hgemm_ring_spread-bf16-4096x4096x4096-h100")),
+    Case("PS127", False, "real", "the spread stage at SPREAD=1 (probes/, H100): its 12 cheap "
+         "copies at the top of each tile, which ptxas scatters among the HMMAs itself (longest "
+         "run one instruction); spreading them further saved 1.3-1.4%",
+         lambda: probe("hgemm_ring_spread@SPREAD=1-bf16-4096x4096x4096-h100")),
     Case("PS127", False, "real", "cuBLAS's mma.sync kernel for an odd K (torch): a 60-instruction "
          "run, mostly waiting on its loads (PS120's), 0.050 its own work",
          lambda: external("torch_odd_k")),
