@@ -624,8 +624,11 @@ def _reasons(d: _Direction, findings: Sequence[Finding], only_fast: Sequence[str
     grown = _grown_claims(d)
     claims += _aspect_claims(d, left, differing, grown)
     for f in left:
+        # What the symptom costs the slower side: its cost where the rule gives one apart
+        # from what its fix would save.
         claims.append(_Claim(f.title, _evidence_text(f), f.code, f.fix, "finding",
-                             f.estimated_gain, False, _group(f), (f,)))
+                             f.estimated_gain if f.cost is None else f.cost, False, _group(f),
+                             (f,)))
     claims += grown
     shares, _ = _spread(claims, gap)
     order = sorted(range(len(claims)), key=lambda i: (-_rank_share(shares[i]), i))
@@ -649,8 +652,12 @@ GROWN_MIN = 0.02
 
 
 def _bounded_share(f: Finding) -> float | None:
-    """A finding's share of its kernel's time under the work's roofline alone: each side's
-    gap to its own timed reference says nothing about the other side."""
+    """What a finding's symptom costs its kernel, as a share of its time: its cost where the
+    rule gives one apart from its fix's saving (PS153), else the estimate under the work's
+    roofline alone (each side's gap to its own timed reference says nothing about the other
+    side)."""
+    if f.cost is not None:
+        return f.cost
     return f.bounded_gain if f.bounded_gain is not None else f.estimated_gain
 
 

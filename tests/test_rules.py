@@ -25,7 +25,7 @@ from perfscope.profile import KernelProfile, OpcodeTraffic, Stall, Traffic, load
 from perfscope.rules import BY_CODE, REGISTRY, SEVERITIES, TAGS, Context, evaluate
 from perfscope.rules.engine import combine
 from perfscope.rules.launch import split_pieces
-from perfscope.rules.model import DOC_SECTIONS, severity_rank
+from perfscope.rules.model import DOC_SECTIONS, Inputs, severity_rank
 
 ISSUE_TAGS = {
     "uncoalesced-global", "narrow-loads", "no-data-reuse", "small-tile", "smem-bandwidth",
@@ -690,14 +690,54 @@ def test_a_capture_with_locked_clocks_leaves_the_clock_unjudged():
     ("hgemm_tma_wgmma_persistent-bf16-1024x8192x8192", False)])
 def test_tail_effect_fix_follows_the_shape_of_the_spread(name, stragglers):
     # The data-parallel kernel leaves SMs idle for its last round (split it); the tail split
-    # keeps every SM busy but its spares run on (split less): the opposite advice.
-    kp, kw = tail_split(name)
-    (f,) = [f for f in evaluate(kp, **kw).findings if f.code == "PS153"]
-    assert f.fix.startswith("Every SM works nearly to the end") == stragglers, f.fix
-    assert ("Share the last, partial round" in f.fix) != stragglers
+    # keeps every SM busy but its spares run on (split less): the opposite advice. Read from
+    # the predicate: the data-parallel kernel's net estimate is under a finding's (below).
+    fix, _ = _uneven_sms(*tail_split(name))
+    assert fix.startswith("Every SM works nearly to the end") == stragglers, fix
+    assert ("Share the last, partial round" in fix) != stragglers
     # The idle last round also names the grid that takes the same rounds on fewer CTAs,
     # measured at the power cap (probes/balanced-grid-h100.jsonl); not where SMs run on.
-    assert ("ceil(tiles / rounds) CTAs" in f.fix) != stragglers
+    assert ("ceil(tiles / rounds) CTAs" in fix) != stragglers
+
+
+def _uneven_sms(kp, kw):
+    """PS153's fix text and evidence as its predicate writes them, before the engine weighs
+    the estimate."""
+    from perfscope.rules.launch import UNEVEN_SMS
+
+    hit = UNEVEN_SMS.check(Inputs(profile=kp, **kw))
+    return UNEVEN_SMS.fix.format(**dict(hit.fix_args)), {e.metric: e.value for e in hit.evidence}
+
+
+def test_tail_effect_is_net_of_what_sharing_the_last_round_costs():
+    """PS153 at 4096^3 (3.88 rounds of 64 k tiles) counts stream-K's cut pieces, about 6 k
+    tiles of the busiest CTA's 4 x 64: the persistent stage's 0.034 idle share is worth 0.011
+    (the stream-K stage saved nothing there, the balanced grid 0.001-0.006); at 8192^3 (16 x
+    128) 0.032 is worth 0.029, where stream-K saved 0.023-0.024 (bench-8192.json)."""
+    for shape, worth in (("4096x4096x4096", 0.0101), ("8192x8192x8192", 0.0292)):
+        folder = REFERENCE / ("large" if shape.startswith("8192") else "")
+        r = _records(str(folder / f"hgemm_tma_wgmma_persistent-bf16-{shape}.ncu-rep.xz"))[0]
+        (f,) = [f for f in evaluate(r.profile, manifest=r.manifest, context=_context(r)).findings
+                if f.code == "PS153"]
+        assert f.estimated_gain == pytest.approx(worth, abs=2e-4)
+        _, ev = _uneven_sms(r.profile, {"manifest": r.manifest, "context": _context(r)})
+        idle = ev["idle share while the busiest SM works (1 - avg / max)"]
+        (cost,) = [v for k, v in ev.items() if k.startswith("what sharing the last round costs")]
+        assert cost == pytest.approx(6 / ((4 if shape.startswith("4096") else 16) *
+                                          (64 if shape.startswith("4096") else 128)), abs=1e-4)
+        assert f.estimated_gain == pytest.approx(idle - cost, abs=1e-3)
+        # The idle share is what the symptom costs (what diff compares), apart from the estimate.
+        assert f.cost == pytest.approx(idle, abs=1e-3)
+    # Without the tile's k depth (cuBLAS: no manifest tile) the idle share alone stays, and is
+    # the cost too.
+    kp = one("cublas_bgemm_4096")
+    (f,) = [f for f in evaluate(kp).findings if f.code == "PS153"]
+    assert not any(e.metric.startswith("what sharing") for e in f.evidence) and f.cost is None
+    # The tuned stage at 4096^3: idle 0.031, worth under 0.01 net: silent, its cost kept quiet.
+    kp, kw = reference("hgemm_tma_wgmma_tuned", "bf16")
+    ev = evaluate(kp, **kw)
+    assert "PS153" not in {f.code for f in ev.findings}
+    assert dict(ev.quiet)["PS153"] == pytest.approx(0.031, abs=2e-3)
 
 
 @pytest.mark.parametrize("tiles, ctas, pieces", [
@@ -722,11 +762,10 @@ def test_split_pieces_is_the_fewest_equal_cut_that_shortens_the_last_round(tiles
 def test_tail_effect_says_how_finely_the_last_round_must_be_cut(name, pieces):
     # Halves, or a split kept inside 2-CTA clusters, leave some CTA a whole tile at 4096^3:
     # the finding says so with the number, so nobody builds the split that cannot pay.
-    kp, kw = tail_split(name)
-    (f,) = [f for f in evaluate(kp, **kw).findings if f.code == "PS153"]
-    (ev,) = [e for e in f.evidence if e.metric.startswith("equal pieces per last-round tile")]
-    assert ev.value == pieces
-    assert f"fewer than {pieces} equal pieces" in f.fix
+    fix, ev = _uneven_sms(*tail_split(name))
+    (value,) = [v for k, v in ev.items() if k.startswith("equal pieces per last-round tile")]
+    assert value == pieces
+    assert f"fewer than {pieces} equal pieces" in fix
 
 
 def test_tail_effect_without_the_rounds_names_no_piece_count():

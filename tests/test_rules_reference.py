@@ -60,9 +60,13 @@ LADDER: dict[tuple[str, str], tuple[set[str], set[str]]] = {
                                              {"latency-exposed", "store-inefficiency",
                                               "epilogue-exposed", "legacy-mma", "no-tma",
                                               "small-tile"}),
-    ("hgemm_tma_wgmma_streamk", "bf16"): ({"tail-effect"},
+    # The stream-K stage at 4096^3 keeps that schedule (3.88 rounds, under its 8): its idle
+    # is there, but sharing the last round would cost about what it saves (PS153 net of 6 k
+    # tiles of its 4 x 64: under 0.01), so PS153 stays silent on it.
+    ("hgemm_tma_wgmma_streamk", "bf16"): (set(),
                                           {"latency-exposed", "store-inefficiency",
-                                           "epilogue-exposed", "legacy-mma", "no-tma"}),
+                                           "epilogue-exposed", "legacy-mma", "no-tma",
+                                           "tail-effect"}),
     ("hgemm_tma_wgmma_cluster", "bf16"): (set(), {"latency-exposed", "store-inefficiency",
                                                   "epilogue-exposed", "legacy-mma", "no-tma"}),
 }
@@ -363,11 +367,14 @@ def test_a_step_whose_change_does_not_act_at_the_shape_is_shown_not_counted():
     assert {s.dtype for s in idle} == {"bf16", "fp16"}
     assert all(not s.acts and s not in c.counted and s.codes == ("PS153",) for s in idle)
     assert all(s.acts for s in c.steps if s.child != "hgemm_tma_wgmma_streamk")
-    # PS153's error at this shape is the balanced stage's step alone, which acts here.
+    # The balanced stage's step acts here, and PS153, net of what sharing the last round
+    # costs, is worth under 0.01 on its parent (the tuned stage): no finding, a prediction of
+    # 0 against the 0.001-0.006 the grid bought, and no PS153 error at this shape.
     balanced = [s for s in c.counted if s.child == "hgemm_tma_wgmma_balanced"]
     assert {s.dtype for s in balanced} == {"bf16", "fp16"}
-    assert c.per_rule()["PS153"] == pytest.approx(
-        sum(s.error for s in balanced) / len(balanced), abs=1e-4)
+    assert all(s.predicted == 0 and s.error == pytest.approx(abs(s.measured), abs=1e-4)
+               for s in balanced)
+    assert "PS153" not in c.per_rule()
     assert all(row["acts"] is (row["child"] != "hgemm_tma_wgmma_streamk")
                for row in c.to_dict()["rows"])
 

@@ -509,7 +509,9 @@ REGISTRY: tuple[KernelSpec, ...] = (
                       "CTAs leave 16 idle for the last of 4 rounds.",
                seed="000 §5.1, §6.3",
                notes="PS153 on its parent: the persistent CTAs get unequal shares (3.88 rounds "
-                     "of tiles on 132 CTAs), est. 0.031 of the time. The step cuts no work "
+                     "of tiles on 132 CTAs), an idle share of 0.031, worth under 0.01 net of "
+                     "what splitting the last round costs (6 k tiles of 4 x 64), so no finding "
+                     "predicts the step (it was est. 0.031 until 2026-12-06). The step cuts no work "
                      "from the busiest CTA (4 tiles either way); it pays only at the power cap, "
                      "where the tensor GEMMs run at 1.5-1.6 GHz of 1.98 (PS171): 128 CTAs run "
                      "all four rounds at the clock 128 busy SMs can afford, where 132 hold the "

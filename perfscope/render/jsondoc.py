@@ -62,7 +62,9 @@ Schemas, versioned by name (a field that changes bumps the version):
                    ("headroom"|"headroom on PATH"|"reference gap"|"gap to the floor"|
                     "empty launch's time"|null),
                    bounded_gain (the estimate under the work's roofline, an empty launch's
-                   time and, for memory-bound work, its floor, before the reference gap)}
+                   time and, for memory-bound work, its floor, before the reference gap),
+                   cost (what the symptom costs now where that is not what the fix saves,
+                   e.g. PS153's idle share; null: the estimate)}
 
     Every value the report lacks is null.
 
@@ -175,6 +177,7 @@ def finding_dict(f: Any) -> dict[str, Any]:
         "fix": f.fix, "reference": f.reference,
         "ncu_rule": f.ncu_rule, "ncu_speedup_pct": f.ncu_speedup_pct,
         "raw_gain": f.raw_gain, "capped_by": f.capped_by, "bounded_gain": f.bounded_gain,
+        "cost": f.cost,
     }
 
 

@@ -188,11 +188,17 @@ def evaluate(profile: KernelProfile, manifest: RunManifest | None = None,
             # Rounded down when capped, so the stored estimate never exceeds its bound.
             gain = math.floor(gain * 1e4) / 1e4 if capped_by else round(gain, 4)
             bounded = math.floor(bounded * 1e4) / 1e4 if bounded < raw else round(bounded, 4)
+        cost = None
+        if hit.cost is not None:
+            cost = max(0.0, hit.cost)
+            if room is not None:
+                cost = min(cost, room.fraction)
+            cost = round(cost, 4)
         severity = severity_for(rule, gain)
         if severity is None:
             silent.append(rule.code)
-            if bounded is not None:
-                quiet.append((rule.code, bounded))
+            if cost is not None or bounded is not None:
+                quiet.append((rule.code, cost if cost is not None else bounded))
             continue
         if no_warning and rule.tag != CORRECTNESS_TAG and OVERLAP.get(rule.tag) not in REFERENCE_BLIND \
                 and severity_rank(severity) >= severity_rank("warning"):
@@ -203,7 +209,7 @@ def evaluate(profile: KernelProfile, manifest: RunManifest | None = None,
                                 reference=rule.reference, ncu_rule=ncu_rule,
                                 ncu_speedup_pct=ncu_speedup,
                                 raw_gain=round(raw, 4) if raw is not None else None,
-                                capped_by=capped_by, bounded_gain=bounded))
+                                capped_by=capped_by, bounded_gain=bounded, cost=cost))
     findings.sort(key=lambda f: (-severity_rank(f.severity), -(f.estimated_gain or 0.0), f.code))
     # What the causes inside the envelope save together: the floor's gap and the launch's.
     inside_caps = [c for c in (floor, launch) if c is not None]

@@ -38,6 +38,10 @@ SMALL_WORK_THREADS = 32
 SM_IMBALANCE_MIN = 0.03
 # Exactly one wave: a CTA on every SM slot at once (a persistent grid), to this tolerance.
 ONE_WAVE_TOLERANCE = 1e-6
+# What a CTA pays for the cut pieces of a shared last round beyond their own k iterations,
+# in k tiles of math: their fp32 partials written and read, and the wait for them
+# (hgemm_tma_wgmma_streamk on the H200, the first tail split's spares: about 6).
+STREAMK_PIECE_KTILES = 6
 # Padding computed by edge tiles above this share of the tiles' work.
 TILE_WASTE_MIN = 0.05
 # Manifest parameter names that give a stage's CTA tile (BM x BN, or a square TILE).
@@ -184,7 +188,7 @@ def _check_uneven_sms(inputs: Inputs) -> Hit | None:
     and the others run at the clock their own power allows instead of the full chip's (512
     tiles on 128 CTAs instead of 132: on an H100 the same cycles at a 0.7-1.3% higher clock,
     1.008-1.016x faster; on the H200 1.001-1.006x, hgemm_tma_wgmma_balanced's step, which
-    PS153's 0.031 overstates: the estimate counts idle cycles, the grid buys clock; see
+    the idle share, 0.031, overstated: it counts idle cycles and the grid buys clock; see
     reports/reference/h200/probes/README.md). Where the run manifest
     gives the tile, the finding says how finely: r tiles on P CTAs cut into fewer than
     ceil(P / (P - r)) equal pieces each, or shared within clusters of fewer CTAs, leave some
@@ -197,9 +201,14 @@ def _check_uneven_sms(inputs: Inputs) -> Hit | None:
     more than their k iterations (the persistent stage's tail split at 4096^3 on the H200:
     its spares ran 8 pieces each, and the busiest SM 10% longer than without the split).
     The fix is the opposite one: take work off the longest CTAs, split fewer tiles or none.
-    Estimate: 1 - avg / max of the SMs' active cycles: the time saved if every SM finished
-    with the average one. An upper bound: a split round costs L2 traffic and partial sums
-    (on the H200, hgemm_tma_wgmma_streamk gained 2-3% of 3% at 8192^3 and lost at 4096^3).
+    Estimate: 1 - avg / max of the SMs' active cycles, the time saved if every SM finished
+    with the average one, less, where the run manifest gives the rounds, the tile's k depth
+    and K, what sharing the last round costs the busiest CTA: STREAMK_PIECE_KTILES k tiles
+    over its ceil(rounds) x ceil(K / BK) (the 8192^3 stream-K step on the H200: 0.032 - 0.003
+    = 0.029 predicted, 0.023-0.024 saved; at 4096^3 0.034 - 0.023 = 0.011, where it saved
+    nothing and the balanced grid 0.001-0.006). Without them the idle share alone, an upper
+    bound. The idle share is the finding's cost, what `diff` holds against another kernel's:
+    two kernels idle alike whatever a split would give back of it.
     Example:
         before: for (tile = blockIdx.x; tile < tiles; tile += gridDim.x) gemm_tile(tile);
         after:  whole rounds as before; the last tiles % gridDim.x tiles' k iterations shared
@@ -231,9 +240,17 @@ def _check_uneven_sms(inputs: Inputs) -> Hit | None:
                                round((busiest - avg) / max(avg - idlest, 1.0), 2),
                                "> 1: a few SMs run on"))
     rounds = _tile_rounds(inputs)
+    gain = idle
     if rounds is not None:
         ev.append(Evidence("rounds of tiles over the CTAs (run manifest)", round(rounds, 2),
                            "a whole number"))
+        k_tiles = _k_tiles(inputs.manifest)
+        if k_tiles and how == IDLE_AT_END:
+            cost = STREAMK_PIECE_KTILES / (math.ceil(rounds) * k_tiles)
+            gain = max(0.0, idle - cost)
+            ev.append(Evidence("what sharing the last round costs the busiest CTA "
+                               f"({STREAMK_PIECE_KTILES} k tiles of its ceil(rounds) x "
+                               f"{k_tiles})", round(cost, 4), "subtracted from the idle share"))
         grid = inputs.profile.launch.grid_size or 0     # known: the rounds need it
         tiles = round(rounds * grid)
         pieces = split_pieces(tiles, grid)
@@ -242,7 +259,13 @@ def _check_uneven_sms(inputs: Inputs) -> Hit | None:
             ev.append(Evidence("equal pieces per last-round tile before that round shortens",
                                pieces, f"ceil({grid} CTAs / {grid - rest} it leaves idle)"))
             how += SPLIT_PIECES.format(rest=rest, ctas=grid, pieces=pieces)
-    return Hit(tuple(ev), idle, (("how", how),))
+    return Hit(tuple(ev), gain, (("how", how),), cost=idle if gain != idle else None)
+
+
+def _k_tiles(m: RunManifest | None) -> int | None:
+    """k tiles per output tile: ceil(K / BK) from the run manifest, None without BK or K."""
+    bk = (m.params or {}).get("BK") if m is not None else None
+    return math.ceil(m.k / int(bk)) if bk and m.k > 0 else None
 
 
 def split_pieces(tiles: int, ctas: int) -> int | None:

@@ -104,6 +104,10 @@ class Hit:
     estimated_gain: float | None
     # Values the rule's fix text is formatted with (the compile target, an opcode...).
     fix_args: tuple[tuple[str, str], ...] = ()
+    # What the symptom costs now, as a share of the kernel's time, where that is not what
+    # the fix saves (the estimate): PS153's idle share, of which stream-K's cut pieces give
+    # some back. `diff` explains a gap by what symptoms cost; calibration holds estimates.
+    cost: float | None = None
 
 
 @dataclass(frozen=True)
@@ -218,6 +222,9 @@ class Finding:
     # what two kernels' findings are compared by (a kernel at cuBLAS's speed has its
     # estimates capped near zero, which says nothing about how much of it is a problem).
     bounded_gain: float | None = None
+    # What the symptom costs now where it differs from the estimate (Hit.cost), bounded by
+    # the kernel's headroom; None: the estimate is what it costs.
+    cost: float | None = None
 
     @property
     def group(self) -> str:
@@ -248,9 +255,9 @@ class Evaluation:
     reference_cap: float | None = None     # 1 - ratio to the timed reference + margin
     notes: tuple[str, ...] = ()            # why severities were capped, in words
     # Rules whose symptom is there but whose estimate, under the work's roofline, is too
-    # small to be a finding: (code, that estimate). Silent all the same; `diff` reads them so
-    # that a finding on one side is held against the same symptom just under the line on the
-    # other, not against nothing.
+    # small to be a finding: (code, what the symptom costs: its Hit.cost, else that estimate).
+    # Silent all the same; `diff` reads them so that a finding on one side is held against
+    # the same symptom just under the line on the other, not against nothing.
     quiet: tuple[tuple[str, float], ...] = ()
 
     @property
