@@ -153,7 +153,8 @@ def _command_line(ctx: typer.Context) -> str | None:
 @app.command()
 def sass(
     target: str = typer.Argument(..., help="A stage name, a .cu file (compiled with nvcc), a .cubin, "
-                                 "or a report (.ncu-rep[.xz]): its kernels from the cubins it carries."),
+                                 "or a report (.ncu-rep[.xz]): its kernels from the cubins it carries "
+                                 "(REPORT#ID, REPORT:REGEX or REPORT:REGEX@N: only those launches)."),
     arch: str | None = typer.Option(None, "--arch", help="Compile target: sm_80, sm_90a, sm_100a, "
                                     "sm_103a... (default: the stage's first; sm_90a for a .cu)."),
     dtype: str | None = typer.Option(None, "--dtype", help="fp32 / fp16 / bf16 (default: the "

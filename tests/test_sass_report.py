@@ -100,6 +100,26 @@ def test_sass_of_a_group_report_audits_both_launches():
     assert all(a.fingerprint == () for a in audits)   # cublas+gelu is not a stage with code
 
 
+def test_sass_picks_a_launch_of_a_report_as_the_other_commands_name_it():
+    """REPORT#ID, REPORT:REGEX and REPORT:REGEX@N audit only the launches they name (the
+    group report: cuBLAS's nvjet kernel, then the elementwise pass), and the listing with them;
+    a pick that names nothing is one sentence."""
+    disassembler_or_skip()
+    assert [a.kernel[:10] for a in audit(f"{GROUP}#1").audits] == [
+        load(GROUP)[1].identity.mangled[:10]]
+    (nvjet,) = audit(f"{GROUP}:nvjet").audits
+    assert nvjet.kernel.startswith("nvjet_sm90")
+    (second,) = audit(f"{GROUP}:.@1").audits
+    assert "bias_act_inplace" in second.kernel
+    (listed,) = audit(f"{GROUP}:nvjet", report=ReportAuditOptions(listing=True)).audits
+    assert listed.listing is not None and listed.listing.rows
+    for bad, why in ((f"{GROUP}#9", "has no kernel launch #9"),
+                     (f"{GROUP}:nomatch", "no kernel matches 'nomatch'"),
+                     (f"{GROUP}:.@4", "@4 is out of range (0 to 1)")):
+        result = CliRunner().invoke(app, ["sass", bad])
+        assert result.exit_code != 0 and why in result.output and "Traceback" not in result.output
+
+
 def test_save_cubin_writes_the_module_that_cuobjdump_reads_as_a_cubin(tmp_path):
     disassembler_or_skip()
     runner = CliRunner()
