@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from perfscope.build import CompileError, check_known_arch, parse_ptxas_log
+from perfscope.diagnosis import LaunchSelector, launch_selector
 from perfscope.documents import AuditDocument, FingerprintCheck, SassAudit
 from perfscope.errors import PerfscopeError
 from perfscope.families import FAMILY_BY_KEY, family_of, group_families
@@ -249,55 +250,27 @@ def _stage_of(manifest: RunManifest | None) -> KernelSpec | None:
     return None if spec.is_reference else spec
 
 
-@dataclass(frozen=True)
-class LaunchPick:
-    """Which of a report's launches ``perfscope sass`` audits, as the other commands name
-    them: REPORT#ID (one launch id), REPORT:REGEX (the kernels the pattern matches) and
-    REPORT:REGEX@N (the N-th of those)."""
-
-    launch_id: int | None = None
-    regex: str | None = None
-    nth: int | None = None
-
-    def __call__(self, launches: list[KernelProfile], path: Path) -> list[KernelProfile]:
-        """The picked launches of path's, refused in one sentence when there are none."""
-        if self.launch_id is not None:
-            hit = [p for p in launches if p.identity.launch_index == self.launch_id]
-            if not hit:
-                raise PerfscopeError(f"{path} has no kernel launch #{self.launch_id}; "
-                                     f"perfscope diagnose {path} lists its launches.")
-            return hit
-        pattern = compile_kernel_regex(self.regex)
-        hit = [p for p in launches if pattern is None or pattern.search(p.name)
-               or pattern.search(p.identity.demangled or "")]
+def _picked(launches: list[KernelProfile], pick: LaunchSelector) -> list[KernelProfile]:
+    """The launches a REPORT#ID or REPORT:REGEX[@N] selector picks, refused in one sentence
+    when there are none."""
+    path = pick.path
+    if pick.launch_id is not None:
+        hit = [p for p in launches if p.identity.launch_index == pick.launch_id]
         if not hit:
-            raise PerfscopeError(f"no kernel matches {self.regex!r} in {path}.")
-        if self.nth is None:
-            return hit
-        if self.nth >= len(hit):
-            raise PerfscopeError(f"{self.regex!r} matches {len(hit)} launch(es) in {path}; "
-                                 f"@{self.nth} is out of range (0 to {len(hit) - 1}).")
-        return [hit[self.nth]]
-
-
-_PICK_ID = re.compile(r"^(?P<file>.+\.ncu-rep(\.xz)?)#(?P<id>\d+)$", re.IGNORECASE)
-_PICK_REGEX = re.compile(r"^(?P<file>.+\.ncu-rep(\.xz)?):(?P<regex>.*?)(@(?P<n>\d+))?$",
-                         re.IGNORECASE)
-
-
-def report_pick(target: str) -> tuple[Path, LaunchPick] | None:
-    """(report, pick) for REPORT#ID or REPORT:REGEX[@N] naming an existing report; None for
-    anything else (a report's own path among it)."""
-    if Path(target).exists():
-        return None
-    for rx in (_PICK_ID, _PICK_REGEX):
-        m = rx.match(target)
-        if m is not None and Path(m["file"]).is_file():
-            if rx is _PICK_ID:
-                return Path(m["file"]), LaunchPick(launch_id=int(m["id"]))
-            n = m["n"]
-            return Path(m["file"]), LaunchPick(regex=m["regex"] or ".", nth=int(n) if n else None)
-    return None
+            raise PerfscopeError(f"{path} has no kernel launch #{pick.launch_id}; "
+                                 f"perfscope diagnose {path} lists its launches.")
+        return hit
+    pattern = compile_kernel_regex(pick.regex)
+    hit = [p for p in launches if pattern is None or pattern.search(p.name)
+           or pattern.search(p.identity.demangled or "")]
+    if not hit:
+        raise PerfscopeError(f"no kernel matches {pick.regex!r} in {path}.")
+    if pick.nth is None:
+        return hit
+    if pick.nth >= len(hit):
+        raise PerfscopeError(f"{pick.regex!r} matches {len(hit)} launch(es) in {path}; "
+                             f"@{pick.nth} is out of range (0 to {len(hit) - 1}).")
+    return [hit[pick.nth]]
 
 
 @dataclass(frozen=True)
@@ -310,7 +283,7 @@ class ReportAuditOptions:
     # The listing's rows: instructions executed at least this share as often as the most
     # executed one (0: every instruction that ran; None: the hot loop's HOT_LOOP_SHARE).
     listing_share: float | None = None
-    pick: LaunchPick | None = None   # REPORT#ID or REPORT:REGEX[@N]
+    pick: LaunchSelector | None = None   # REPORT#ID or REPORT:REGEX[@N]
 
     def __post_init__(self) -> None:
         if self.listing_share is None:
@@ -337,7 +310,7 @@ def audit_report(path: Path, arch: str | None = None, dtype: str | None = None,
     (``<report stem>.<content hash>.cubin``, for other tools) and the hot-loop listing."""
     launches = [p for p in load(path) if p.identity.mangled]
     if options.pick is not None:
-        launches = options.pick(launches, path)
+        launches = _picked(launches, options.pick)
     names = list(dict.fromkeys(p.identity.mangled for p in launches))
     plain, private = decompressed(path)
     try:
@@ -467,9 +440,8 @@ def audit(target: str, arch: str | None = None, dtype: str | None = None,
     (report: what a report's audit adds; refused for any other target)."""
     if REPORT_RE.search(target):
         return AuditDocument(tuple(audit_report(Path(target), arch, dtype, options=report)))
-    if (picked := report_pick(target)) is not None:
-        path, pick = picked
-        return AuditDocument(tuple(audit_report(path, arch, dtype,
+    if (pick := launch_selector(target)) is not None and REPORT_RE.search(pick.path.name):
+        return AuditDocument(tuple(audit_report(pick.path, arch, dtype,
                                                 options=replace(report, pick=pick))))
     if report.save_to is not None:
         raise PerfscopeError("--save-cubin takes the cubins out of an Nsight Compute report; "

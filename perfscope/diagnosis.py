@@ -244,6 +244,32 @@ def _launch_selector(arg: str) -> tuple[Path, int] | None:
     return Path(m["file"]), int(m["id"])
 
 
+@dataclass(frozen=True)
+class LaunchSelector:
+    """A report and which of its launches, as every command names them: FILE#ID (one launch
+    id), FILE:REGEX (the kernels the pattern matches) and FILE:REGEX@N (the N-th of those)."""
+
+    path: Path
+    launch_id: int | None = None
+    regex: str | None = None
+    nth: int | None = None
+
+
+def launch_selector(arg: str) -> LaunchSelector | None:
+    """FILE#ID or FILE:REGEX[@N] naming an existing file; None for anything else (a file
+    whose own name holds '#' or ':' stays a file)."""
+    if (one := _launch_selector(arg)) is not None:
+        return LaunchSelector(one[0], launch_id=one[1])
+    if ":" in arg and not Path(arg).exists():
+        head, _, regex = arg.rpartition(":")
+        if Path(head).is_file():
+            index = None
+            if (at := _LAUNCH_AT.match(regex)) is not None:
+                regex, index = at["regex"] or ".", int(at["n"])
+            return LaunchSelector(Path(head), regex=regex, nth=index)
+    return None
+
+
 def _launch(path: Path, launch: int, kernel: str | None = None) -> KernelProfile:
     """Launch #launch of a report, refused in one sentence when it has none (or when it is
     not a kernel the filter keeps)."""
@@ -289,16 +315,11 @@ def resolve(arg: str, options: ResolveOptions | None = None, like: Diagnosed | N
     if path.is_dir():
         raise PerfscopeError(f"{arg} is a folder; name one report in it (perfscope diagnose {arg} "
                              "lists them).")
-    if (one := _launch_selector(arg)) is not None:
-        return _by_id(*one, arg, cat)
-    if ":" in arg:
-        head, _, regex = arg.rpartition(":")
-        if Path(head).is_file():
-            index = None
-            if (at := _LAUNCH_AT.match(regex)) is not None:
-                regex, index = at["regex"] or ".", int(at["n"])
-            compile_kernel_regex(regex)
-            return _one_launch(Path(head), regex, index, arg, cat)
+    if (sel := launch_selector(arg)) is not None:
+        if sel.launch_id is not None:
+            return _by_id(sel.path, sel.launch_id, arg, cat)
+        compile_kernel_regex(sel.regex)
+        return _one_launch(sel.path, sel.regex, sel.nth, arg, cat)
     if arg in REFERENCE_ALIASES:
         return _reference_of(arg, like, options)
     if arg not in cat.stages:
