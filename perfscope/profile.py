@@ -92,6 +92,7 @@ from perfscope.reader import (
     reader_label,
 )
 from perfscope.sass.loops import INSTRUCTION_BYTES
+from perfscope.sass.operands import operands
 
 # The reader must be loaded before matplotlib or CuPy (ncu-report 2025.3; see reader.py),
 # and every module that reads reports imports this one first.
@@ -344,6 +345,9 @@ class HotLoop:
     # The longest stretch of the loop with no math in it, where its math is synchronous
     # (FFMA or mma.sync); None for other loops or without samples.
     math_gap: MathGap | None = None
+    # Its long-scoreboard waits on registers an L1TEX instruction still holds (a register
+    # rewritten under an LDGSTS, load or store that reads it); None without samples.
+    reuse_waits: ReuseWaits | None = None
 
 
 @dataclass(frozen=True)
@@ -361,6 +365,21 @@ class MathGap:
     waiting: float
     reasons: tuple[tuple[str, int], ...]   # its stall samples by reason, most first
     copies: int                       # of its instructions, global loads and copies
+
+
+@dataclass(frozen=True)
+class ReuseWaits:
+    """The main loop's long-scoreboard waits that are no load's: at instructions that read
+    no register a load (or a constant or special-register read) writes anywhere in the
+    kernel, but write one that an L1TEX instruction (LDGSTS, LDG, STG, ...) reads. Such a
+    wait is write-after-read: the register is still held by an earlier copy or store that
+    its unit has not taken yet (sass/operands.py reads the registers)."""
+
+    share: float                      # their long_scoreboard samples / all samples
+    instructions: int                 # main-loop instructions that have them
+    first: int                        # the most waited of them, from the kernel's start
+    sass: str                         # ... its text
+    samples: int                      # ... its long_scoreboard samples
 
 
 # Warps are parked at a source line when its waiting instructions lie outside the main loop,
@@ -986,13 +1005,30 @@ def _hot_loop(r: _Reader, sass: _Sass) -> HotLoop | None:
     # `@!PT LDS` before each LDGSTS group are no shared-memory loads.
     families = group_families((sass.opcode(pc), 1) for pc in hot if not sass.never_runs(pc))
     samples = r.instances(M_PC_SAMPLES)
-    waits = gap = None
+    waits = gap = reuse = None
     if samples and sum(samples.values()) > 0:
         at = r.instances_at(M_LONG_SCOREBOARD_SAMPLES, set(hot))
         waits = sum(at.values()) / sum(samples.values())
         gap = _math_gap(r, sorted(hot), families, sass, _base_pc(r, samples))
+        reuse = _reuse_waits(at, executed, sass, sum(samples.values()), _base_pc(r, samples))
     return HotLoop(instructions=len(hot), families={k: int(v) for k, v in families.items()},
-                   operand_waits=waits, math_gap=gap)
+                   operand_waits=waits, math_gap=gap, reuse_waits=reuse)
+
+
+def _reuse_waits(waits: Mapping[int, float], executed: Mapping[int, float], sass: _Sass,
+                 total: float, base: int) -> ReuseWaits:
+    """Of the main loop's long-scoreboard samples (waits, by PC), those at write-after-read
+    waits (ReuseWaits); loaded and held registers from every executed instruction."""
+    ops = {pc: operands(sass.text(pc)) for pc in executed if not sass.never_runs(pc)}
+    loaded = frozenset().union(*(o.writes for o in ops.values() if o.loads))
+    held = frozenset().union(*(o.reads for o in ops.values() if o.l1tex))
+    reuse = {pc: n for pc, n in waits.items() if n > 0 and pc in ops
+             and ops[pc].writes & held and not ops[pc].reads & loaded}
+    if not reuse or total <= 0:
+        return ReuseWaits(share=0.0, instructions=0, first=0, sass="", samples=0)
+    top = max(reuse, key=lambda pc: (reuse[pc], -pc))
+    return ReuseWaits(share=sum(reuse.values()) / total, instructions=len(reuse),
+                      first=top - base, sass=sass.text(top), samples=int(reuse[top]))
 
 
 # Synchronous math: a warp issues it and its result is the warp's own, so a warp that is

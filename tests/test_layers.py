@@ -27,8 +27,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "perfscope"
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("errors", "cache", "metrics", "families", "stage", "locations", "version", "digest",
      "hardware", "tensormaps"),
-    ("reader", "manifest", "sass", "sass.disasm", "sass.loops", "sass.embedded", "kernels.spec",
-     "kernels.weights", "kernels.tcgen05", "bandwidth"),
+    ("reader", "manifest", "sass", "sass.disasm", "sass.loops", "sass.embedded", "sass.operands",
+     "kernels.spec", "kernels.weights", "kernels.tcgen05", "bandwidth"),
     ("profile", "source", "structure", "hotloop"),
     ("rules", "rules.*"),
     ("record", "diff", "documents"),

@@ -51,8 +51,9 @@ ISSUE_TAGS = {
     # aligned; PS108: 8-bit operands along N), from cuBLAS captures at 4095^3 and of _int_mm.
     "unaligned-rows", "operand-layout",
     # and an mma.sync loop that stops its math for a block of copy work (PS127: measured by
-    # spreading hgemm_ring's copies over its k16 steps, 1.054x on an H100).
-    "math-gap",
+    # spreading hgemm_ring's copies over its k16 steps, 1.054x on an H100), and registers
+    # rewritten under the copies that read them (PS128: a deferred epilogue's 0.88x).
+    "math-gap", "register-reuse",
 }
 
 
@@ -477,6 +478,19 @@ CASES: tuple[Case, ...] = (
     Case("PS127", False, "real", "sgemm_stages4: an FFMA loop (its 95-instruction copy block "
          "takes issue slots, PS143's measure, not tensor-pipe time)",
          lambda: reference("sgemm_stages4", "fp32")),
+    Case("PS128", True, "real", "hgemm_ring_persistent with its C stores deferred (probes/, "
+         "H100): 0.084 of the samples wait to rewrite the copies' address registers (IADD3 "
+         "R236 under an LDGSTS of R236), 0.88x the undeferred form",
+         lambda: probe("hgemm_ring_persistent@EPI=2-bf16-4096x4096x4096-h100")),
+    Case("PS128", True, "real", "hgemm_bcf_dbf_rw (H200): each k tile's first LDSM writes R12-R15 "
+         "while the LDGSTS just issued still hold R12-R13 as an address: 0.102",
+         lambda: reference("hgemm_bcf_dbf_rw", "bf16")),
+    Case("PS128", False, "real", "the same persistent stage storing C at each tile's end "
+         "(probes/, H100): 0.013", lambda: probe("hgemm_ring_persistent-bf16-4096x4096x4096-h100")),
+    Case("PS128", False, "real", "sgemm_tile8x16 (H200): 0.030, under the line",
+         lambda: reference("sgemm_tile8x16", "fp32")),
+    Case("PS128", False, "real", "hgemm_naive (H200): 0.067 at such waits, behind 338% extra "
+         "shared wavefronts (its bank conflicts, PS110's)", lambda: reference("hgemm_naive", "bf16")),
     Case("PS124", False, "real", "hgemm_fused_quant with its bias held: one wait per wgmma, the "
          "idle pipe is the serialization's (PS145)", lambda: wgmma_pipeline("held")),
     Case("PS145", True, "real", "hgemm_fused_quant with its bias held: 1.00 WARPGROUP.DEPBAR per "

@@ -44,10 +44,12 @@ LADDER: dict[tuple[str, str], tuple[set[str], set[str]]] = {
     ("sgemm_reg8x8_capped", "fp32"): ({"register-spills"}, set()),
     # Register-staged tiles leave part of the global latency exposed; cp.async fixes it.
     ("sgemm_warptile", "fp32"): ({"latency-exposed"}, {"bank-conflicts"}),
-    ("sgemm_pipe", "fp32"): (set(), {"latency-exposed", "no-tensor-cores"}),
-    ("hgemm_naive", "fp16"): ({"bank-conflicts", "legacy-mma"}, set()),
+    ("sgemm_pipe", "fp32"): (set(), {"latency-exposed", "no-tensor-cores", "register-reuse"}),
+    # Its waits on reused registers sit behind 338% extra shared wavefronts: the conflicts'.
+    ("hgemm_naive", "fp16"): ({"bank-conflicts", "legacy-mma"}, {"register-reuse"}),
     ("hgemm_bcf", "fp16"): ({"latency-exposed", "legacy-mma"}, {"bank-conflicts"}),
-    ("hgemm_bcf_dbf_rw", "bf16"): ({"legacy-mma", "no-tma"}, {"bank-conflicts"}),
+    # Each k tile's first LDSM writes the registers its LDGSTS just took as an address.
+    ("hgemm_bcf_dbf_rw", "bf16"): ({"legacy-mma", "no-tma", "register-reuse"}, {"bank-conflicts"}),
     # The first Hopper stage drains its wgmmas behind a CTA barrier every K tile (warp
     # specialisation removes it); the second pays each tile's epilogue with the tensor pipe
     # idle (the persistent stage removes that); none is on the legacy path any more.

@@ -799,5 +799,85 @@ MATH_GAP = Rule(
                 ("MATH_GAP_WAITING_MAX", MATH_GAP_WAITING_MAX)),
 )
 
+
+# -- PS128 --
+# Write-after-read waits in the main loop from this share of all warp samples on. The one
+# step measured (hgemm_ring_persistent at EPI 2 -> EPI 0, H100) took 0.084 to 0.013 and
+# saved 0.12 of the time; in the H200's committed reports the mma.sync and FFMA stages past
+# hgemm_bcf_dbf_rw hold 0.003-0.032 (under the line, in the quiet list).
+REUSE_WAIT_MIN = 0.05
+# A kernel whose shared or global traffic is this far over its ideal waits on the queue of
+# an L1TEX unit doing extra work: its waits, whatever their register, are PS101/PS110/PS112's
+# (hgemm_naive's 338% bank conflicts; Triton's uncoalesced TF32 copies, 0.42 of its samples
+# at such waits behind 299% extra wavefronts).
+REUSE_EXCESS_MAX_PCT = 25.0
+
+
+def _check_register_reuse(inputs: Inputs) -> Hit | None:
+    """Symptom: in the main loop of a GEMM whose math is synchronous (mma.sync or FFMA),
+    warps stall on the long scoreboard at instructions that read no loaded register but
+    write one that a global copy, load or store (LDGSTS, LDG, STG: an L1TEX instruction)
+    reads, for at least 5% of all warp samples, while the kernel's shared and global
+    traffic is within 25% of its ideal.
+    Why: an L1TEX instruction reads its register operands (addresses, a store's data) when
+    its unit takes it, not when the warp issues it; until then the scoreboard holds them,
+    and an instruction that writes one of them waits for the copy to leave the queue,
+    behind the warps' shared-memory loads. ptxas recycles a copy's address registers at once
+    when registers are scarce (a 64 x 64 mma.sync warp tile leaves a few), so each k tile's
+    address arithmetic waits on the previous copies, and with it the warp's next mma.sync.
+    Fix: give the copies registers that live until they have issued: work each copy's
+    source out once per tile from a base kept for the whole loop (one add per tile, not one
+    per copy), keep fewer values live across the loop (a deferred store's pointers, flags)
+    so ptxas need not reuse the address registers at once, or issue the copies earlier in
+    the k step than the arithmetic that reuses their registers.
+    Estimate: the share of warp samples at those waits: what the warps lose there themselves.
+    The step measured saved more (0.12 for a share of 0.071 removed: warps that arrive late
+    at the k tile's barrier hold the others there too), so it is a floor of the step's
+    saving, under the loop's whole long-scoreboard share (PS120 reads that; both are
+    latency, so a combined estimate counts the larger).
+    Example:
+        before: LDGSTS [R232], desc[UR12][R234.64]; ...; IMAD.WIDE.U32 R234, R213, UR14, R220  // waits
+        after:  LDGSTS [R232], desc[UR12][R234.64]; ...; IMAD.WIDE.U32 R240, R213, UR14, R220
+    Source: hgemm_ring_persistent with its C stores deferred into the next tile's k steps
+    (probes/ring-persistent-h100.jsonl: 0.881x / 0.889x the spread stage where the
+    undeferred form ran 1.005x / 1.004x, bf16 / fp16; `perfscope diff` named no finding
+    for the 1.15x in cycles before this one); NCU Profiling Guide: Warp Stall Reasons
+    (long_scoreboard: an L1TEX operation's scoreboard dependency)."""
+    p = inputs.profile
+    loop = p.hot_loop
+    if loop is None or loop.reuse_waits is None:
+        need(None, "executions and warp samples per instruction (the Source Counters section)")
+    fam = loop.families
+    if not (fam.get("hmma") or fam.get("ffma")) or fam.get("gmma") or fam.get("utcmma"):
+        return None     # asynchronous math runs on while its warps wait
+    if not is_gemm_like(p):
+        return None
+    reuse = loop.reuse_waits
+    excess = [t.excess_pct for t in (p.memory.shared, p.memory.global_)]
+    if reuse.share < REUSE_WAIT_MIN or any(x is not None and x > REUSE_EXCESS_MAX_PCT for x in excess):
+        return None
+    shown = ", ".join(f"{x:.0f}%" if x is not None else "n/a" for x in excess)
+    return Hit((
+        Evidence(f"main-loop long_scoreboard samples at write-after-read waits ({reuse.instructions} "
+                 "PCs) / all samples", round(reuse.share, 3), f">= {REUSE_WAIT_MIN}"),
+        Evidence(f"most waited, at {reuse.first:#x}: {reuse.sass}", reuse.samples, "-"),
+        Evidence("shared / global traffic over ideal", shown, f"<= {REUSE_EXCESS_MAX_PCT:.0f}%"),
+    ), reuse.share, fix_args=(("first", f"{reuse.first:#x}"),))
+
+
+REGISTER_REUSE = Rule(
+    code="PS128", tag="register-reuse",
+    title="Registers are rewritten while copies still hold them",
+    severity="warning",
+    metrics=(M_PC_SAMPLES, M_INST_EXECUTED_PC, M_LONG_SCOREBOARD_SAMPLES, *OPCODE_METRICS),
+    check=_check_register_reuse,
+    fix="Keep the registers an in-flight LDGSTS, LDG or STG reads out of reuse until it has "
+        "issued: work each copy's source out once per tile from a base kept for the whole "
+        "loop, keep fewer values live across the loop, or issue the copies earlier than the "
+        "arithmetic that rewrites their registers (the most waited at {first}).",
+    reference="NCU Profiling Guide: Warp Stall Reasons (long_scoreboard), Source Counters",
+    thresholds=(("REUSE_WAIT_MIN", REUSE_WAIT_MIN), ("REUSE_EXCESS_MAX_PCT", REUSE_EXCESS_MAX_PCT)),
+)
+
 RULES = (LOADS_NOT_OVERLAPPED, PARTLY_EXPOSED, BARRIER_BOUND, EPILOGUE_EXPOSED,
-         EPILOGUE_MATH_EXPOSED, K_LOOP_MATH, MMA_SERIALIZED, MATH_GAP)
+         EPILOGUE_MATH_EXPOSED, K_LOOP_MATH, MMA_SERIALIZED, MATH_GAP, REGISTER_REUSE)

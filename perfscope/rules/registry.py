@@ -25,6 +25,7 @@ from perfscope.rules.latency import (
     MATH_GAP,
     MMA_SERIALIZED,
     PARTLY_EXPOSED,
+    REGISTER_REUSE,
 )
 from perfscope.rules.launch import SMALL_GRID, TAIL, TILE_WASTE, UNEVEN_SMS
 from perfscope.rules.layout import OPERAND_LAYOUT, UNALIGNED_ROWS
@@ -69,6 +70,7 @@ REGISTRY: tuple[Rule, ...] = (
     K_LOOP_MATH,             # PS125
     FENCE_BOUND,             # PS126
     MATH_GAP,                # PS127
+    REGISTER_REUSE,          # PS128
     SPILLS,                  # PS130
     REGISTER_OCCUPANCY,      # PS131
     SMEM_OCCUPANCY,          # PS132
