@@ -804,7 +804,7 @@ MATH_GAP = Rule(
 # Write-after-read waits in the main loop from this share of all warp samples on. The one
 # step measured (hgemm_ring_persistent at EPI 2 -> EPI 0, H100) took 0.084 to 0.013 and
 # saved 0.12 of the time; in the H200's committed reports the mma.sync and FFMA stages past
-# hgemm_bcf_dbf_rw hold 0.003-0.032 (under the line, in the quiet list).
+# hgemm_bcf_dbf_rw hold 0.003-0.032, where the rule stays silent.
 REUSE_WAIT_MIN = 0.05
 # A kernel whose shared or global traffic is this far over its ideal waits on the queue of
 # an L1TEX unit doing extra work: its waits, whatever their register, are PS101/PS110/PS112's
