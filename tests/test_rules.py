@@ -487,6 +487,10 @@ CASES: tuple[Case, ...] = (
          lambda: reference("hgemm_bcf_dbf_rw", "bf16")),
     Case("PS128", False, "real", "the same persistent stage storing C at each tile's end "
          "(probes/, H100): 0.013", lambda: probe("hgemm_ring_persistent-bf16-4096x4096x4096-h100")),
+    Case("PS128", True, "real", "the spread stage as 2 x 2 warps on 128 x 128 tiles, BK 32 "
+         "(probes/, H100; written after the rule): 0.076, its LOP3 address arithmetic under the "
+         "LDGSTS, 0.954x the 2 x 4 form",
+         lambda: probe("hgemm_ring_spread@BK=32,BN=128,STAGES=6,WARPS=4-bf16-4096x4096x4096-h100")),
     Case("PS128", False, "real", "sgemm_tile8x16 (H200): 0.030, under the line",
          lambda: reference("sgemm_tile8x16", "fp32")),
     Case("PS128", False, "real", "hgemm_naive (H200): 0.067 at such waits, behind 338% extra "
