@@ -18,6 +18,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -115,12 +116,15 @@ def _evaluate(sass: KernelSass, arch: str, resources: ResourceUsage | None,
 
 
 def audit_stage(name: str, arch: str | None = None, dtype: str | None = None,
-                tool: Tool | None = None) -> SassAudit:
-    """Compile a registry stage through NVRTC for arch (default: its first) and audit it."""
+                tool: Tool | None = None, params: Mapping[str, int] | None = None) -> SassAudit:
+    """Compile a registry stage through NVRTC for arch (default: its first), at its
+    defaults or with some template parameters changed (params), and audit it."""
     spec = get_spec(name)
     if spec.is_reference:
         raise PerfscopeError(f"{name} is a cuBLAS library call with no source to compile; audit "
                              "its SASS from a report with `perfscope diagnose` instead")
+    if params:
+        spec = spec.with_params(**params)
     arch = arch or spec.archs[0]
     check_known_arch(arch)
     dtype = normalize_dtype(dtype) if dtype else spec.dtypes[0]
@@ -130,8 +134,10 @@ def audit_stage(name: str, arch: str | None = None, dtype: str | None = None,
     mangled = module.mangled(spec.name_expression(dtype))
     sass = disassemble(module.cubin_path, tool).kernel(mangled)
     resources = module.resources[mangled]
+    # As a profile's report stem names a configuration: STAGE@K=V,...
+    target = name + ("@" + ",".join(f"{k}={v}" for k, v in sorted(params.items())) if params else "")
     return SassAudit(
-        target=name, kind="stage", arch=arch, kernel=mangled, dtype=dtype, label=spec.label,
+        target=target, kind="stage", arch=arch, kernel=mangled, dtype=dtype, label=spec.label,
         tool=tool, compiler=f"NVRTC {module.nvrtc_version} " + " ".join(
             o for o in module.options if not o.startswith("-I")),
         resources=resources, sass=sass, fingerprint=check_fingerprint(sass, spec.fingerprint,
@@ -435,9 +441,15 @@ def _save_cubin(data: bytes, file: Path) -> Path:
 
 
 def audit(target: str, arch: str | None = None, dtype: str | None = None,
-          report: ReportAuditOptions = ReportAuditOptions()) -> AuditDocument:
+          report: ReportAuditOptions = ReportAuditOptions(),
+          params: Mapping[str, int] | None = None) -> AuditDocument:
     """``perfscope sass TARGET``: a stage name, a .cu, a .cubin or an Nsight Compute report
-    (report: what a report's audit adds; refused for any other target)."""
+    (report: what a report's audit adds; refused for any other target; params: a stage's
+    template parameters, refused for any other target)."""
+    if params and (REPORT_RE.search(target) or re.search(r"\.(cu|cubin)$", target, re.IGNORECASE)
+                   or os.sep in target or Path(target).exists()):
+        raise PerfscopeError(f"--param changes a registry stage's template parameters; {target} "
+                             "is not a stage name (a report's kernels ran as they were built)")
     if REPORT_RE.search(target):
         return AuditDocument(tuple(audit_report(Path(target), arch, dtype, options=report)))
     if (pick := launch_selector(target)) is not None and REPORT_RE.search(pick.path.name):
@@ -452,4 +464,4 @@ def audit(target: str, arch: str | None = None, dtype: str | None = None,
                              f"loop; {target} is not a report (.ncu-rep or .ncu-rep.xz)")
     if re.search(r"\.(cu|cubin)$", target, re.IGNORECASE) or os.sep in target or Path(target).exists():
         return AuditDocument(tuple(audit_file(Path(target), arch, dtype)))
-    return AuditDocument((audit_stage(target, arch, dtype),))
+    return AuditDocument((audit_stage(target, arch, dtype, params=params),))

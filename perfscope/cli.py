@@ -168,13 +168,17 @@ def sass(
         None, "--listing-share", help="With --listing: list the instructions executed at least "
         "this share (0-1) as often as the most executed one; 0 lists every instruction that "
         "ran (default: the hot loop's 0.5)."),
+    param: list[str] | None = typer.Option(None, "--param", help="With a stage name: a template "
+                                           "parameter, e.g. STAGES=4 (repeat for more)."),
 ) -> None:
     """Static SASS audit, no GPU needed: opcode families, registers and spills, the stage's
     fingerprint, and the rules that need no counters; of a report, the code that ran. Exit 1
     if a fingerprint fails."""
     from perfscope.audit import ReportAuditOptions, audit  # deferred: compiles through NVRTC
+    from perfscope.kernels.spec import parse_params
 
-    doc = audit(target, arch, dtype, ReportAuditOptions(save_cubin, listing, listing_share))
+    doc = audit(target, arch, dtype, ReportAuditOptions(save_cubin, listing, listing_share),
+                parse_params(param or ()))
     _show(doc, _fmt(as_json))
     if not doc.ok:
         raise typer.Exit(1)

@@ -460,6 +460,25 @@ def test_disassembler_is_found_in_cuda_home(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
+def test_param_audits_a_stage_configuration():
+    """`--param` compiles the stage with those template parameters (the kernel's name says
+    them) and is refused for anything but a stage name, in one sentence."""
+    disassembler_or_skip()
+    res = CliRunner().invoke(app, ["sass", "hgemm_ring", "--param", "STAGES=4", "--json"])
+    assert res.exit_code == 0, res.output
+    [a] = json.loads(res.output)
+    assert a["target"] == "hgemm_ring@STAGES=4" and "Li64ELi4ELi8E" in a["kernel"]
+    for argv, words in ((["hgemm_ring", "--param", "NOPE=1"], "no template parameter NOPE"),
+                        (["hgemm_ring", "--param", "STAGES"], "NAME=INTEGER"),
+                        ([str(Path(__file__).resolve().parents[1] / "reports" / "reference" / "h200"
+                              / "hgemm_ring-bf16-4096x4096x4096.ncu-rep.xz"), "--param",
+                          "STAGES=4"], "is not a stage name")):
+        res = CliRunner().invoke(app, ["sass", *argv])
+        line = res.output.strip()
+        assert res.exit_code == 2 and words in line and "\n" not in line, argv
+
+
+@pytest.mark.slow
 def test_not_a_stage_or_a_kernel_file():
     res = CliRunner().invoke(app, ["sass", "sgemm_fastest"])
     assert res.exit_code == 2 and "unknown stage" in res.output
