@@ -175,7 +175,6 @@ def sass(
     fingerprint, and the rules that need no counters; of a report, the code that ran. Exit 1
     if a fingerprint fails."""
     from perfscope.audit import ReportAuditOptions, audit  # deferred: compiles through NVRTC
-    from perfscope.kernels.spec import parse_params
 
     doc = audit(target, arch, dtype, ReportAuditOptions(save_cubin, listing, listing_share),
                 parse_params(param or ()))

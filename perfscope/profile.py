@@ -292,11 +292,15 @@ class Opcodes:
     executed: Mapping[str, float]           # base opcode -> warp-level instructions
     with_modifiers: Mapping[str, float]     # LDG.E.128 -> ...
     families: Mapping[str, float]           # family key (perfscope.sass) -> instructions
+    # ptxas's never-run padding (`@!PT LDS RZ, [RZ]`): issued, so in total, but in no opcode
+    # above (it accesses nothing); 0 where the report has no executions per PC.
+    padding: float = 0.0
 
     @property
     def total(self) -> float | None:
-        """Every executed warp-level instruction; None when the opcode counts were not collected."""
-        return sum(self.executed.values()) if self.executed else None
+        """Every executed warp-level instruction, padding included (it takes issue slots);
+        None when the opcode counts were not collected."""
+        return sum(self.executed.values()) + self.padding if self.executed else None
 
     def has(self, family: str) -> bool:
         """Whether any instruction of a family (a perfscope.sass key) executed."""
@@ -880,12 +884,27 @@ def _launch(r: _Reader) -> Launch:
     )
 
 
-def _opcodes(r: _Reader) -> Opcodes:
-    executed = r.instances(M_OPCODES) or {}
-    with_mod = r.instances(M_OPCODES_MOD) or {}
+def _opcodes(r: _Reader, sass: _Sass) -> Opcodes:
+    executed = dict(r.instances(M_OPCODES) or {})
+    with_mod = dict(r.instances(M_OPCODES_MOD) or {})
+    # ptxas's never-run padding (`@!PT LDS RZ, [RZ]` before each LDGSTS group) is issued and
+    # counted, but loads nothing: where the report has executions per PC, its counts come
+    # off its opcode (the shared family holds only shared-memory accesses) and stay in the
+    # issued total.
+    padding = 0.0
+    for pc, n in (r.instances(M_INST_EXECUTED_PC) or {}).items():
+        if n > 0 and sass.never_runs(pc):
+            op = sass.opcode(pc)
+            taken = min(n, executed.get(base_opcode(op), 0.0))
+            padding += taken
+            executed[base_opcode(op)] = executed.get(base_opcode(op), 0.0) - taken
+            if op in with_mod:
+                with_mod[op] = max(0.0, with_mod[op] - n)
+    executed = {k: v for k, v in executed.items() if v > 0}
+    with_mod = {k: v for k, v in with_mod.items() if v > 0}
     return Opcodes(executed=dict(sorted(executed.items(), key=lambda kv: -kv[1])),
                    with_modifiers=dict(sorted(with_mod.items(), key=lambda kv: -kv[1])),
-                   families=group_families(executed or with_mod))
+                   families=group_families(executed or with_mod), padding=padding)
 
 
 def _reasons_at(r: _Reader, pcs: set[int]) -> dict[int, tuple[tuple[str, int], ...]]:
@@ -1107,7 +1126,7 @@ def profile_from_action(action: Any, where: Where,
     launch = _launch(r)
     profile = KernelProfile(
         identity=_identity(r, where, version), sol=_sol(r), stalls=_stalls(r),
-        memory=_memory(r, sass), launch=launch, opcodes=_opcodes(r),
+        memory=_memory(r, sass), launch=launch, opcodes=_opcodes(r, sass),
         hotspots=_hotspots(r, sass), ncu_rules=_ncu_rules(action),
         metrics=RawMetrics(handle, action), correlation=Correlation(handle, r, sass),
         hot_loop=_hot_loop(r, sass), parked=_parked(r, sass, launch),

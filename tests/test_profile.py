@@ -277,6 +277,21 @@ def test_main_loop_operand_waits_tell_a_shallow_ring_from_a_deep_one():
     assert load(report("narrow_sol_only"))[0].hot_loop is None
 
 
+def test_never_run_padding_is_in_the_issued_total_and_in_no_opcode():
+    """ptxas's `@!PT LDS RZ, [RZ]` before each LDGSTS group is issued and counted by the
+    opcode histogram, but loads nothing: the spread stage's only shared loads are its
+    epilogue's LDS.128 (16 a warp a tile: 65,536), and the padding stays in the total."""
+    from perfscope.profile import load
+
+    ref = FIXTURES.parents[2] / "reports" / "reference" / "h200"
+    op = load(ref / "probes" / "hgemm_ring_spread-bf16-4096x4096x4096-h100.ncu-rep.xz")[0].opcodes
+    assert op.executed["LDS"] == 65_536 and op.with_modifiers["LDS.128"] == 65_536
+    assert op.padding > 10 * op.executed["LDS"]
+    assert op.total == sum(op.executed.values()) + op.padding
+    # cuBLAS's wgmma kernel has no padding of this kind.
+    assert load(ref / "cublas_bgemm-bf16-4096x4096x4096.ncu-rep.xz")[0].opcodes.padding == 0
+
+
 def test_parked_warps_are_told_from_waits_of_the_work():
     """KernelProfile.parked: an instruction outside the main loop that each warp passes at
     most once and that holds at least a whole warp's life of samples per CTA. The clustered
