@@ -384,6 +384,10 @@ class ReuseWaits:
     first: int                        # the most waited of them, from the kernel's start
     sass: str                         # ... its text
     samples: int                      # ... its long_scoreboard samples
+    # The L1TEX instruction before it (in program order, around the loop) that reads a
+    # register it writes: what holds the register. None if no such instruction is found.
+    holder: int | None = None         # from the kernel's start
+    holder_sass: str = ""
 
 
 # Warps are parked at a source line when its waiting instructions lie outside the main loop,
@@ -1046,8 +1050,15 @@ def _reuse_waits(waits: Mapping[int, float], executed: Mapping[int, float], sass
     if not reuse or total <= 0:
         return ReuseWaits(share=0.0, instructions=0, first=0, sass="", samples=0)
     top = max(reuse, key=lambda pc: (reuse[pc], -pc))
+    # Back from it in address order, wrapping once (the loop's copies may sit after it).
+    order = sorted(ops)
+    at = order.index(top)
+    holder = next((pc for pc in order[at - 1::-1] + order[:at:-1]
+                   if ops[pc].l1tex and ops[pc].reads & ops[top].writes), None)
     return ReuseWaits(share=sum(reuse.values()) / total, instructions=len(reuse),
-                      first=top - base, sass=sass.text(top), samples=int(reuse[top]))
+                      first=top - base, sass=sass.text(top), samples=int(reuse[top]),
+                      holder=holder - base if holder is not None else None,
+                      holder_sass=sass.text(holder) if holder is not None else "")
 
 
 # Synchronous math: a warp issues it and its result is the warp's own, so a warp that is

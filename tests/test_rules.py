@@ -821,6 +821,23 @@ def test_math_gap_is_the_copy_block_of_the_ring():
     assert reference("sgemm_stages4", "fp32")[0].hot_loop.math_gap.math == "ffma"
 
 
+def test_reuse_waits_name_the_copy_that_holds_the_register():
+    """PS128's input, read per PC with the registers of the SASS text: in the deferred
+    persistent stage an IADD3 writing R236 waits 1,625 samples three instructions after the
+    LDGSTS that takes R236.64 as its address; in hgemm_bcf_dbf_rw (H200) the tile's first
+    LDSM writes R12-R15 eight after the LDGSTS that reads R12.64."""
+    kp, _ = probe("hgemm_ring_persistent@EPI=2-bf16-4096x4096x4096-h100")
+    w = kp.hot_loop.reuse_waits
+    assert (w.first, w.holder, w.samples) == (0x8370, 0x8340, 1625)
+    assert w.sass.startswith("IADD3 R236") and "[R236.64]" in w.holder_sass
+    assert 0.08 < w.share < 0.09
+    w = reference("hgemm_bcf_dbf_rw", "bf16")[0].hot_loop.reuse_waits
+    assert (w.first, w.holder) == (0x1140, 0x10c0) and w.sass.startswith("LDSM")
+    assert "[R12.64]" in w.holder_sass
+    # No copy, no such wait: cuBLAS's TMA kernel.
+    assert reference("cublas_bgemm", "bf16")[0].hot_loop.reuse_waits.share < 0.01
+
+
 def test_math_gap_without_per_instruction_counts_is_not_evaluated():
     # An mma.sync kernel profiled without the Source Counters: PS127 says so, never "none".
     kp, kw = reference("hgemm_ring", "bf16")

@@ -860,7 +860,9 @@ def _check_register_reuse(inputs: Inputs) -> Hit | None:
     return Hit((
         Evidence(f"main-loop long_scoreboard samples at write-after-read waits ({reuse.instructions} "
                  "PCs) / all samples", round(reuse.share, 3), f">= {REUSE_WAIT_MIN}"),
-        Evidence(f"most waited, at {reuse.first:#x}: {reuse.sass}", reuse.samples, "-"),
+        Evidence(f"most waited, at {reuse.first:#x}: {reuse.sass}" + (
+            f" (the register read by {reuse.holder_sass} at {reuse.holder:#x})"
+            if reuse.holder is not None else ""), reuse.samples, "-"),
         Evidence("shared / global traffic over ideal", shown, f"<= {REUSE_EXCESS_MAX_PCT:.0f}%"),
     ), reuse.share, fix_args=(("first", f"{reuse.first:#x}"),))
 
