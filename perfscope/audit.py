@@ -440,16 +440,21 @@ def _save_cubin(data: bytes, file: Path) -> Path:
     return file
 
 
+def _is_file(target: str) -> bool:
+    """A .cu or .cubin target (or any path), not a stage name."""
+    return (bool(re.search(r"\.(cu|cubin)$", target, re.IGNORECASE)) or os.sep in target
+            or Path(target).exists())
+
+
 def audit(target: str, arch: str | None = None, dtype: str | None = None,
           report: ReportAuditOptions = ReportAuditOptions(),
           params: Mapping[str, int] | None = None) -> AuditDocument:
     """``perfscope sass TARGET``: a stage name, a .cu, a .cubin or an Nsight Compute report
     (report: what a report's audit adds; refused for any other target; params: a stage's
     template parameters, refused for any other target)."""
-    if params and (REPORT_RE.search(target) or re.search(r"\.(cu|cubin)$", target, re.IGNORECASE)
-                   or os.sep in target or Path(target).exists()):
+    if params and (REPORT_RE.search(target) or _is_file(target)):
         raise PerfscopeError(f"--param changes a registry stage's template parameters; {target} "
-                             "is not a stage name (a report's kernels ran as they were built)")
+                             "is a report or a file, not a stage name")
     if REPORT_RE.search(target):
         return AuditDocument(tuple(audit_report(Path(target), arch, dtype, options=report)))
     if (pick := launch_selector(target)) is not None and REPORT_RE.search(pick.path.name):
@@ -462,6 +467,6 @@ def audit(target: str, arch: str | None = None, dtype: str | None = None,
     if report.listing:
         raise PerfscopeError("--listing puts a report's counts on each instruction of the hot "
                              f"loop; {target} is not a report (.ncu-rep or .ncu-rep.xz)")
-    if re.search(r"\.(cu|cubin)$", target, re.IGNORECASE) or os.sep in target or Path(target).exists():
+    if _is_file(target):
         return AuditDocument(tuple(audit_file(Path(target), arch, dtype)))
     return AuditDocument((audit_stage(target, arch, dtype, params=params),))

@@ -472,7 +472,7 @@ def test_param_audits_a_stage_configuration():
                         (["hgemm_ring", "--param", "STAGES"], "NAME=INTEGER"),
                         ([str(Path(__file__).resolve().parents[1] / "reports" / "reference" / "h200"
                               / "hgemm_ring-bf16-4096x4096x4096.ncu-rep.xz"), "--param",
-                          "STAGES=4"], "is not a stage name")):
+                          "STAGES=4"], "not a stage name")):
         res = CliRunner().invoke(app, ["sass", *argv])
         line = res.output.strip()
         assert res.exit_code == 2 and words in line and "\n" not in line, argv
