@@ -30,7 +30,7 @@ from perfscope.families import FAMILY_BY_KEY, family_of, group_families
 from perfscope.hotloop import NOT_COLLECTED, code_check, hot_listing
 from perfscope.kernels import get_spec, normalize_dtype, stage_info
 from perfscope.kernels.launch import compile_stage
-from perfscope.kernels.spec import KernelSpec
+from perfscope.kernels.spec import KernelSpec, param_tag
 from perfscope.manifest import RunManifest, manifest_beside
 from perfscope.profile import (
     HOT_LOOP_SHARE,
@@ -134,10 +134,9 @@ def audit_stage(name: str, arch: str | None = None, dtype: str | None = None,
     mangled = module.mangled(spec.name_expression(dtype))
     sass = disassemble(module.cubin_path, tool).kernel(mangled)
     resources = module.resources[mangled]
-    # As a profile's report stem names a configuration: STAGE@K=V,...
-    target = name + ("@" + ",".join(f"{k}={v}" for k, v in sorted(params.items())) if params else "")
     return SassAudit(
-        target=target, kind="stage", arch=arch, kernel=mangled, dtype=dtype, label=spec.label,
+        target=name + param_tag(params), kind="stage", arch=arch, kernel=mangled, dtype=dtype,
+        label=spec.label,
         tool=tool, compiler=f"NVRTC {module.nvrtc_version} " + " ".join(
             o for o in module.options if not o.startswith("-I")),
         resources=resources, sass=sass, fingerprint=check_fingerprint(sass, spec.fingerprint,

@@ -1029,11 +1029,13 @@ def _hot_loop(r: _Reader, sass: _Sass) -> HotLoop | None:
     families = group_families((sass.opcode(pc), 1) for pc in hot if not sass.never_runs(pc))
     samples = r.instances(M_PC_SAMPLES)
     waits = gap = reuse = None
-    if samples and sum(samples.values()) > 0:
+    total = sum(samples.values()) if samples else 0.0
+    if total > 0:
         at = r.instances_at(M_LONG_SCOREBOARD_SAMPLES, set(hot))
-        waits = sum(at.values()) / sum(samples.values())
-        gap = _math_gap(r, sorted(hot), families, sass, _base_pc(r, samples))
-        reuse = _reuse_waits(at, executed, sass, sum(samples.values()), _base_pc(r, samples))
+        waits = sum(at.values()) / total
+        base = _base_pc(r, samples)
+        gap = _math_gap(r, sorted(hot), families, sass, base)
+        reuse = _reuse_waits(at, executed, sass, total, base)
     return HotLoop(instructions=len(hot), families={k: int(v) for k, v in families.items()},
                    operand_waits=waits, math_gap=gap, reuse_waits=reuse)
 
@@ -1053,7 +1055,7 @@ def _reuse_waits(waits: Mapping[int, float], executed: Mapping[int, float], sass
     # Back from it in address order, wrapping once (the loop's copies may sit after it).
     order = sorted(ops)
     at = order.index(top)
-    holder = next((pc for pc in order[at - 1::-1] + order[:at:-1]
+    holder = next((pc for pc in order[:at][::-1] + order[at + 1:][::-1]
                    if ops[pc].l1tex and ops[pc].reads & ops[top].writes), None)
     return ReuseWaits(share=sum(reuse.values()) / total, instructions=len(reuse),
                       first=top - base, sass=sass.text(top), samples=int(reuse[top]),

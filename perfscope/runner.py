@@ -27,6 +27,7 @@ from perfscope.environment import collect_environment
 from perfscope.errors import PerfscopeError
 from perfscope.kernels import get_spec, parse_shape
 from perfscope.kernels.launch import prepare, require_gpu
+from perfscope.kernels.spec import param_tag
 from perfscope.manifest import ERROR, OK, Verification
 from perfscope.verify import launch_operands, verify
 
@@ -54,8 +55,7 @@ class RunnerJob:
 
 def stem_for(stage: str, dtype: str, shape: str, params: dict[str, int] | None = None) -> str:
     """``<stage>[@K=V,...]-<dtype>-<M>x<N>x<K>``: the report's file stem and NVTX range."""
-    tag = "@" + ",".join(f"{k}={v}" for k, v in sorted(params.items())) if params else ""
-    return f"{stage}{tag}-{dtype}-{shape}"
+    return f"{stage}{param_tag(params)}-{dtype}-{shape}"
 
 
 def nvtx_range(stem: str) -> str:

@@ -98,6 +98,12 @@ class Shape:
 _SHAPE_RE = re.compile(r"^\s*(?:(-?\d+)\s*[xX×]\s*)?(-?\d+)\s*[xX×]\s*(-?\d+)\s*[xX×]\s*(-?\d+)\s*$")
 
 
+def param_tag(params: Mapping[str, int] | None) -> str:
+    """``{"STAGES": 4, "BK": 32}`` -> ``"@BK=32,STAGES=4"`` ("" for none): how a report stem
+    and an audit name a configuration; parse_params reads its items back."""
+    return "@" + ",".join(f"{k}={v}" for k, v in sorted(params.items())) if params else ""
+
+
 def parse_params(items: Sequence[str]) -> dict[str, int]:
     """``["STAGES=4"]`` -> ``{"STAGES": 4}``; anything else is refused in a sentence."""
     out: dict[str, int] = {}
