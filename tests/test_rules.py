@@ -848,6 +848,19 @@ def test_math_gap_without_per_instruction_counts_is_not_evaluated():
     assert "Source Counters" in skip.reason
 
 
+def test_register_reuse_reads_the_math_before_asking_for_source_counters():
+    # Without per-instruction counters PS128 is "not evaluated" for an mma.sync kernel, but
+    # a wgmma kernel's opcodes already settle it (asynchronous math): silent, not unknown.
+    kp, kw = reference("hgemm_ring", "bf16")
+    ev = evaluate(dataclasses.replace(kp, hot_loop=None), **kw)
+    (skip,) = [n for n in ev.not_evaluated if n.code == "PS128"]
+    assert "Source Counters" in skip.reason
+    kp, kw = reference("hgemm_tma_wgmma_balanced", "bf16")
+    ev = evaluate(dataclasses.replace(kp, hot_loop=None), **kw)
+    assert "PS128" in ev.silent
+    assert "PS128" not in {n.code for n in ev.not_evaluated}
+
+
 def test_rules_are_documented_data():
     for rule in BY_CODE.values():
         assert rule.severity in SEVERITIES

@@ -844,12 +844,16 @@ def _check_register_reuse(inputs: Inputs) -> Hit | None:
     for the 1.15x in cycles before this one); NCU Profiling Guide: Warp Stall Reasons
     (long_scoreboard: an L1TEX operation's scoreboard dependency)."""
     p = inputs.profile
+    ops = p.opcodes
+    if ops.families and (ops.has("gmma") or ops.has("utcmma")
+                         or not (ops.has("hmma") or ops.has("ffma"))):
+        return None     # asynchronous math runs on while its warps wait, or no math to stall
     loop = p.hot_loop
     if loop is None or loop.reuse_waits is None:
         need(None, "executions and warp samples per instruction (the Source Counters section)")
     fam = loop.families
     if not (fam.get("hmma") or fam.get("ffma")) or fam.get("gmma") or fam.get("utcmma"):
-        return None     # asynchronous math runs on while its warps wait
+        return None
     if not is_gemm_like(p):
         return None
     reuse = loop.reuse_waits
