@@ -16,7 +16,7 @@ from perfscope.errors import PerfscopeError
 from perfscope.version import __version__
 
 _LAZY = {"KernelProfile": "perfscope.profile", "load": "perfscope.profile",
-         "load_many": "perfscope.profile", "to_dataframe": "perfscope.export",
+         "load_many": "perfscope.loadpool", "to_dataframe": "perfscope.export",
          "to_json": "perfscope.export"}
 
 __all__ = ["PerfscopeError", "__version__", *_LAZY]

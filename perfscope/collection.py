@@ -9,8 +9,7 @@ so a capture made with it loads with no "not collected" in any view. It is versi
 
 from __future__ import annotations
 
-from perfscope.metrics import CLUSTER_DIMS, M_CLUSTER_SIZE, M_OPCODES_MOD, VIEW_METRICS
-from perfscope.rules import rule_metrics
+from perfscope.rules import read_metrics
 
 # 3: device__attribute_max_gpu_frequency_khz asked for by name (PS171). ncu writes every
 # device attribute into every report, so the version-2 captures committed hold it already
@@ -42,9 +41,7 @@ SECTIONS: tuple[str, ...] = (
 # Every metric the views and the rules read by name (the rules declare theirs, Rule.metrics),
 # named explicitly so a section that holds other metrics in another ncu version cannot drop
 # one of them. Static-audit rules read the compiler, not ncu, and are not asked for here.
-EXTRA_METRICS: tuple[str, ...] = tuple(sorted(
-    {m for m in (*VIEW_METRICS, *rule_metrics(), M_OPCODES_MOD, M_CLUSTER_SIZE, *CLUSTER_DIMS)
-     if " " not in m}))
+EXTRA_METRICS: tuple[str, ...] = tuple(sorted(m for m in read_metrics() if " " not in m))
 
 
 def ncu_collection_args() -> list[str]:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from perfscope.errors import PerfscopeError
 from perfscope.kernels import DTYPES, REFERENCE_FOR_DTYPE, Shape, run_reads, stage_catalogue
+from perfscope.loadpool import prefetch
 from perfscope.locations import LOCAL_ROOT
 from perfscope.manifest import RunManifest, manifest_beside, manifest_path
 from perfscope.profile import KernelProfile, compile_kernel_regex, load
@@ -141,11 +142,19 @@ def default_catalogue() -> Catalogue:
 
 
 def diagnose(paths: Iterable[str | os.PathLike[str]], kernel: str | None = None,
-             catalogue: Catalogue | None = None) -> list[Diagnosed]:
+             catalogue: Catalogue | None = None, pages: bool = False) -> list[Diagnosed]:
     """One record per profiled launch in the reports under paths (files, folders, or
-    FILE#ID for one launch of a report, the name every view gives a launch)."""
+    FILE#ID for one launch of a report, the name every view gives a launch). pages: the
+    caller reads each kernel's source lines from its report (a page), so the reports are
+    read in this process, where those reads find them open."""
     catalogue = catalogue or default_catalogue()
     compile_kernel_regex(kernel)       # a bad pattern is refused before any report is read
+    paths = list(paths)
+    if not pages:
+        # Many reports are read by worker processes first (loadpool says why); the loop
+        # below then finds them in load's memory, and reads here whatever they could not.
+        prefetch([p for arg in paths if _launch_selector(str(arg)) is None
+                  for p in find_reports([arg])], kernel)
     loaded = []
     for arg in paths:
         if (one := _launch_selector(str(arg))) is not None:

@@ -32,7 +32,7 @@ import os
 import re
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -86,7 +86,6 @@ from perfscope.metrics import (
 )
 from perfscope.reader import (
     ReportHandle,
-    find_reports,
     load_reader_first,
     open_report,
     reader_label,
@@ -468,14 +467,23 @@ class RawMetrics(Mapping[str, tuple[Any, str]]):
 
     The views read only what they need at load; this table exists for the exports, and
     reading all ~2000 metrics of every kernel up front would triple the load time.
+
+    Detached (a loading worker's result, perfscope.loadpool), the table carries the
+    metrics the views and rules read by name and reopens its report only for any other.
     """
 
-    def __init__(self, handle: ReportHandle | None, action: Any) -> None:
+    def __init__(self, handle: ReportHandle | None, action: Any, where: Where | None = None) -> None:
         self._handle = handle
         self._action = action
+        self._where = where
         self._data: dict[str, tuple[Any, str]] | None = None
+        # Detached: the names the table was sent with (those absent from the report too).
+        self._asked: frozenset[str] | None = None
 
     def _load(self) -> dict[str, tuple[Any, str]]:
+        if self._asked is not None:
+            self._data = dict(_reattached(self._where).metrics._load())
+            self._asked = None
         if self._data is None:
             data = {}
             if self._action is not None:
@@ -496,6 +504,8 @@ class RawMetrics(Mapping[str, tuple[Any, str]]):
         if self._data is None and self._action is not None:
             m = self._action.metric_by_name(key)
             return (_scalar(m), m.unit() or "") if m is not None and m.has_value() else default
+        if self._asked is not None and key in self._asked:
+            return self._data.get(key, default)
         return self._load().get(key, default)
 
     def __iter__(self) -> Iterator[str]:
@@ -503,6 +513,18 @@ class RawMetrics(Mapping[str, tuple[Any, str]]):
 
     def __len__(self) -> int:
         return len(self._load())
+
+    def detached(self, names: Iterable[str]) -> RawMetrics:
+        """A copy that needs no report: these metrics read now (the views' and rules'),
+        any other read from the report reopened where the copy is used."""
+        if self._asked is None and self._data is not None:
+            asked, data = None, self._data
+        else:
+            asked = frozenset(names) | (self._asked or frozenset())
+            data = {k: v for k in asked if (v := self.get(k)) is not None}
+        copy = RawMetrics(None, None, self._where)
+        copy._data, copy._asked = data, asked
+        return copy
 
 
 class Correlation:
@@ -514,10 +536,30 @@ class Correlation:
     views used (which keeps the report file open for as long as the profile lives).
     """
 
-    def __init__(self, handle: ReportHandle | None, reader: _Reader, sass: _Sass) -> None:
+    def __init__(self, handle: ReportHandle | None, reader: _Reader | None, sass: _Sass | None,
+                 where: Where | None = None) -> None:
         self._handle = handle
-        self._reader = reader
-        self._sass = sass
+        self._live = (reader, sass) if reader is not None and sass is not None else None
+        self._where = where
+
+    @property
+    def _reader(self) -> _Reader:
+        return self._attach()[0]
+
+    @property
+    def _sass(self) -> _Sass:
+        return self._attach()[1]
+
+    def _attach(self) -> tuple[_Reader, _Sass]:
+        # Detached (sent from a loading worker): the report is opened here on first use.
+        if self._live is None:
+            other = _reattached(self._where).correlation
+            self._handle, self._live = other._handle, other._attach()
+        return self._live
+
+    def detached(self) -> Correlation:
+        """A copy that needs no report: it opens the report where it is used, on first use."""
+        return Correlation(None, None, None, self._where)
 
     def pc_samples(self) -> dict[int, float]:
         """Warp-state samples per PC (empty when the report has no sampling)."""
@@ -645,6 +687,13 @@ class KernelProfile:
         cycles = self.working_stall_cycles()
         total = sum(cycles.values())
         return cycles[reason] / total if reason in cycles and total else None
+
+    def detached(self, names: Iterable[str]) -> KernelProfile:
+        """The same profile with no open report behind it, to send to another process: its
+        metrics those named (what the views and rules read), the rest and the source view
+        read from the report reopened where they are asked for."""
+        corr = self.correlation.detached() if self.correlation is not None else None
+        return replace(self, metrics=self.metrics.detached(names), correlation=corr)
 
     def metric(self, name: str) -> float | None:
         """One numeric metric by name, None when the report lacks it."""
@@ -1141,7 +1190,7 @@ def profile_from_action(action: Any, where: Where,
         identity=_identity(r, where, version), sol=_sol(r), stalls=_stalls(r),
         memory=_memory(r, sass), launch=launch, opcodes=_opcodes(r, sass),
         hotspots=_hotspots(r, sass), ncu_rules=_ncu_rules(action),
-        metrics=RawMetrics(handle, action), correlation=Correlation(handle, r, sass),
+        metrics=RawMetrics(handle, action, where), correlation=Correlation(handle, r, sass, where),
         hot_loop=_hot_loop(r, sass), parked=_parked(r, sass, launch),
     )
     r.forget()      # the source view (Correlation) reads again what a page needs
@@ -1172,11 +1221,36 @@ def load(path: str | os.PathLike[str], kernel: str | None = None) -> list[Kernel
     if p.is_dir():
         raise PerfscopeError(f"{p} is a directory; use load_many for folders of reports.")
     pattern = compile_kernel_regex(kernel)
-    st = p.stat()
-    key = (str(p), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, kernel)
+    key = load_key(p, kernel)
     if key in _loaded:
         _loaded.move_to_end(key)
         return list(_loaded[key])
+    out = _read(p, pattern)
+    remember(key, out)
+    return list(out)
+
+
+def load_key(path: Path, kernel: str | None) -> tuple[Any, ...]:
+    """What load remembers a report's profiles by: the path as given, the file's identity
+    (device, inode, size, modification time) and the kernel filter."""
+    st = path.stat()
+    return (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, kernel)
+
+
+def loaded(key: tuple[Any, ...]) -> bool:
+    """Whether load already holds the profiles of this key (load_key's)."""
+    return key in _loaded
+
+
+def remember(key: tuple[Any, ...], profiles: list[KernelProfile]) -> None:
+    """Keep a report's profiles for load to return (load's own, or a worker's)."""
+    _loaded[key] = profiles
+    _loaded.move_to_end(key)
+    while len(_loaded) > LOADED_MAX:
+        _loaded.popitem(last=False)
+
+
+def _read(p: Path, pattern: re.Pattern[str] | None) -> list[KernelProfile]:
     handle, warning = open_report(p)
     version = reader_label()
     out = []
@@ -1187,21 +1261,28 @@ def load(path: str | os.PathLike[str], kernel: str | None = None) -> list[Kernel
             continue
         out.append(profile_from_action(action, Where(str(p), ri, ai, index, warning), version,
                                        handle))
-    _loaded[key] = out
-    while len(_loaded) > LOADED_MAX:
-        _loaded.popitem(last=False)
-    return list(out)
+    return out
 
 
-def load_many(paths: Iterable[str | os.PathLike[str]], kernel: str | None = None
-              ) -> list[KernelProfile]:
-    """All launches of all reports under paths (files or folders); kernel filters by name."""
-    profiles: list[KernelProfile] = []
-    for p in find_reports(paths):
-        profiles += load(p, kernel)
-    if kernel is not None and not profiles:
-        raise PerfscopeError(f"no kernel matches {kernel!r} in the given reports.")
-    return profiles
+# Reports reopened for profiles that were read in another process (a loading worker) and
+# now want what only the report holds: a source page, a metric no rule names. Kept apart
+# from _loaded, whose entries for those files are the detached profiles themselves.
+_attached: OrderedDict[str, list[KernelProfile]] = OrderedDict()
+
+
+def _reattached(where: Where | None) -> KernelProfile:
+    if where is None:
+        raise PerfscopeError("this profile was built without a report to read more from.")
+    if where.source not in _attached:
+        _attached[where.source] = _read(Path(where.source), None)
+        while len(_attached) > LOADED_MAX:
+            _attached.popitem(last=False)
+    _attached.move_to_end(where.source)
+    for kp in _attached[where.source]:
+        if kp.identity.launch_index == where.launch_index:
+            return kp
+    raise PerfscopeError(f"{where.source} no longer holds launch {where.launch_index} "
+                         "(the file changed since it was read).")
 
 
 def compile_kernel_regex(kernel: str | None) -> re.Pattern[str] | None:

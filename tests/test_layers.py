@@ -34,7 +34,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("record", "diff", "documents"),
     ("kernels", "kernels.registry", "kernels.fused_specs", "kernels.epilogue", "kernels.fp8",
      "kernels.listing", "kernels.maps"),
-    ("diagnosis", "review", "calibration"),
+    ("diagnosis", "review", "calibration", "loadpool"),
     ("render", "render.*"),
     ("export",),
     ("build", "kernels.tensormap", "kernels.launch", "verify", "environment", "timing", "bench",
@@ -44,7 +44,8 @@ FLOORS: tuple[tuple[str, ...], ...] = (
 # What the analysis must never reach for.
 ANALYSIS = ("rules", "rules.*", "record", "diff", "review", "render", "render.*", "profile",
             "reader", "manifest", "metrics", "families", "documents", "export", "stage", "source",
-            "structure", "digest", "hardware", "calibration", "bandwidth", "tensormaps", "hotloop")
+            "structure", "digest", "hardware", "calibration", "bandwidth", "tensormaps", "hotloop",
+            "loadpool")
 PROFILER_SIDE = ("kernels", "kernels.*", "build", "ncu", "profiling", "runner", "bench",
                  "collection", "verify", "timing", "environment", "tune", "tune.*", "audit", "cli",
                  "mapcapture")

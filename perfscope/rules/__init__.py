@@ -23,11 +23,12 @@ from perfscope.rules.model import (
     NotEvaluated,
     Rule,
 )
-from perfscope.rules.registry import BY_CODE, REGISTRY, STATIC_REGISTRY, RuleTable, rule_metrics
+from perfscope.rules.registry import BY_CODE, REGISTRY, STATIC_REGISTRY, RuleTable, read_metrics, rule_metrics
 
 __all__ = [
     "BY_CODE", "REGISTRY", "SEVERITIES", "STATIC_REGISTRY", "TAGS", "Context", "Evaluation",
     "Evidence", "Finding", "Hit", "Inputs", "NotCollected", "NotEvaluated", "Rule", "RuleTable",
     "evaluate",
+    "read_metrics",
     "rule_metrics",
 ]

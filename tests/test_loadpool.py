@@ -1,0 +1,122 @@
+"""Reading many reports in worker processes: the profiles that come back judge alike with
+no report behind them, and the caller's loop still owns every refusal."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+import shutil
+from concurrent.futures import Future
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+
+import pytest
+
+from perfscope import loadpool
+from perfscope import profile as profile_mod
+from perfscope.diagnosis import default_catalogue, diagnose, diagnose_profiles
+from perfscope.errors import PerfscopeError
+from perfscope.profile import load
+from perfscope.rules import read_metrics
+from perfscope.source import source_view
+
+REF = Path(__file__).resolve().parent.parent / "reports" / "reference" / "h200"
+# A kernel of each kind: FFMA, mma.sync, wgmma with roles, cuBLAS's nvjet, a fused epilogue.
+SOME = ("sgemm_stages4-fp32-4096x4096x4096", "hgemm_ring-bf16-4096x4096x4096",
+        "hgemm_tma_wgmma_balanced-fp16-4096x4096x4096", "cublas_bgemm-bf16-4096x4096x4096")
+
+
+def _detached(profiles):
+    # As a worker sends them: detached, pickled and read back.
+    return pickle.loads(pickle.dumps([kp.detached(read_metrics()) for kp in profiles]))
+
+
+def _no_report(where):
+    raise AssertionError(f"reopened {where.source}: a metric the rules read was not sent along")
+
+
+def test_workers_for():
+    assert loadpool.workers_for(100, {loadpool.WORKERS_ENV: "0"}) == 0
+    assert loadpool.workers_for(100, {loadpool.WORKERS_ENV: "1"}) == 0
+    assert loadpool.workers_for(100, {loadpool.WORKERS_ENV: "3"}) == 3
+    assert loadpool.workers_for(loadpool.POOL_MIN_FILES - 1, {loadpool.WORKERS_ENV: "4"}) == 0
+    assert loadpool.workers_for(loadpool.POOL_MIN_FILES, {loadpool.WORKERS_ENV: "64"}) == \
+        loadpool.POOL_MIN_FILES
+    with pytest.raises(PerfscopeError, match="is not a whole number of workers"):
+        loadpool.workers_for(100, {loadpool.WORKERS_ENV: "two"})
+
+
+def test_every_reference_kernel_is_judged_alike_without_its_report(monkeypatch):
+    # A profile read in a worker arrives with the metrics the views and rules read by name
+    # (rules.read_metrics); every verdict on the reference folder must come from
+    # those alone, and equal the verdict on the profile read here.
+    catalogue = default_catalogue()
+    judged = []
+    for path in sorted(REF.glob("*.ncu-rep.xz")):
+        profiles = load(path)
+        judged.append((path, diagnose_profiles(path, profiles, catalogue), _detached(profiles)))
+    monkeypatch.setattr(profile_mod, "_reattached", _no_report)
+    for path, here, detached in judged:
+        there = diagnose_profiles(path, detached, catalogue)
+        assert [r.evaluation for r in there] == [r.evaluation for r in here], path.name
+        assert detached == [r.profile for r in here]      # every view (metrics aside) alike
+
+
+def test_a_detached_profile_reopens_its_report_for_a_page():
+    path = REF / f"{SOME[1]}.ncu-rep.xz"
+    (kp,) = load(path)
+    (far,) = _detached([kp])
+    assert source_view(far) == source_view(kp)
+    assert far.metrics.get("launch__grid_size") == kp.metrics.get("launch__grid_size")
+    # Any metric, by reopening the report (repr: some derived metrics are NaN).
+    assert repr(sorted(far.metrics.items())) == repr(sorted(kp.metrics.items()))
+
+
+def test_prefetch_reads_in_workers_and_leaves_refusals_to_the_caller(tmp_path, monkeypatch):
+    for name in SOME:
+        shutil.copy(REF / f"{name}.ncu-rep.xz", tmp_path / f"{name}.ncu-rep.xz")
+    (tmp_path / "broken.ncu-rep").write_bytes(b"not a report")
+    monkeypatch.setattr(loadpool, "POOL_MIN_FILES", 2)
+    monkeypatch.setattr(loadpool, "BATCH", 2)       # three batches over two workers
+    monkeypatch.setenv(loadpool.WORKERS_ENV, "2")
+    files = sorted(tmp_path.iterdir())
+    assert loadpool.prefetch(files) == len(SOME)
+    for name in SOME:
+        (kp,) = load(tmp_path / f"{name}.ncu-rep.xz")
+        assert kp.correlation._live is None           # read in a worker, not here
+        (ref,) = load(REF / f"{name}.ncu-rep.xz")
+        assert dataclasses.replace(kp, identity=ref.identity) == ref
+    # Already held: nothing is read twice.
+    assert loadpool.prefetch(files) == 0
+    # The folder as the CLI reads it: the broken file refused by the caller, in one sentence.
+    with pytest.raises(PerfscopeError, match=r"broken\.ncu-rep is not an Nsight Compute report"):
+        diagnose([tmp_path])
+
+
+class _DyingPool:
+    """A one-worker pool whose worker dies on its batch (the reader crashing)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        self.shut = False
+
+    def submit(self, fn, *args):
+        fut = Future()
+        fut.set_exception(BrokenProcessPool("the worker died"))
+        return fut
+
+    def shutdown(self, wait=True, cancel_futures=False) -> None:
+        self.shut = True
+
+
+def test_a_dead_worker_leaves_its_reports_to_this_process(tmp_path, monkeypatch, caplog):
+    for name in SOME[:2]:
+        shutil.copy(REF / f"{name}.ncu-rep.xz", tmp_path / f"{name}.ncu-rep.xz")
+    monkeypatch.setattr(loadpool, "POOL_MIN_FILES", 2)
+    monkeypatch.setattr(loadpool, "ProcessPoolExecutor", _DyingPool)
+    monkeypatch.setenv(loadpool.WORKERS_ENV, "2")
+    files = sorted(tmp_path.iterdir())
+    assert loadpool.prefetch(files) == 0
+    assert "a worker stopped while reading" in caplog.text
+    # The caller's loop reads them here.
+    assert [kp.name for kp in loadpool.load_many([tmp_path])] == \
+        [load(REF / f.name)[0].name for f in files]
