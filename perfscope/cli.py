@@ -490,7 +490,7 @@ def diagnose(
     from perfscope.diagnosis import diagnose as load  # deferred: loads the report reader
 
     fmt = _fmt(as_json, markdown)
-    records = tuple(load(files, kernel))
+    records = tuple(load(files, kernel, workers=None))   # many reports: worker processes
     failures = record.failing_findings(records, fail_on or [])
     document = record.DiagnoseDocument(records, full=full or len(records) == 1,
                                        failures=tuple(failures))

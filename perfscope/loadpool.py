@@ -47,11 +47,15 @@ WORKERS_MAX = 8
 WORKERS_ENV = "PERFSCOPE_LOAD_WORKERS"
 
 
-def workers_for(files: int, env: Mapping[str, str] | None = None) -> int:
-    """How many workers read this many reports: 0 reads them in this process."""
+def workers_for(files: int, requested: int | None = None,
+                env: Mapping[str, str] | None = None) -> int:
+    """How many workers read this many reports: 0 reads them in this process. requested:
+    that many; None: $PERFSCOPE_LOAD_WORKERS, else one a CPU up to WORKERS_MAX."""
     env = os.environ if env is None else env
     given = env.get(WORKERS_ENV, "").strip()
-    if given:
+    if requested is not None:
+        n = requested
+    elif given:
         try:
             n = int(given)
         except ValueError:
@@ -76,11 +80,14 @@ def _read_batch(paths: list[str], kernel: str | None) -> list[list[KernelProfile
     return out
 
 
-def load_many(paths: Iterable[str | os.PathLike[str]], kernel: str | None = None
-              ) -> list[KernelProfile]:
-    """All launches of all reports under paths (files or folders); kernel filters by name."""
+def load_many(paths: Iterable[str | os.PathLike[str]], kernel: str | None = None,
+              workers: int | None = 0) -> list[KernelProfile]:
+    """All launches of all reports under paths (files or folders); kernel filters by name.
+    workers: read in that many worker processes (None: as prefetch chooses; 0: here). A
+    worker imports the calling script as its main module, so a script that asks for them
+    must keep its own work under ``if __name__ == "__main__":``."""
     files = find_reports(paths)
-    prefetch(files, kernel)
+    prefetch(files, kernel, workers)
     profiles: list[KernelProfile] = []
     for p in files:
         profiles += load(p, kernel)
@@ -89,11 +96,11 @@ def load_many(paths: Iterable[str | os.PathLike[str]], kernel: str | None = None
     return profiles
 
 
-def prefetch(paths: Iterable[Path], kernel: str | None = None) -> int:
+def prefetch(paths: Iterable[Path], kernel: str | None = None, workers: int | None = None) -> int:
     """Read the reports load does not hold yet in worker processes, into load's memory;
-    returns how many were read so."""
+    returns how many were read so. workers: how many (None: workers_for's choice)."""
     todo = [p for p in dict.fromkeys(paths) if p.is_file() and not loaded(load_key(p, kernel))]
-    workers = workers_for(len(todo))
+    workers = workers_for(len(todo), workers)
     if not workers:
         return 0
     batches = iter([todo[i:i + BATCH] for i in range(0, len(todo), BATCH)])

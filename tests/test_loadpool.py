@@ -11,9 +11,12 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from perfscope import diagnosis as diagnosis_mod
 from perfscope import loadpool
 from perfscope import profile as profile_mod
+from perfscope.cli import app
 from perfscope.diagnosis import default_catalogue, diagnose, diagnose_profiles
 from perfscope.errors import PerfscopeError
 from perfscope.profile import load
@@ -36,14 +39,29 @@ def _no_report(where):
 
 
 def test_workers_for():
-    assert loadpool.workers_for(100, {loadpool.WORKERS_ENV: "0"}) == 0
-    assert loadpool.workers_for(100, {loadpool.WORKERS_ENV: "1"}) == 0
-    assert loadpool.workers_for(100, {loadpool.WORKERS_ENV: "3"}) == 3
-    assert loadpool.workers_for(loadpool.POOL_MIN_FILES - 1, {loadpool.WORKERS_ENV: "4"}) == 0
-    assert loadpool.workers_for(loadpool.POOL_MIN_FILES, {loadpool.WORKERS_ENV: "64"}) == \
-        loadpool.POOL_MIN_FILES
+    env = {loadpool.WORKERS_ENV: "3"}
+    assert loadpool.workers_for(100, env={loadpool.WORKERS_ENV: "0"}) == 0
+    assert loadpool.workers_for(100, env={loadpool.WORKERS_ENV: "1"}) == 0
+    assert loadpool.workers_for(100, env=env) == 3
+    assert loadpool.workers_for(100, 2, env=env) == 2          # asked for: the caller's count
+    assert loadpool.workers_for(100, 0, env=env) == 0
+    assert loadpool.workers_for(loadpool.POOL_MIN_FILES - 1, env=env) == 0
+    assert loadpool.workers_for(loadpool.POOL_MIN_FILES, 64) == loadpool.POOL_MIN_FILES
     with pytest.raises(PerfscopeError, match="is not a whole number of workers"):
-        loadpool.workers_for(100, {loadpool.WORKERS_ENV: "two"})
+        loadpool.workers_for(100, env={loadpool.WORKERS_ENV: "two"})
+
+
+def test_the_cli_reads_in_workers_and_the_api_in_its_own_process(monkeypatch):
+    # A worker imports the calling script as its main module: a library call reads in its
+    # own process unless asked; the CLI (a guarded entry point) asks.
+    asked = []
+    monkeypatch.setattr(diagnosis_mod, "prefetch", lambda paths, kernel, workers: asked.append(workers))
+    path = REF / f"{SOME[0]}.ncu-rep.xz"
+    diagnose([path])
+    assert asked == []
+    result = CliRunner().invoke(app, ["diagnose", str(path)])
+    assert result.exit_code == 0, result.output
+    assert asked == [None]
 
 
 def test_every_reference_kernel_is_judged_alike_without_its_report(monkeypatch):
