@@ -27,7 +27,13 @@ from perfscope.errors import PerfscopeError
 from perfscope.kernels.epilogue import DEFAULT_QUANT_SCALE
 from perfscope.kernels.listing import REFERENCE_BENCHES, bench_files, kernels_table
 from perfscope.kernels.spec import parse_params, parse_shape
-from perfscope.locations import CHECKOUT, LOCAL_ROOT, existing_reference_root, reference_root
+from perfscope.locations import (
+    CHECKOUT,
+    LOAD_WORKERS_ENV,
+    LOCAL_ROOT,
+    existing_reference_root,
+    reference_root,
+)
 from perfscope.render.progress import NcuProgress, TuneProgressBar
 from perfscope.version import __version__
 
@@ -490,7 +496,7 @@ def diagnose(
     from perfscope.diagnosis import diagnose as load  # deferred: loads the report reader
 
     fmt = _fmt(as_json, markdown)
-    records = tuple(load(files, kernel, workers=None))   # many reports: worker processes
+    records = tuple(load(files, kernel))
     failures = record.failing_findings(records, fail_on or [])
     document = record.DiagnoseDocument(records, full=full or len(records) == 1,
                                        failures=tuple(failures))
@@ -603,6 +609,8 @@ def main(argv: list[str] | None = None) -> None:
     if args[:1] == ["profile"] and "--" in args:
         cut = args.index("--")
         args = [*args[:cut], "--program", json.dumps(args[cut + 1:])]
+    # This entry point is guarded, so folders of reports may be read in worker processes.
+    os.environ.setdefault(LOAD_WORKERS_ENV, "auto")
     app(args=args, obj={"argv": list(sys.argv[1:] if argv is None else argv)})
 
 

@@ -142,20 +142,17 @@ def default_catalogue() -> Catalogue:
 
 
 def diagnose(paths: Iterable[str | os.PathLike[str]], kernel: str | None = None,
-             catalogue: Catalogue | None = None, workers: int | None = 0) -> list[Diagnosed]:
+             catalogue: Catalogue | None = None, pages: bool = False) -> list[Diagnosed]:
     """One record per profiled launch in the reports under paths (files, folders, or
-    FILE#ID for one launch of a report, the name every view gives a launch). workers: read
-    many reports in that many worker processes first (loadpool; None: its choice), for a
-    caller that reads no kernel's source lines after (a page reads them from the open
-    report, so review reads in this process)."""
+    FILE#ID for one launch of a report, the name every view gives a launch). pages: the
+    caller shows each kernel's source lines (many reports read in workers read them too)."""
     catalogue = catalogue or default_catalogue()
     compile_kernel_regex(kernel)       # a bad pattern is refused before any report is read
     paths = list(paths)
-    if workers != 0:
-        # The loop below then finds them in load's memory, and reads here whatever they
-        # could not.
-        prefetch([p for arg in paths if _launch_selector(str(arg)) is None
-                  for p in find_reports([arg])], kernel, workers)
+    # Many reports are read in worker processes first where allowed (loadpool says why);
+    # the loop below then finds them in load's memory, and reads here what they could not.
+    prefetch([p for arg in paths if _launch_selector(str(arg)) is None
+              for p in find_reports([arg])], kernel, pages)
     loaded = []
     for arg in paths:
         if (one := _launch_selector(str(arg))) is not None:

@@ -7,9 +7,11 @@ so `perfscope diagnose` of the committed reference folder (100 files, 142 launch
 each exit after BATCH reports, and hands the profiles to ``profile.load``'s memory, so
 the caller's own loop reads them from there as before. A profile comes back detached
 (KernelProfile.detached): its views whole, its metrics those the views and rules read by
-name (rules.read_metrics), and its report reopened in this process only where a page
-asks for more. With two workers that diagnose also takes 13 s instead of 31 s and at
-most 0.74 GB (two cores, 2026-12-06).
+name (rules.read_metrics), for a page its source view's reads (`pages`), and its report
+reopened in this process only for anything else. With two workers that diagnose also
+takes 13 s instead of 31 s and at most 0.74 GB (two cores, 2026-12-06). Workers start only
+where PERFSCOPE_LOAD_WORKERS asks for them: the `perfscope` command does (WORKERS_ENV says
+why a library call does not by itself).
 
 A report a worker cannot read is left to the caller's loop, which reads it here and says
 why in its own sentence; a worker that dies (the reader crashing) stops the prefetch and
@@ -27,9 +29,13 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from perfscope.errors import PerfscopeError
+from perfscope.locations import LOAD_WORKERS_ENV
+from perfscope.manifest import manifest_beside
+from perfscope.metrics import PAGE_METRICS
 from perfscope.profile import KernelProfile, load, load_key, loaded, remember
 from perfscope.reader import find_reports
 from perfscope.rules import read_metrics
+from perfscope.source import source_view
 
 log = logging.getLogger(__name__)
 
@@ -43,51 +49,61 @@ POOL_MIN_FILES = 8
 BATCH = 12
 # At most this many workers: reading is CPU work, and each holds up to BATCH contexts.
 WORKERS_MAX = 8
-# The number of workers (0 or 1: read in this process), overriding the CPU count.
-WORKERS_ENV = "PERFSCOPE_LOAD_WORKERS"
+# Workers start only where this is set: a worker imports the program's main module, which
+# only an entry point that keeps its work under `if __name__ == "__main__":` survives. The
+# `perfscope` command sets it to "auto" (one a CPU); a script sets it where it is guarded.
+WORKERS_ENV = LOAD_WORKERS_ENV
 
 
-def workers_for(files: int, requested: int | None = None,
-                env: Mapping[str, str] | None = None) -> int:
-    """How many workers read this many reports: 0 reads them in this process. requested:
-    that many; None: $PERFSCOPE_LOAD_WORKERS, else one a CPU up to WORKERS_MAX."""
+def workers_for(files: int, env: Mapping[str, str] | None = None) -> int:
+    """How many workers read this many reports: 0 reads them in this process (unset, a
+    number below 2, or fewer than POOL_MIN_FILES reports)."""
     env = os.environ if env is None else env
     given = env.get(WORKERS_ENV, "").strip()
-    if requested is not None:
-        n = requested
+    if given == "auto":
+        n = min(os.cpu_count() or 1, WORKERS_MAX)
     elif given:
         try:
             n = int(given)
         except ValueError:
-            raise PerfscopeError(f"{WORKERS_ENV}={given} is not a whole number of workers.") from None
+            raise PerfscopeError(f"{WORKERS_ENV}={given} is neither a whole number of workers "
+                                 "nor 'auto'.") from None
     else:
-        n = min(os.cpu_count() or 1, WORKERS_MAX)
+        n = 0
     if files < POOL_MIN_FILES or n < 2:
         return 0
     return min(n, files)
 
 
-def _read_batch(paths: list[str], kernel: str | None) -> list[list[KernelProfile] | None]:
-    """Reports' profiles, in a worker; None for one it cannot read (the caller's loop reads
-    it again and says why)."""
-    names = read_metrics()
+def _read_batch(paths: list[str], kernel: str | None, pages: bool
+                ) -> list[list[KernelProfile] | None]:
+    """Reports' profiles, in a worker, detached; None for one it cannot read (the caller's
+    loop reads it again and says why). pages: each kernel's source view is read here too,
+    from the open report, and answered again from memory where a page asks for it."""
+    names = read_metrics() | frozenset(PAGE_METRICS)
     out: list[list[KernelProfile] | None] = []
     for path in paths:
         try:
-            out.append([kp.detached(names) for kp in load(path, kernel)])
+            profiles = load(path, kernel)
         except PerfscopeError:
             out.append(None)
+            continue
+        if pages:
+            manifest = manifest_beside(Path(path))
+            for kp in profiles:
+                if kp.correlation is not None:
+                    kp.correlation.record()
+                    source_view(kp, manifest.compile if manifest is not None else None)
+        out.append([kp.detached(names) for kp in profiles])
     return out
 
 
-def load_many(paths: Iterable[str | os.PathLike[str]], kernel: str | None = None,
-              workers: int | None = 0) -> list[KernelProfile]:
-    """All launches of all reports under paths (files or folders); kernel filters by name.
-    workers: read in that many worker processes (None: as prefetch chooses; 0: here). A
-    worker imports the calling script as its main module, so a script that asks for them
-    must keep its own work under ``if __name__ == "__main__":``."""
+def load_many(paths: Iterable[str | os.PathLike[str]], kernel: str | None = None
+              ) -> list[KernelProfile]:
+    """All launches of all reports under paths (files or folders); kernel filters by name
+    (many reports in worker processes where WORKERS_ENV asks for them)."""
     files = find_reports(paths)
-    prefetch(files, kernel, workers)
+    prefetch(files, kernel)
     profiles: list[KernelProfile] = []
     for p in files:
         profiles += load(p, kernel)
@@ -96,11 +112,12 @@ def load_many(paths: Iterable[str | os.PathLike[str]], kernel: str | None = None
     return profiles
 
 
-def prefetch(paths: Iterable[Path], kernel: str | None = None, workers: int | None = None) -> int:
-    """Read the reports load does not hold yet in worker processes, into load's memory;
-    returns how many were read so. workers: how many (None: workers_for's choice)."""
+def prefetch(paths: Iterable[Path], kernel: str | None = None, pages: bool = False) -> int:
+    """Read the reports load does not hold yet in worker processes (as many as workers_for
+    says), into load's memory; returns how many were read so. pages: with each kernel's
+    source view (a page will ask for it)."""
     todo = [p for p in dict.fromkeys(paths) if p.is_file() and not loaded(load_key(p, kernel))]
-    workers = workers_for(len(todo), workers)
+    workers = workers_for(len(todo))
     if not workers:
         return 0
     batches = iter([todo[i:i + BATCH] for i in range(0, len(todo), BATCH)])
@@ -112,7 +129,7 @@ def prefetch(paths: Iterable[Path], kernel: str | None = None, workers: int | No
         batch = next(batches, None)
         if batch is not None:
             pool = ProcessPoolExecutor(1, mp_context=ctx)
-            running[pool.submit(_read_batch, [str(p) for p in batch], kernel)] = (pool, batch)
+            running[pool.submit(_read_batch, [str(p) for p in batch], kernel, pages)] = (pool, batch)
 
     done = 0
     try:

@@ -14,6 +14,9 @@ CHECKOUT = Path(__file__).resolve().parent.parent
 # The ladder stages' CUDA sources, installed with the package (the compile's include
 # folder too): where the source view finds a stage's lines when the report has none.
 KERNEL_SOURCES = Path(__file__).resolve().parent / "kernels"
+# How many worker processes read a folder of reports (perfscope.loadpool): a number, or
+# "auto" (one a CPU), which the `perfscope` command sets for itself when unset.
+LOAD_WORKERS_ENV = "PERFSCOPE_LOAD_WORKERS"
 
 
 def reference_root(explicit: Path | None = None) -> Path:

@@ -16,6 +16,8 @@ M_SM_CLOCK = "gpc__cycles_elapsed.avg.per_second"
 # The chip's highest SM clock (kHz), a device attribute: what the clock during the kernel
 # is held against.
 M_SM_CLOCK_MAX = "device__attribute_max_gpu_frequency_khz"
+M_MEM_CLOCK_MAX = "device__attribute_max_mem_frequency_khz"
+M_REPLAY_PASSES = "profiler__replayer_passes"
 M_CYCLES = "gpc__cycles_elapsed.max"
 M_MEM_CLOCK = "dram__cycles_elapsed.avg.per_second"
 CC_METRICS = ("device__attribute_compute_capability_major",
@@ -133,3 +135,7 @@ VIEW_METRICS: tuple[str, ...] = (
     *LAUNCH_METRICS, M_CLUSTER_SIZE, *CLUSTER_DIMS,
     *PIPE_METRICS,      # the engine's headroom reads the busier pipe
 )
+# What the pages read of every report besides: ncu writes these itself (device attributes,
+# its own replay count), so they are never asked for by name; a profile read in a worker
+# carries them (perfscope.loadpool).
+PAGE_METRICS: tuple[str, ...] = (M_SM_CLOCK_MAX, M_MEM_CLOCK_MAX, M_REPLAY_PASSES)

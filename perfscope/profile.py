@@ -31,7 +31,7 @@ import logging
 import os
 import re
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -537,10 +537,15 @@ class Correlation:
     """
 
     def __init__(self, handle: ReportHandle | None, reader: _Reader | None, sass: _Sass | None,
-                 where: Where | None = None) -> None:
+                 where: Where | None = None, answers: dict[tuple[Any, ...], Any] | None = None
+                 ) -> None:
         self._handle = handle
         self._live = (reader, sass) if reader is not None and sass is not None else None
         self._where = where
+        # Detached: what was asked where the report was open (a worker building the page's
+        # source view), answered again here without it.
+        self._answers = answers
+        self._recording: dict[tuple[Any, ...], Any] | None = None
 
     @property
     def _reader(self) -> _Reader:
@@ -551,27 +556,45 @@ class Correlation:
         return self._attach()[1]
 
     def _attach(self) -> tuple[_Reader, _Sass]:
-        # Detached (sent from a loading worker): the report is opened here on first use.
+        # Detached: the report is opened here for what it was not asked where it was open.
         if self._live is None:
             other = _reattached(self._where).correlation
             self._handle, self._live = other._handle, other._attach()
         return self._live
 
+    def record(self) -> None:
+        """Keep every answer from now on, for detached() to carry (a worker reading what a
+        page will ask)."""
+        self._recording = {}
+
     def detached(self) -> Correlation:
-        """A copy that needs no report: it opens the report where it is used, on first use."""
-        return Correlation(None, None, None, self._where)
+        """A copy that needs no report: what was asked since record() answered from memory,
+        anything else from the report, opened where the copy is used on first use."""
+        answers = {**(self._answers or {}), **(self._recording or {})}
+        return Correlation(None, None, None, self._where, answers or None)
+
+    def _ask(self, key: tuple[Any, ...], read: Callable[[], Any]) -> Any:
+        if self._answers is not None and key in self._answers:
+            return self._answers[key]
+        value = read()
+        if self._recording is not None:
+            self._recording[key] = value
+        return value
 
     def pc_samples(self) -> dict[int, float]:
         """Warp-state samples per PC (empty when the report has no sampling)."""
-        return self._reader.instances(M_PC_SAMPLES) or {}
+        return self._ask(("pc_samples",), lambda: self._reader.instances(M_PC_SAMPLES) or {})
 
     def executed(self) -> dict[int, float]:
         """Warp-level executions per PC (empty when the report did not collect them)."""
-        return self._reader.instances(M_INST_EXECUTED_PC) or {}
+        return self._ask(("executed",), lambda: self._reader.instances(M_INST_EXECUTED_PC) or {})
 
     def reason_samples(self, pcs: set[int]) -> dict[str, dict[int, float]]:
         """Samples per stall reason at the given PCs: reason -> PC -> samples (reasons with
         no sample anywhere in the kernel are left out: reading their PCs costs time)."""
+        return self._ask(("reason_samples", frozenset(pcs)), lambda: self._reasons_at(pcs))
+
+    def _reasons_at(self, pcs: set[int]) -> dict[str, dict[int, float]]:
         out = {}
         for name in sorted(self._reader.names):
             m = STALL_SAMPLE_RE.match(name)
@@ -597,22 +620,26 @@ class Correlation:
 
     def source_of(self, pc: int) -> tuple[str | None, int | None]:
         """(file, line) of a PC as the compiler's line table names it, or (None, None)."""
-        return self._sass.source(pc)
+        return self._ask(("source_of", pc), lambda: self._sass.source(pc))
 
     def sass_of(self, pc: int) -> str:
         """The SASS text of the instruction at a PC."""
-        return self._sass.text(pc)
+        return self._ask(("sass_of", pc), lambda: self._sass.text(pc))
 
     def function_start(self) -> int | None:
         """The kernel's first PC, so addresses read as offsets (None when not collected)."""
-        starts = self._reader.instances("launch__function_pcs")
-        return int(min(starts.values())) if starts else None
+        def read() -> int | None:
+            starts = self._reader.instances("launch__function_pcs")
+            return int(min(starts.values())) if starts else None
+        return self._ask(("function_start",), read)
 
     def embedded_sources(self) -> dict[str, str]:
         """File name -> text of the sources the report embeds (ncu --import-source);
         a file ncu could not import is named with empty text."""
-        files = self._reader.action.source_files()
-        return {str(k): str(v) for k, v in files.items()} if files is not None else {}
+        def read() -> dict[str, str]:
+            files = self._reader.action.source_files()
+            return {str(k): str(v) for k, v in files.items()} if files is not None else {}
+        return self._ask(("embedded_sources",), read)
 
 
 @dataclass(frozen=True)

@@ -498,7 +498,7 @@ def collect(paths: Iterable[str | os.PathLike[str]], *, bench: str | os.PathLike
     if not given:
         raise PerfscopeError("give at least one report or folder of reports.")
     catalogue = default_catalogue()
-    records = diagnose(given, kernel, catalogue)
+    records = diagnose(given, kernel, catalogue, pages=True)
     roots = [p if p.is_dir() else p.parent for p in given]
     bench_path = Path(bench) if bench is not None else _find_bench(given)
     bench_file = BenchFile.read(bench_path) if bench_path is not None else None

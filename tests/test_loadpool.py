@@ -4,8 +4,10 @@ no report behind them, and the caller's loop still owns every refusal."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import pickle
 import shutil
+from collections import OrderedDict
 from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -13,7 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from perfscope import diagnosis as diagnosis_mod
+from perfscope import cli as cli_mod
 from perfscope import loadpool
 from perfscope import profile as profile_mod
 from perfscope.cli import app
@@ -24,7 +26,7 @@ from perfscope.rules import read_metrics
 from perfscope.source import source_view
 
 REF = Path(__file__).resolve().parent.parent / "reports" / "reference" / "h200"
-# A kernel of each kind: FFMA, mma.sync, wgmma with roles, cuBLAS's nvjet, a fused epilogue.
+# A kernel of each kind: FFMA, mma.sync, wgmma with roles, cuBLAS's nvjet.
 SOME = ("sgemm_stages4-fp32-4096x4096x4096", "hgemm_ring-bf16-4096x4096x4096",
         "hgemm_tma_wgmma_balanced-fp16-4096x4096x4096", "cublas_bgemm-bf16-4096x4096x4096")
 
@@ -39,29 +41,30 @@ def _no_report(where):
 
 
 def test_workers_for():
-    env = {loadpool.WORKERS_ENV: "3"}
+    assert loadpool.workers_for(100, env={}) == 0               # a library call: not by itself
     assert loadpool.workers_for(100, env={loadpool.WORKERS_ENV: "0"}) == 0
     assert loadpool.workers_for(100, env={loadpool.WORKERS_ENV: "1"}) == 0
-    assert loadpool.workers_for(100, env=env) == 3
-    assert loadpool.workers_for(100, 2, env=env) == 2          # asked for: the caller's count
-    assert loadpool.workers_for(100, 0, env=env) == 0
-    assert loadpool.workers_for(loadpool.POOL_MIN_FILES - 1, env=env) == 0
-    assert loadpool.workers_for(loadpool.POOL_MIN_FILES, 64) == loadpool.POOL_MIN_FILES
-    with pytest.raises(PerfscopeError, match="is not a whole number of workers"):
+    assert loadpool.workers_for(100, env={loadpool.WORKERS_ENV: "3"}) == 3
+    assert 0 < loadpool.workers_for(100, env={loadpool.WORKERS_ENV: "auto"}) <= loadpool.WORKERS_MAX \
+        or (os.cpu_count() or 1) < 2
+    assert loadpool.workers_for(loadpool.POOL_MIN_FILES - 1, env={loadpool.WORKERS_ENV: "4"}) == 0
+    assert loadpool.workers_for(loadpool.POOL_MIN_FILES, env={loadpool.WORKERS_ENV: "64"}) == \
+        loadpool.POOL_MIN_FILES
+    with pytest.raises(PerfscopeError, match="is neither a whole number of workers nor 'auto'"):
         loadpool.workers_for(100, env={loadpool.WORKERS_ENV: "two"})
 
 
-def test_the_cli_reads_in_workers_and_the_api_in_its_own_process(monkeypatch):
-    # A worker imports the calling script as its main module: a library call reads in its
-    # own process unless asked; the CLI (a guarded entry point) asks.
-    asked = []
-    monkeypatch.setattr(diagnosis_mod, "prefetch", lambda paths, kernel, workers: asked.append(workers))
-    path = REF / f"{SOME[0]}.ncu-rep.xz"
-    diagnose([path])
-    assert asked == []
-    result = CliRunner().invoke(app, ["diagnose", str(path)])
-    assert result.exit_code == 0, result.output
-    assert asked == [None]
+def test_the_command_asks_for_workers_and_a_library_call_does_not(monkeypatch):
+    # A worker imports the calling program as its main module: perfscope's own entry point
+    # is guarded and says so; a script is not known to be.
+    monkeypatch.delenv(loadpool.WORKERS_ENV, raising=False)
+    seen = []
+    monkeypatch.setattr(cli_mod, "app", lambda args, obj: seen.append(os.environ.get(loadpool.WORKERS_ENV)))
+    cli_mod.main(["diagnose", "x.ncu-rep"])
+    assert seen == ["auto"]
+    monkeypatch.setenv(loadpool.WORKERS_ENV, "0")       # the user's own choice stands
+    cli_mod.main(["diagnose", "x.ncu-rep"])
+    assert seen == ["auto", "0"]
 
 
 def test_every_reference_kernel_is_judged_alike_without_its_report(monkeypatch):
@@ -78,6 +81,18 @@ def test_every_reference_kernel_is_judged_alike_without_its_report(monkeypatch):
         there = diagnose_profiles(path, detached, catalogue)
         assert [r.evaluation for r in there] == [r.evaluation for r in here], path.name
         assert detached == [r.profile for r in here]      # every view (metrics aside) alike
+
+
+def test_a_page_s_source_view_read_in_the_worker_needs_no_report(monkeypatch):
+    path = REF / f"{SOME[1]}.ncu-rep.xz"
+    (kp,) = load(path)
+    want = source_view(kp)
+    kp.correlation.record()
+    assert source_view(kp) == want
+    (far,) = pickle.loads(pickle.dumps([kp.detached(read_metrics())]))
+    kp.correlation._recording = None
+    monkeypatch.setattr(profile_mod, "_reattached", _no_report)
+    assert source_view(far) == want
 
 
 def test_a_detached_profile_reopens_its_report_for_a_page():
@@ -98,12 +113,17 @@ def test_prefetch_reads_in_workers_and_leaves_refusals_to_the_caller(tmp_path, m
     monkeypatch.setattr(loadpool, "BATCH", 2)       # three batches over two workers
     monkeypatch.setenv(loadpool.WORKERS_ENV, "2")
     files = sorted(tmp_path.iterdir())
-    assert loadpool.prefetch(files) == len(SOME)
+    assert loadpool.prefetch(files, pages=True) == len(SOME)
     for name in SOME:
         (kp,) = load(tmp_path / f"{name}.ncu-rep.xz")
         assert kp.correlation._live is None           # read in a worker, not here
         (ref,) = load(REF / f"{name}.ncu-rep.xz")
         assert dataclasses.replace(kp, identity=ref.identity) == ref
+        # The page's source lines came along: the same as read here, with no report opened.
+        (here,) = profile_mod._read(tmp_path / f"{name}.ncu-rep.xz", None)
+        with monkeypatch.context() as m:
+            m.setattr(profile_mod, "_reattached", _no_report)
+            assert source_view(kp) == source_view(here)
     # Already held: nothing is read twice.
     assert loadpool.prefetch(files) == 0
     # The folder as the CLI reads it: the broken file refused by the caller, in one sentence.
@@ -138,3 +158,24 @@ def test_a_dead_worker_leaves_its_reports_to_this_process(tmp_path, monkeypatch,
     # The caller's loop reads them here.
     assert [kp.name for kp in loadpool.load_many([tmp_path])] == \
         [load(REF / f.name)[0].name for f in files]
+
+
+def test_a_report_read_in_workers_is_the_report_read_here(tmp_path, monkeypatch):
+    # Everything a page shows (views, metrics by name, source lines) comes back from the
+    # workers: the same page and PR comment, with no report opened again.
+    for name in SOME:
+        shutil.copy(REF / f"{name}.ncu-rep.xz", tmp_path / f"{name}.ncu-rep.xz")
+    monkeypatch.setattr(loadpool, "POOL_MIN_FILES", 2)
+    monkeypatch.setattr(profile_mod, "_loaded", OrderedDict())   # this test's own memory
+    pages = {}
+    for workers in ("0", "2"):
+        monkeypatch.setenv(loadpool.WORKERS_ENV, workers)
+        with monkeypatch.context() as m:
+            if workers != "0":
+                m.setattr(profile_mod, "_reattached", _no_report)
+            out = tmp_path / "page.html"
+            result = CliRunner().invoke(app, ["report", str(tmp_path), "--html", str(out), "--markdown"])
+            assert result.exit_code == 0, result.output
+            pages[workers] = (out.read_text(), result.stdout)
+        profile_mod._loaded.clear()       # the second run reads the files again
+    assert pages["2"] == pages["0"]

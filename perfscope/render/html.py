@@ -35,6 +35,7 @@ from perfscope.calibration import SIGNIFICANT_SAVING
 from perfscope.documents import TUNE_RESULT_FILES
 from perfscope.errors import PerfscopeError
 from perfscope.families import FAMILY_BY_KEY
+from perfscope.metrics import M_MEM_CLOCK_MAX, M_REPLAY_PASSES, M_SM_CLOCK_MAX
 from perfscope.reader import REPORT_SUFFIXES, reader_label
 from perfscope.render import plots, tune
 from perfscope.render.diff import (
@@ -588,14 +589,14 @@ def _conditions(report: Review) -> dict[str, Any]:
     kernels = []
     for e in report.entries:
         kp, i = e.profile, e.profile.identity
-        max_khz = _metric(kp, "device__attribute_max_gpu_frequency_khz")
-        mem_khz = _metric(kp, "device__attribute_max_mem_frequency_khz")
+        max_khz = _metric(kp, M_SM_CLOCK_MAX)
+        mem_khz = _metric(kp, M_MEM_CLOCK_MAX)
         gpus.setdefault((i.device, i.compute_capability, i.sm_count), {
             "device": i.device or NOT_COLLECTED,
             "cc": i.compute_capability or NOT_COLLECTED,
             "sms": num(i.sm_count), "max_clock": clock(max_khz * 1e3 if max_khz else None),
             "max_mem_clock": clock(mem_khz * 1e3 if mem_khz else None)})
-        passes = _metric(kp, "profiler__replayer_passes")
+        passes = _metric(kp, M_REPLAY_PASSES)
         kernels.append({"key": e.key, "label": e.label, "file": e.file,
                         "clock": clock(i.sm_clock_hz), "mem_clock": clock(i.mem_clock_hz),
                         "cycles": num(i.cycles), "duration": duration(kp.sol.duration_ns),
