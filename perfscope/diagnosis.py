@@ -148,18 +148,19 @@ def diagnose(paths: Iterable[str | os.PathLike[str]], kernel: str | None = None,
     caller shows each kernel's source lines (many reports read in workers read them too)."""
     catalogue = catalogue or default_catalogue()
     compile_kernel_regex(kernel)       # a bad pattern is refused before any report is read
-    paths = list(paths)
+    # Each argument: one launch (FILE#ID), or the report files it names.
+    given = [(one, None) if (one := _launch_selector(str(arg))) is not None
+             else (None, find_reports([arg])) for arg in paths]
     # Many reports are read in worker processes first where allowed (loadpool says why);
     # the loop below then finds them in load's memory, and reads here what they could not.
-    prefetch([p for arg in paths if _launch_selector(str(arg)) is None
-              for p in find_reports([arg])], kernel, pages)
+    prefetch([p for _, files in given if files for p in files], kernel, pages)
     loaded = []
-    for arg in paths:
-        if (one := _launch_selector(str(arg))) is not None:
+    for one, files in given:
+        if one is not None:
             path, launch = one
             loaded.append((path, [_launch(path, launch, kernel)]))
             continue
-        loaded += [(path, profiles) for path in find_reports([arg])
+        loaded += [(path, profiles) for path in files
                    if (profiles := load_checked(path, kernel))]
     machines = machine_settings_by_device(kp for _, profiles in loaded for kp in profiles)
     out: list[Diagnosed] = []

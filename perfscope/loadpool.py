@@ -14,8 +14,8 @@ where PERFSCOPE_LOAD_WORKERS asks for them: the `perfscope` command does (WORKER
 why a library call does not by itself).
 
 A report a worker cannot read is left to the caller's loop, which reads it here and says
-why in its own sentence; a worker that dies (the reader crashing) stops the prefetch and
-the rest is read here too.
+why in its own sentence; the reports of a worker that dies (the reader crashing) are read
+here too, and the other batches still go to workers of their own.
 """
 
 from __future__ import annotations
