@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import sys
 from collections.abc import Iterable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -75,6 +76,18 @@ def workers_for(files: int, env: Mapping[str, str] | None = None) -> int:
     return min(n, files)
 
 
+def main_importable(main: object | None = None) -> bool:
+    """Whether a spawned worker can import the program's main module again, as spawn does
+    before any task: by its module name, or from its file. A program read from standard
+    input (`python - < script`) names a file, "<stdin>", that is not there, and every
+    worker would die before its first report."""
+    main = sys.modules.get("__main__") if main is None else main
+    if getattr(getattr(main, "__spec__", None), "name", None) is not None:
+        return True
+    path = getattr(main, "__file__", None)
+    return path is None or Path(path).is_file()
+
+
 def _read_batch(paths: list[str], kernel: str | None, pages: bool
                 ) -> list[list[KernelProfile] | None]:
     """Reports' profiles, in a worker, detached; None for one it cannot read (the caller's
@@ -119,6 +132,10 @@ def prefetch(paths: Iterable[Path], kernel: str | None = None, pages: bool = Fal
     todo = [p for p in dict.fromkeys(paths) if p.is_file() and not loaded(load_key(p, kernel))]
     workers = workers_for(len(todo))
     if not workers:
+        return 0
+    if not main_importable():
+        log.info("reading %d reports in this process: workers could not import this "
+                 "program's main module", len(todo))
         return 0
     batches = iter([todo[i:i + BATCH] for i in range(0, len(todo), BATCH)])
     # spawn: the reader's threads make fork unsafe.

@@ -7,6 +7,8 @@ import dataclasses
 import os
 import pickle
 import shutil
+import subprocess
+import sys
 from collections import OrderedDict
 from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
@@ -52,6 +54,33 @@ def test_workers_for():
         loadpool.POOL_MIN_FILES
     with pytest.raises(PerfscopeError, match="is neither a whole number of workers nor 'auto'"):
         loadpool.workers_for(100, env={loadpool.WORKERS_ENV: "two"})
+
+
+def test_main_importable():
+    class Main:
+        __spec__ = None
+    stdin, script, named, interactive = Main(), Main(), Main(), Main()
+    stdin.__file__ = "<stdin>"
+    script.__file__ = __file__
+    named.__spec__ = type("Spec", (), {"name": "perfscope.cli"})()
+    assert not loadpool.main_importable(stdin)
+    assert loadpool.main_importable(script)
+    assert loadpool.main_importable(named)
+    assert loadpool.main_importable(interactive)     # `python -c`, a notebook: no file to import
+
+
+def test_a_program_read_from_stdin_reads_its_reports_here():
+    # spawn would make each worker import "<stdin>" and die before its first report.
+    program = (f"import logging; logging.basicConfig()\n"
+               f"from pathlib import Path\nfrom perfscope.loadpool import prefetch\n"
+               f"paths = sorted(Path({str(REF)!r}).glob('*.ncu-rep.xz'))[:{loadpool.POOL_MIN_FILES}]\n"
+               f"print('read in workers:', prefetch(paths))\n")
+    env = {**os.environ, loadpool.WORKERS_ENV: "2"}
+    done = subprocess.run([sys.executable, "-"], input=program, capture_output=True, text=True,
+                          env=env, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "read in workers: 0" in done.stdout
+    assert "worker" not in done.stderr
 
 
 def test_the_command_asks_for_workers_and_a_library_call_does_not(monkeypatch):
