@@ -327,13 +327,23 @@ def _unlink(p: Path) -> None:
 def open_report(path: Path) -> tuple[ReportHandle, str | None]:
     """The report's handle and, when it loaded but is cut short, a warning sentence."""
     mod = reader_module()
-    plain, private = decompressed(path)
-    try:
-        ctx = mod.load_report(str(plain))
-    except Exception as exc:
-        raise PerfscopeError(f"{path} could not be read as an Nsight Compute report: {exc}") from None
+    # Twice at most: another process's cache eviction may delete the shared decompressed
+    # copy between decompressed() handing it over and its reading here (an open file
+    # survives an unlink; a path does not).
+    for attempt in (1, 2):
+        plain, private = decompressed(path)
+        try:
+            data = plain.read_bytes()
+            ctx = mod.load_report(str(plain))
+        except Exception as exc:
+            if attempt == 1 and not private and not plain.exists():
+                continue
+            if private:
+                _unlink(plain)
+            raise PerfscopeError(f"{path} could not be read as an Nsight Compute report: {exc}") from None
+        break
     handle = ReportHandle(ctx, plain if private else None)
-    why = framing_problem(plain.read_bytes())
+    why = framing_problem(data)
     if ctx.num_ranges() == 0 or all(r.num_actions() == 0 for r in handle.ranges):
         if why is not None:
             raise PerfscopeError(f"{path} is {why}.")

@@ -105,3 +105,22 @@ def test_a_page_names_an_install_reader_by_its_version(monkeypatch):
     assert reader.reader_label() == "Nsight Compute install"
     monkeypatch.setattr(reader, "reader_version", lambda: "2025.3.1")
     assert reader.reader_label() == "2025.3.1"
+
+
+def test_a_copy_evicted_before_it_is_read_is_decompressed_again(cache, monkeypatch):
+    """Another process's eviction may delete the shared copy between decompressed()
+    handing it over and its reading: the report is decompressed again, once."""
+    real = reader.decompressed
+    calls = []
+
+    def evicted_first(path):
+        plain, private = real(path)
+        calls.append(plain)
+        if len(calls) == 1:
+            plain.unlink()                  # evicted by another process just now
+        return plain, private
+
+    monkeypatch.setattr(reader, "decompressed", evicted_first)
+    handle, warning = reader.open_report(report("float4_copy"))
+    assert len(calls) == 2 and warning is None
+    assert list(handle.actions())
