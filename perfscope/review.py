@@ -429,15 +429,25 @@ def _calibration(records: Sequence[Diagnosed], bench: BenchFile | None, catalogu
     return table if table.steps else None
 
 
-def build(records: Sequence[Diagnosed], *, catalogue: Catalogue, roots: Sequence[Path] = (),
-          bench: BenchFile | None = None, bench_shown: str | None = None, title: str | None = None,
-          command: str | None = None, tune: TuneDocument | None = None) -> Review:
-    """The review of records (pure): entries in ladder order, comparisons, ladders.
+@dataclass(frozen=True)
+class PageInputs:
+    """What a review shows beside its reports: the bench file for the ladder overview
+    (bench_shown: its path as the page shows it; the records' own run manifests add the
+    stages it lacks), the tune results for the Tuning section (None: no section), and the
+    page's title and the command that made it."""
 
-    bench: the bench file for the ladder overview (bench_shown: its path as the page shows
-    it); the records' own run manifests add the stages it lacks. tune: the tune results
-    the page's Tuning section shows (None: no section).
-    """
+    bench: BenchFile | None = None
+    bench_shown: str | None = None
+    tune: TuneDocument | None = None
+    title: str | None = None
+    command: str | None = None
+
+
+def build(records: Sequence[Diagnosed], *, catalogue: Catalogue, roots: Sequence[Path] = (),
+          page: PageInputs = PageInputs()) -> Review:
+    """The review of records (pure): entries in ladder order, comparisons, ladders; page:
+    what it shows beside them."""
+    bench, bench_shown = page.bench, page.bench_shown
     if not records:
         raise PerfscopeError("no kernel launch to review.")
     entries = _entries(records, roots, catalogue)
@@ -467,10 +477,10 @@ def build(records: Sequence[Diagnosed], *, catalogue: Catalogue, roots: Sequence
             warnings.append(f"{e.label} appears more than once; diffs use the first ({e.file} is "
                             "shown but not diffed).")
         seen.setdefault(key, e.file)
-    return Review(title=title or "perfscope diagnosis report", entries=tuple(entries),
+    return Review(title=page.title or "perfscope diagnosis report", entries=tuple(entries),
                   ladders=tuple(ladders), timing_source=source,
-                  comparisons=tuple(_comparisons(entries)), bench=bench, command=command,
-                  warnings=tuple(warnings), tune=tune, machine=machine_notes(records),
+                  comparisons=tuple(_comparisons(entries)), bench=bench, command=page.command,
+                  warnings=tuple(warnings), tune=page.tune, machine=machine_notes(records),
                   calibration=_calibration(records, bench, catalogue, bench_shown))
 
 
@@ -504,9 +514,10 @@ def collect(paths: Iterable[str | os.PathLike[str]], *, bench: str | os.PathLike
     bench_file = BenchFile.read(bench_path) if bench_path is not None else None
     tune_path = Path(tune) if tune is not None else _find_tune(given)
     tune_doc = TuneDocument.read(tune_path) if tune_path is not None else None
-    review = build(records, catalogue=catalogue, roots=roots, bench=bench_file,
-                   bench_shown=_display_path(bench_path, roots) if bench_path is not None else None,
-                   title=title, command=command, tune=tune_doc)
+    shown = _display_path(bench_path, roots) if bench_path is not None else None
+    review = build(records, catalogue=catalogue, roots=roots,
+                   page=PageInputs(bench=bench_file, bench_shown=shown, tune=tune_doc,
+                                   title=title, command=command))
     check = _find_beside(given, FUSED_CHECK)
     if check is None:
         return review
