@@ -33,7 +33,7 @@ from perfscope.errors import PerfscopeError
 from perfscope.locations import LOAD_WORKERS_ENV
 from perfscope.manifest import manifest_beside
 from perfscope.metrics import PAGE_METRICS
-from perfscope.profile import KernelProfile, load, load_key, loaded, remember
+from perfscope.profile import KernelProfile, hand_over, load, load_key, loaded
 from perfscope.reader import find_reports
 from perfscope.rules import read_metrics
 from perfscope.source import source_view
@@ -165,7 +165,7 @@ def prefetch(paths: Iterable[Path], kernel: str | None = None, pages: bool = Fal
                     results = [None] * len(batch)
                 for p, profiles in zip(batch, results, strict=True):
                     if profiles is not None:
-                        remember(load_key(p, kernel), profiles)
+                        hand_over(load_key(p, kernel), profiles)
                         done += 1
                 start()
     except OSError as exc:      # no worker could be started: read here, as with one CPU

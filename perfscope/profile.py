@@ -1252,7 +1252,9 @@ def load(path: str | os.PathLike[str], kernel: str | None = None) -> list[Kernel
     if key in _loaded:
         _loaded.move_to_end(key)
         return list(_loaded[key])
-    out = _read(p, pattern)
+    out = _handed.pop(key, None)
+    if out is None:
+        out = _read(p, pattern)
     remember(key, out)
     return list(out)
 
@@ -1265,12 +1267,24 @@ def load_key(path: Path, kernel: str | None) -> tuple[Any, ...]:
 
 
 def loaded(key: tuple[Any, ...]) -> bool:
-    """Whether load already holds the profiles of this key (load_key's)."""
-    return key in _loaded
+    """Whether load already holds the profiles of this key (load_key's), or has them
+    handed over."""
+    return key in _loaded or key in _handed
+
+
+# Profiles read in another process (perfscope.loadpool), waiting for load to ask for them:
+# a hand-over, not a cache, so a folder of more than LOADED_MAX reports loses none of them
+# to eviction before its turn (each would be read again here). Detached profiles are small.
+_handed: dict[tuple[Any, ...], list[KernelProfile]] = {}
+
+
+def hand_over(key: tuple[Any, ...], profiles: list[KernelProfile]) -> None:
+    """Give load a report's profiles read elsewhere, to return when it is asked for it."""
+    _handed[key] = profiles
 
 
 def remember(key: tuple[Any, ...], profiles: list[KernelProfile]) -> None:
-    """Keep a report's profiles for load to return (load's own, or a worker's)."""
+    """Keep a report's profiles for load to return again."""
     _loaded[key] = profiles
     _loaded.move_to_end(key)
     while len(_loaded) > LOADED_MAX:

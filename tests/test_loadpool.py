@@ -160,6 +160,19 @@ def test_prefetch_reads_in_workers_and_leaves_refusals_to_the_caller(tmp_path, m
         diagnose([tmp_path])
 
 
+def test_a_folder_larger_than_load_s_memory_is_read_once(tmp_path, monkeypatch):
+    # Reports read in workers wait for their turn: none is forgotten and read again here.
+    for name in SOME[:2]:
+        shutil.copy(REF / f"{name}.ncu-rep.xz", tmp_path / f"{name}.ncu-rep.xz")
+    monkeypatch.setattr(loadpool, "POOL_MIN_FILES", 2)
+    monkeypatch.setattr(profile_mod, "LOADED_MAX", 1)
+    monkeypatch.setattr(profile_mod, "_loaded", OrderedDict())
+    monkeypatch.setenv(loadpool.WORKERS_ENV, "2")
+    profiles = loadpool.load_many([tmp_path])
+    assert len(profiles) == 2
+    assert all(kp.correlation._live is None for kp in profiles)    # none read here
+
+
 class _DyingPool:
     """A one-worker pool whose worker dies on its batch (the reader crashing)."""
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from perfscope.metrics import CLUSTER_DIMS, M_CLUSTER_SIZE, M_OPCODES_MOD, VIEW_METRICS
+from perfscope.metrics import VIEW_METRICS
 from perfscope.rules.cache import NO_GRID_SWIZZLE, PERSISTING_MISUSE
 from perfscope.rules.clock import CLOCK_HELD
 from perfscope.rules.correctness import INCORRECT, UNVERIFIED
@@ -126,7 +126,7 @@ def rule_metrics() -> frozenset[str]:
 def read_metrics() -> frozenset[str]:
     """Every metric the views and the rules read by name: what ncu is asked for by name
     (collection), and what a profile read in another process carries (loadpool)."""
-    return frozenset((*VIEW_METRICS, *rule_metrics(), M_OPCODES_MOD, M_CLUSTER_SIZE, *CLUSTER_DIMS))
+    return frozenset((*VIEW_METRICS, *rule_metrics()))
 
 
 @dataclass(frozen=True)
