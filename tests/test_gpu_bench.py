@@ -20,6 +20,11 @@ pytestmark = [pytest.mark.gpu, pytest.mark.cupy]
 
 CASES = [(s, d) for s in REGISTRY for d in s.dtypes]
 CASES += [(get_spec("sgemm_pipe").with_params(STAGES=n), "fp32") for n in (2, 4)]
+# hgemm_ring_spread's other share counts and ring depths: its copies fall in different k
+# steps and its last R - 1 tiles fill differently (at STAGES=2 no tile is in flight across
+# a barrier).
+CASES += [(get_spec("hgemm_ring_spread").with_params(STAGES=n, SPREAD=s), "bf16")
+          for n, s in ((2, 1), (4, 2), (4, 1))]
 
 
 # Ragged shapes that satisfy every declared constraint (K and N multiples of 8, M and

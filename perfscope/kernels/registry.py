@@ -235,6 +235,11 @@ _SPACE_RING = SearchSpace(
                      "B and the C tile", _copies_whole_chunks),))
 
 
+_SPACE_SPREAD = SearchSpace(
+    values=(*_SPACE_RING.values, ("SPREAD", (1, 2, 4))),
+    rules=_SPACE_RING.rules)
+
+
 def _ring_or_c(p: Params) -> int:
     return max(p["STAGES"] * (p["BM"] * p["BK"] + p["BK"] * p["BN"]) * 2, p["BM"] * p["BN"] * 2)
 
@@ -425,6 +430,18 @@ REGISTRY: tuple[KernelSpec, ...] = (
                                        ("GROUP", 8)),
                   "static_smem": no_smem, "dynamic_smem": _ring_or_c},
                space=_SPACE_RING),
+    KernelSpec(name="hgemm_ring_spread", entry="hgemm_ring_spread", parent="hgemm_ring",
+               constraints=(_K8, _N8),
+               change="Works out each thread's copy addresses and bounds once instead of per "
+                      "k tile (a whole-K tile's copy is one address and one LDGSTS) and issues "
+                      "a tile's copies in SPREAD shares between the next tile's k16 steps, "
+                      "where the ring issued them all at the barrier with its warp's mma.sync "
+                      "stream stopped.",
+               seed="004 §3; 002 §4",
+               **{**_HGEMM, "params": (("BM", 128), ("BN", 256), ("BK", 64), ("STAGES", 3),
+                                       ("GROUP", 8), ("SPREAD", 4)),
+                  "static_smem": no_smem, "dynamic_smem": _ring_or_c},
+               space=_SPACE_SPREAD),
     # ------------------------------------------------------------------ Hopper (hopper.cu)
     KernelSpec(name="hgemm_tma_wgmma", entry="hgemm_tma_wgmma", parent="hgemm_bcf_dbf_rw",
                params=(("BM", 128), ("BN", 128), ("BK", 64), ("STAGES", 4)),
@@ -745,6 +762,7 @@ ADDRESSES: Mapping[str, tuple[str, ...]] = {
     "hgemm_bcf_dbf": ("PS120", "PS121"),
     "hgemm_bcf_dbf_rw": ("PS105",),
     "hgemm_ring": ("PS131", "PS120"),
+    "hgemm_ring_spread": ("PS127",),
     "hgemm_tma_wgmma": ("PS141", "PS142"),
     "hgemm_tma_wgmma_ws": ("PS121",),
     "hgemm_tma_wgmma_persistent": ("PS123", "PS150"),

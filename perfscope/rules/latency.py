@@ -719,7 +719,8 @@ MATH_GAP_RUN_MIN = 16
 # The block's own work (its warps issuing it, or stalled on its fixed-latency dependencies,
 # dispatch or branches) from this share of all warp samples on. Below it the fix returns
 # little: on the one step measured it gave back 0.4 of the share (hgemm_ring, 0.129 ->
-# 0.051), and cuBLAS's own mma.sync kernels for odd shapes reach 0.050.
+# 0.051 on an H100, 0.055 in the H200 reference run), and cuBLAS's own mma.sync kernels for
+# odd shapes reach 0.050.
 MATH_GAP_WORK_MIN = 0.06
 MATH_GAP_WORK_REASONS = ("selected", "wait", "dispatch_stall", "branch_resolving")
 # A block whose warps mostly wait (on memory, a barrier, a fence) is a wait with copies in
@@ -746,8 +747,9 @@ def _check_math_gap(inputs: Inputs) -> Hit | None:
     that long only if every warp of a scheduler sits in the block at once with no mma.sync
     still queued. On the one step measured (hgemm_ring to its copies spread over the k16
     steps, H100, probes/ring-spread-h100.jsonl) the block held 0.129 of the samples in its
-    own work and the spread saved 0.051 of the time (1.054x): other warps' queued math
-    covers the rest, so the declared severity stays below a warning. Of that, 0.037 came
+    own work and the spread saved 0.051 of the time (1.054x; in the H200 reference run,
+    hgemm_ring_spread, 0.129 / 0.128 estimated and 0.055 / 0.053 saved, bf16 / fp16): other
+    warps' queued math covers the rest, so the declared severity stays below a warning. Of that, 0.037 came
     from making the copies cheap; issued at the top of each tile, ptxas scattered them among
     the HMMAs itself (no run without mma.sync past one instruction: silent), and the spread
     over the k16 steps gave the last 0.013-0.014 (probes/spread-vs-barrier-h100.jsonl).

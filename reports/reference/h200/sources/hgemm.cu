@@ -151,9 +151,9 @@ __device__ __forceinline__ void tile_coords(int& tile_m, int& tile_n) {
     tile_m = local / width;
 }
 
-enum Stage { NAIVE = 0, BCF = 1, BCF_DBF = 2, BCF_DBF_RW = 3, RING = 4 };
+enum Stage { NAIVE = 0, BCF = 1, BCF_DBF = 2, BCF_DBF_RW = 3, RING = 4, RING_SPREAD = 5 };
 
-// RING_DEPTH is read only by the RING stage (the earlier stages fix 1 or 2 buffers).
+// RING_DEPTH is read only by the ring stages (the earlier stages fix 1 or 2 buffers).
 template <int BM, int BN, int BK, int STAGE, int RING_DEPTH = 2>
 struct Shape {
     static constexpr int THREADS = 256;
@@ -164,7 +164,7 @@ struct Shape {
     static constexpr int A_LOADS = BM * A_RC / THREADS;  // chunks per thread per tile
     static constexpr int B_LOADS = BK * B_RC / THREADS;
     static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BK * BN * 2;
-    static constexpr int STAGES = STAGE == RING ? RING_DEPTH : STAGE >= BCF_DBF ? 2 : 1;
+    static constexpr int STAGES = STAGE >= RING ? RING_DEPTH : STAGE >= BCF_DBF ? 2 : 1;
     static constexpr int OPERAND_BYTES = STAGES * (A_BYTES + B_BYTES);
     static constexpr int C_BYTES = STAGE >= BCF_DBF_RW ? BM * BN * 2 : 0;
     static constexpr int SMEM_BYTES = OPERAND_BYTES > C_BYTES ? OPERAND_BYTES : C_BYTES;
@@ -176,15 +176,16 @@ struct Shape {
     static_assert((BM * B_RC) % THREADS == 0, "C staging splits evenly over threads");
     static_assert(THREADS / A_RC % 8 == 0 && THREADS / B_RC % 8 == 0,
                   "a thread's chunks must share row % 8 so one swizzle serves all");
-    static_assert(STAGE == RING || SMEM_BYTES <= 48 * 1024,
+    static_assert(STAGE >= RING || SMEM_BYTES <= 48 * 1024,
                   "static shared memory is capped at 48 KiB");
-    static_assert(STAGE != RING || (RING_DEPTH >= 2 && SMEM_BYTES <= 227 * 1024),
+    static_assert(STAGE < RING || (RING_DEPTH >= 2 && SMEM_BYTES <= 227 * 1024),
                   "a ring needs two slots and must fit the 227 KiB a block may opt into");
 };
 
 // One body for the five stages; the flags below are the ladder. The kernels are thin
 // wrappers so each stage is a separately named, separately profiled entry point.
-template <typename T, int BM, int BN, int BK, int GROUP, int STAGE, int RING_DEPTH = 2>
+template <typename T, int BM, int BN, int BK, int GROUP, int STAGE, int RING_DEPTH = 2,
+          int SPREAD = 1>
 __device__ __forceinline__ void hgemm_body(const T* __restrict__ A, const T* __restrict__ B,
                                            T* __restrict__ C, int M, int N, int K,
                                            unsigned char* smem) {
@@ -347,14 +348,9 @@ __device__ __forceinline__ void hgemm_body(const T* __restrict__ A, const T* __r
             compute_tile(0);
             __syncthreads();  // the next tile overwrites what this one read
         }
-    } else if constexpr (STAGE == RING) {
-        // Tile kt lives in slot kt % STAGES; all STAGES slots are in flight. Fragments are
-        // double-buffered in registers across k16 steps and across tiles: at a tile's
-        // last k16 step every fragment of it is already in registers, so that is where
-        // the one barrier per tile goes (tile kt+1 has landed and is visible, every warp
-        // is done reading slot kt, which the next copy refills with tile kt+STAGES), and
-        // tile kt+1's first fragments load before the last mma.sync of tile kt, so the
-        // tensor pipe has work across the barrier instead of draining at it.
+    } else if constexpr (STAGE >= RING) {
+        // Both ring stages hold each warp's fragments double-buffered in registers
+        // across k16 steps and across tiles; they differ in when the copies go.
         static_assert(S::KS % 2 == 0, "the fragment double buffer needs an even k16 count");
         constexpr unsigned STAGE_BYTES = S::A_BYTES + S::B_BYTES;
         constexpr int R = S::STAGES;
@@ -376,34 +372,139 @@ __device__ __forceinline__ void hgemm_body(const T* __restrict__ A, const T* __r
                 for (int ni = 0; ni < S::NI; ++ni)
                     Traits<T>::mma(acc[mi][ni], af[buf][mi], bf[buf][ni][0], bf[buf][ni][1]);
         };
-        // Groups are committed even when empty, so "tile t landed" is always "at most
-        // STAGES - 2 newer groups pending" at a tile's end (STAGES - 1 before the loop).
-#pragma unroll
-        for (int s = 0; s < R; ++s) {
-            if (s < KT) load_tile(s, s * STAGE_BYTES);
-            cp_async_commit();
-        }
-        cp_async_wait<R - 1>();
-        __syncthreads();
-        load_frags(s_base, 0, 0);
-        int slot = 0;
-        for (int kt = 0; kt < KT; ++kt) {
-            const unsigned sb = s_base + slot * STAGE_BYTES;
-            const int next = slot + 1 == R ? 0 : slot + 1;
-#pragma unroll
-            for (int ks = 0; ks < S::KS; ++ks) {
-                if (ks + 1 < S::KS) {
-                    load_frags(sb, ks + 1, (ks + 1) & 1);
-                } else {
-                    cp_async_wait<R - 2>();
-                    __syncthreads();
-                    if (kt + R < KT) load_tile(kt + R, slot * STAGE_BYTES);
-                    cp_async_commit();
-                    if (kt + 1 < KT) load_frags(s_base + next * STAGE_BYTES, 0, 0);
-                }
-                mma_frags(ks & 1);
+        if constexpr (STAGE == RING_SPREAD) {
+            // The ring's copies, cheaper and spread out. A thread's 16-byte chunks of a tile
+            // keep what does not change from tile to tile (their row, clamped inside M or N,
+            // and whether that row or column is in bounds at all) from the setup above, so a
+            // copy is one address and one LDGSTS; only a tile that runs past K (the last, when
+            // K % BK != 0) checks k, on a branch every thread takes alike. Tile kt + R - 1
+            // goes into the slot tile kt - 1 left (free since the barrier that ended it), in
+            // SPREAD shares, one before each of tile kt's k16 steps, so its address work
+            // interleaves with the mma.sync stream instead of holding a warp for the whole
+            // batch while the tensor pipe waits on the other warp of its scheduler. The price:
+            // a tile's copies start up to a tile later, R - 2 tiles (plus the rest of tile kt)
+            // ahead of their use instead of the ring's R - 1.
+            constexpr int COPIES = S::A_LOADS + S::B_LOADS;
+            constexpr int SHARES = SPREAD < 1 ? 1 : SPREAD > S::KS ? S::KS : SPREAD;
+            constexpr int PER_SHARE = (COPIES + SHARES - 1) / SHARES;
+            const int KT_WHOLE = K / BK;
+            const char* a_from[S::A_LOADS];
+            unsigned a_bytes[S::A_LOADS];
+    #pragma unroll
+            for (int i = 0; i < S::A_LOADS; ++i) {
+                a_from[i] = reinterpret_cast<const char*>(a_src[i]);
+                a_bytes[i] = a_row_ok[i] ? 16u : 0u;
             }
-            slot = next;
+            const char* b_from = reinterpret_cast<const char*>(b_src);
+            const unsigned b_bytes = b_col_ok ? 16u : 0u;
+            const int b_pitch = N * 2;
+            // Chunk j of tile kt (A's chunks first, then B's) into the slot at slot_off.
+            auto copy_chunk = [&](int j, int kt, unsigned slot_off, bool past_k) {
+                const int k0 = kt * BK;
+                if (j < S::A_LOADS) {
+                    const unsigned dst = slot_off + a_dst + j * A_ROW_STEP * (BK * 2);
+                    const bool in_k = !past_k || k0 + a_col < K;
+                    cp_async_16(dst, in_k ? (const void*)(a_from[j] + k0 * 2) : (const void*)A,
+                                in_k ? a_bytes[j] : 0u);
+                } else {
+                    const int i = j - S::A_LOADS;
+                    const int k = k0 + i * B_ROW_STEP;
+                    const unsigned dst = slot_off + b_dst + i * B_ROW_STEP * (BN * 2);
+                    const bool in_k = !past_k || k + b_row0 < K;
+                    cp_async_16(dst, in_k ? (const void*)(b_from + (long long)k * b_pitch)
+                                          : (const void*)B, in_k ? b_bytes : 0u);
+                }
+            };
+            // FILL_WHOLE: the tile lies inside K; FILL_EDGE: it may not (checked, or skipped
+            // past KT). Callers pass a constant where they can, so the k loop proper carries
+            // no check at all.
+            constexpr int FILL_WHOLE = 0, FILL_EDGE = 1;
+            auto copy_share = [&](int share, int kt, unsigned slot_off, int mode) {
+                if (mode == FILL_WHOLE || kt < KT_WHOLE) {
+    #pragma unroll
+                    for (int j = share * PER_SHARE; j < (share + 1) * PER_SHARE && j < COPIES; ++j)
+                        copy_chunk(j, kt, slot_off, false);
+                } else if (kt < KT) {
+    #pragma unroll
+                    for (int j = share * PER_SHARE; j < (share + 1) * PER_SHARE && j < COPIES; ++j)
+                        copy_chunk(j, kt, slot_off, true);
+                }
+            };
+            // Tiles 0..R-2 before the loop, one group each (empty past KT), so at the end of
+            // tile kt, once it has committed tile kt + R - 1's group, "tile kt + 1 landed" is
+            // "at most R - 2 groups pending".
+    #pragma unroll
+            for (int t = 0; t < R - 1; ++t) {
+    #pragma unroll
+                for (int share = 0; share < SHARES; ++share)
+                    copy_share(share, t, s_base + t * STAGE_BYTES, FILL_EDGE);
+                cp_async_commit();
+            }
+            cp_async_wait<R - 2>();
+            __syncthreads();
+            load_frags(s_base, 0, 0);
+            int slot = 0;
+            auto run_tile = [&](int kt, int mode) {
+                const unsigned sb = s_base + slot * STAGE_BYTES;
+                const int next = slot + 1 == R ? 0 : slot + 1;
+                const unsigned fill = s_base + (slot == 0 ? R - 1 : slot - 1) * STAGE_BYTES;
+    #pragma unroll
+                for (int ks = 0; ks < S::KS; ++ks) {
+                    if (ks < SHARES) copy_share(ks, kt + R - 1, fill, mode);
+                    if (ks + 1 < S::KS) {
+                        load_frags(sb, ks + 1, (ks + 1) & 1);
+                    } else {
+                        cp_async_commit();
+                        cp_async_wait<R - 2>();
+                        __syncthreads();
+                        if (kt + 1 < KT) load_frags(s_base + next * STAGE_BYTES, 0, 0);
+                    }
+                    mma_frags(ks & 1);
+                }
+                slot = next;
+            };
+            // Every tile but the last R - 1 fills a whole-K tile; those last fill the edge
+            // tile (if K % BK != 0) or nothing.
+            int kt = 0;
+            for (; kt < KT_WHOLE - (R - 1); ++kt) run_tile(kt, FILL_WHOLE);
+            for (; kt < KT; ++kt) run_tile(kt, FILL_EDGE);
+        } else {
+            // Tile kt lives in slot kt % STAGES; all STAGES slots are in flight. Fragments are
+            // double-buffered in registers across k16 steps and across tiles: at a tile's
+            // last k16 step every fragment of it is already in registers, so that is where
+            // the one barrier per tile goes (tile kt+1 has landed and is visible, every warp
+            // is done reading slot kt, which the next copy refills with tile kt+STAGES), and
+            // tile kt+1's first fragments load before the last mma.sync of tile kt, so the
+            // tensor pipe has work across the barrier instead of draining at it.
+            // Groups are committed even when empty, so "tile t landed" is always "at most
+            // STAGES - 2 newer groups pending" at a tile's end (STAGES - 1 before the loop).
+    #pragma unroll
+            for (int s = 0; s < R; ++s) {
+                if (s < KT) load_tile(s, s * STAGE_BYTES);
+                cp_async_commit();
+            }
+            cp_async_wait<R - 1>();
+            __syncthreads();
+            load_frags(s_base, 0, 0);
+            int slot = 0;
+            for (int kt = 0; kt < KT; ++kt) {
+                const unsigned sb = s_base + slot * STAGE_BYTES;
+                const int next = slot + 1 == R ? 0 : slot + 1;
+    #pragma unroll
+                for (int ks = 0; ks < S::KS; ++ks) {
+                    if (ks + 1 < S::KS) {
+                        load_frags(sb, ks + 1, (ks + 1) & 1);
+                    } else {
+                        cp_async_wait<R - 2>();
+                        __syncthreads();
+                        if (kt + R < KT) load_tile(kt + R, slot * STAGE_BYTES);
+                        cp_async_commit();
+                        if (kt + 1 < KT) load_frags(s_base + next * STAGE_BYTES, 0, 0);
+                    }
+                    mma_frags(ks & 1);
+                }
+                slot = next;
+            }
         }
     } else {
         constexpr unsigned STAGE_BYTES = S::A_BYTES + S::B_BYTES;
@@ -609,4 +710,28 @@ hgemm_ring(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
     extern __shared__ __align__(128) unsigned char smem[];
     hgemm_detail::hgemm_body<T, BM, BN, BK, GROUP, hgemm_detail::RING, STAGES>(A, B, C, M, N,
                                                                              K, smem);
+}
+
+// ---------------------------------------------------------------------------------------
+// hgemm_ring_spread<T, BM = 128, BN = 256, BK = 64, STAGES = 3, GROUP = 8, SPREAD = 4>
+//   flags, threads, grid, dynamic shared memory and shapes: as hgemm_ring.
+//   parent: hgemm_ring.
+//   how: the same ring, fragments and epilogue; only the copies change (hgemm_body's
+//     RING_SPREAD branch says how). What a thread's chunks keep from tile to tile (row,
+//     bounds) is worked out once, so a copy of a whole-K tile is an address and an
+//     LDGSTS (the ring spent ~110 instructions a warp on its 12 copies, per k tile, each
+//     re-checking M, N and K), and a tile's copies are issued in SPREAD shares, one
+//     before each of the next tile's first SPREAD k16 steps, where the ring issued them
+//     all at the barrier while its warp's mma.sync stream stopped.
+//   seed 004 section 3 (the ring); seed 002 section 4 (register prefetch); the spread of
+//     copies over the k steps is CUTLASS's multistage main loop's, written here.
+//   SASS: as hgemm_ring.
+template <typename T, int BM = 128, int BN = 256, int BK = 64, int STAGES = 3, int GROUP = 8,
+          int SPREAD = 4>
+__global__ void __launch_bounds__(256)
+hgemm_ring_spread(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
+                  int M, int N, int K) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    hgemm_detail::hgemm_body<T, BM, BN, BK, GROUP, hgemm_detail::RING_SPREAD, STAGES, SPREAD>(
+        A, B, C, M, N, K, smem);
 }
