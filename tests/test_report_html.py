@@ -265,11 +265,23 @@ needs_reference = pytest.mark.skipif(not any(REFERENCE.glob("*.ncu-rep.xz")),
                                      reason="the reference run's reports are not committed")
 
 
+def _current_mma_stage() -> str:
+    """An mma.sync stage of the reference run compiled from the tree its sources/ holds now
+    (its source hash has no archive folder under sources/): the older trees' reports show
+    their lines from sources/<hash>/ instead, which the tests below set up on purpose."""
+    for path in sorted(REFERENCE.glob("hgemm_*-fp16-4096x4096x4096.json")):
+        source_hash = json.loads(path.read_text())["compile"]["source_hash"]
+        stage = path.name.split("-")[0]
+        if not (REFERENCE / "sources" / source_hash).is_dir() and not stage.startswith("hgemm_tma"):
+            return stage
+    raise AssertionError("no mma.sync stage of the reference run is compiled from sources/")
+
+
 @needs_reference
 def test_source_view_of_a_ladder_stage_shows_cuda_beside_sass():
     from perfscope.source import RUN, source_view
 
-    r = _reference_entry("hgemm_bcf_dbf_rw", "fp16")
+    r = _reference_entry(_current_mma_stage(), "fp16")
     view = source_view(r.profile, r.manifest.compile)
     assert view.coverage == pytest.approx(1.0) and view.lines
     # The reference run keeps the sources it compiled beside its reports.
@@ -299,7 +311,7 @@ def test_source_view_checks_the_checkout_against_the_compile(tmp_path):
     from perfscope.diagnosis import diagnose
     from perfscope.source import CHECKOUT, DIFFERS, source_view
 
-    [r] = diagnose([_lone_report(tmp_path, "hgemm_bcf", "fp16")])
+    [r] = diagnose([_lone_report(tmp_path, _current_mma_stage(), "fp16")])
     kernels = tmp_path / "kernels"
     shutil.copytree(REFERENCE / "sources", kernels)
     same = source_view(r.profile, r.manifest.compile, kernel_dir=kernels)
@@ -321,7 +333,7 @@ def test_source_view_finds_an_older_trees_copy_under_its_hash(tmp_path):
     from perfscope.diagnosis import diagnose
     from perfscope.source import RUN, source_view
 
-    report_path = _lone_report(tmp_path, "hgemm_bcf", "fp16")
+    report_path = _lone_report(tmp_path, _current_mma_stage(), "fp16")
     [r] = diagnose([report_path])
     kept = report_path.parent / "sources" / r.manifest.compile.source_hash
     shutil.copytree(REFERENCE / "sources", kept)
@@ -349,7 +361,7 @@ def test_keep_sources_moves_an_older_trees_copy_under_its_hash(tmp_path, monkeyp
     from perfscope.diagnosis import diagnose
     from perfscope.source import RUN, source_view
 
-    report_path = _lone_report(tmp_path, "hgemm_bcf", "fp16")
+    report_path = _lone_report(tmp_path, _current_mma_stage(), "fp16")
     run = report_path.parent
     # The checkout's files only: the committed folder's own archives of older trees
     # (sources/<hash>/) are not part of the tree this test edits.
@@ -507,11 +519,14 @@ def test_reference_markdown_fits_a_comment_with_every_kernel():
     # 40 of the tuned and balanced stages only with each comparison cut to two reasons, until
     # the stages inside a ladder gave up their cuBLAS comparisons (their step against the
     # parent tells their story); with PS128's findings on four kernels (2026-12-06), one
-    # line for the kernels with findings and as many others as the room allows. The comment
-    # says what it trimmed.
+    # line for the kernels with findings and as many others as the room allows; the 42 with
+    # hgemm_ring_spread (2026-12-06), one line for as many kernels as the room allows, those
+    # with findings first. The comment says what it trimmed.
     from perfscope.render.markdown import ladder_ends
 
-    assert "Hottest source lines cut to 1 " in md and "to fit a PR comment" in md
+    cut = re.search(r"Hottest source lines cut to 1 for (\d+) of (\d+) kernels "
+                    r"\(those with findings first\)", md)
+    assert cut and int(cut[2]) == len(rep.entries) and "to fit a PR comment" in md
     ends = ladder_ends(rep)
     refs = [c for c in rep.comparisons if c.kind == "cuBLAS"]
     kept = [c for c in refs if c.a.key in ends]
@@ -529,9 +544,11 @@ def test_reference_markdown_fits_a_comment_with_every_kernel():
     assert by_label["hgemm_tma_wgmma_persistent · fp16"] not in ends
     assert by_label["hgemm_tma_wgmma_balanced · fp16"] in ends
     assert by_label["hgemm_naive · fp16"] in ends
-    for e in rep.entries:
-        if e.source.lines and e.evaluation.findings:
-            assert "Hottest source line:" in blocks[e.label], e.label
+    lined = [e for e in rep.entries if "Hottest source line:" in blocks[e.label]]
+    assert len(lined) == int(cut[1]) and all(e.source.lines for e in lined)
+    # Those with findings come first: the first of them in the entries' order has its line.
+    first = next(e for e in rep.entries if e.source.lines and e.evaluation.findings)
+    assert first in lined and any(e.evaluation.findings for e in lined)
     for e in rep.entries:
         assert f"<details><summary>{e.label}:" in md
     assert md.count("<details>") == len(rep.entries) + 1     # one per kernel, one of fixes
@@ -545,10 +562,9 @@ def test_reference_markdown_fits_a_comment_with_every_kernel():
 
 @needs_reference
 @pytest.mark.parametrize("limit, notes", [
-    (56_000, ("(those with findings first)", "cuBLAS comparisons kept")),
-    (54_000, ("cuBLAS comparisons kept", "first 2 reasons")),
-    (48_000, ("cuBLAS comparisons kept", "first 1 reason")),
-    (40_000, ("cut to none per kernel", "first 1 reason", "kernel(s) left out")),
+    (56_000, ("(those with findings first)", "cuBLAS comparisons kept", "first 2 reasons")),
+    (54_000, ("cuBLAS comparisons kept", "first 1 reason")),
+    (48_000, ("cut to none per kernel", "first 1 reason", "kernel(s) left out")),
 ])
 def test_reference_markdown_trims_in_order_under_a_smaller_limit(monkeypatch, limit, notes):
     """Under a tighter limit the comment gives up, in turn: source lines (one for the
