@@ -565,6 +565,7 @@ def test_reference_markdown_fits_a_comment_with_every_kernel():
     (56_000, ("(those with findings first)", "cuBLAS comparisons kept", "first 2 reasons")),
     (54_000, ("cuBLAS comparisons kept", "first 1 reason")),
     (48_000, ("cut to none per kernel", "first 1 reason", "kernel(s) left out")),
+    (40_000, ("cut to none per kernel", "first 1 reason", "kernel(s) left out")),
 ])
 def test_reference_markdown_trims_in_order_under_a_smaller_limit(monkeypatch, limit, notes):
     """Under a tighter limit the comment gives up, in turn: source lines (one for the

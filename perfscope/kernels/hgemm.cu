@@ -182,7 +182,7 @@ struct Shape {
                   "a ring needs two slots and must fit the 227 KiB a block may opt into");
 };
 
-// One body for the five stages; the flags below are the ladder. The kernels are thin
+// One body for the six stages; the flags below are the ladder. The kernels are thin
 // wrappers so each stage is a separately named, separately profiled entry point.
 template <typename T, int BM, int BN, int BK, int GROUP, int STAGE, int RING_DEPTH = 2,
           int SPREAD = 1>
@@ -390,7 +390,7 @@ __device__ __forceinline__ void hgemm_body(const T* __restrict__ A, const T* __r
             const int KT_WHOLE = K / BK;
             const char* a_from[S::A_LOADS];
             unsigned a_bytes[S::A_LOADS];
-    #pragma unroll
+#pragma unroll
             for (int i = 0; i < S::A_LOADS; ++i) {
                 a_from[i] = reinterpret_cast<const char*>(a_src[i]);
                 a_bytes[i] = a_row_ok[i] ? 16u : 0u;
@@ -421,11 +421,11 @@ __device__ __forceinline__ void hgemm_body(const T* __restrict__ A, const T* __r
             constexpr int FILL_WHOLE = 0, FILL_EDGE = 1;
             auto copy_share = [&](int share, int kt, unsigned slot_off, int mode) {
                 if (mode == FILL_WHOLE || kt < KT_WHOLE) {
-    #pragma unroll
+#pragma unroll
                     for (int j = share * PER_SHARE; j < (share + 1) * PER_SHARE && j < COPIES; ++j)
                         copy_chunk(j, kt, slot_off, false);
                 } else if (kt < KT) {
-    #pragma unroll
+#pragma unroll
                     for (int j = share * PER_SHARE; j < (share + 1) * PER_SHARE && j < COPIES; ++j)
                         copy_chunk(j, kt, slot_off, true);
                 }
@@ -433,9 +433,9 @@ __device__ __forceinline__ void hgemm_body(const T* __restrict__ A, const T* __r
             // Tiles 0..R-2 before the loop, one group each (empty past KT), so at the end of
             // tile kt, once it has committed tile kt + R - 1's group, "tile kt + 1 landed" is
             // "at most R - 2 groups pending".
-    #pragma unroll
+#pragma unroll
             for (int t = 0; t < R - 1; ++t) {
-    #pragma unroll
+#pragma unroll
                 for (int share = 0; share < SHARES; ++share)
                     copy_share(share, t, s_base + t * STAGE_BYTES, FILL_EDGE);
                 cp_async_commit();
@@ -448,7 +448,7 @@ __device__ __forceinline__ void hgemm_body(const T* __restrict__ A, const T* __r
                 const unsigned sb = s_base + slot * STAGE_BYTES;
                 const int next = slot + 1 == R ? 0 : slot + 1;
                 const unsigned fill = s_base + (slot == 0 ? R - 1 : slot - 1) * STAGE_BYTES;
-    #pragma unroll
+#pragma unroll
                 for (int ks = 0; ks < S::KS; ++ks) {
                     if (ks < SHARES) copy_share(ks, kt + R - 1, fill, mode);
                     if (ks + 1 < S::KS) {
@@ -478,7 +478,7 @@ __device__ __forceinline__ void hgemm_body(const T* __restrict__ A, const T* __r
             // tensor pipe has work across the barrier instead of draining at it.
             // Groups are committed even when empty, so "tile t landed" is always "at most
             // STAGES - 2 newer groups pending" at a tile's end (STAGES - 1 before the loop).
-    #pragma unroll
+#pragma unroll
             for (int s = 0; s < R; ++s) {
                 if (s < KT) load_tile(s, s * STAGE_BYTES);
                 cp_async_commit();
@@ -490,7 +490,7 @@ __device__ __forceinline__ void hgemm_body(const T* __restrict__ A, const T* __r
             for (int kt = 0; kt < KT; ++kt) {
                 const unsigned sb = s_base + slot * STAGE_BYTES;
                 const int next = slot + 1 == R ? 0 : slot + 1;
-    #pragma unroll
+#pragma unroll
                 for (int ks = 0; ks < S::KS; ++ks) {
                     if (ks + 1 < S::KS) {
                         load_frags(sb, ks + 1, (ks + 1) & 1);
