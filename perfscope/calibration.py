@@ -13,6 +13,15 @@ else from the medians of their separate rounds.
 
 A step that saved 10% or more with no addressed finding predicting it is a rule gap.
 Variants (kept as declared alternatives, or slow on purpose) are shown and not counted.
+
+A step whose child measured slower than its parent is held against the diff of the two
+reports instead (perfscope.diff: the child against its parent): the reasons its verdict
+gives a share of the child's time, and the loss they are to explain,
+
+    loss = 1 - parent time / child time    (a share of the child's time, as the diff's are)
+
+A step that lost 10% or more with no reason the diff can give a share is unexplained: a
+change a kernel engineer would be told nothing about by perfscope.
 HPCToolkit's GPA advisor reports 1-16% error per optimisation: that is the bar.
 """
 
@@ -24,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from perfscope.diff import compare
 from perfscope.manifest import BenchFile, RunManifest
 from perfscope.record import Catalogue, Diagnosed
 from perfscope.rules.engine import combine
@@ -55,6 +65,24 @@ class Step:
     # does not runs the parent's path, so its measurement says nothing of the prediction.
     acts: bool = True
     shape: str = ""                            # MxNxK of the two reports and the bench run
+    # Where the child measured slower and both were profiled: the diff's reasons with a share
+    # (a finding's code, or the aspect or path a reason names) and each one's share of the
+    # child's time; None where there was nothing to explain or no report of the child.
+    explained: tuple[tuple[str, float], ...] | None = None
+
+    @property
+    def loss(self) -> float | None:
+        """The share of the child's time lost against its parent (None unless it was slower)."""
+        if self.measured is None or self.measured >= 0:
+            return None
+        return 1 - 1 / (1 - self.measured)
+
+    @property
+    def unexplained(self) -> bool:
+        """Lost 10% or more of its time where its change acts, and the diff of the two
+        reports gives no reason a share of it."""
+        return (self.acts and self.explained == () and self.loss is not None
+                and self.loss >= SIGNIFICANT_SAVING)
 
     @property
     def pending(self) -> bool:
@@ -98,6 +126,11 @@ class Calibration:
         """The rule gaps: steps that saved 10% or more with no addressed finding predicting it."""
         return tuple(s for s in self.steps if s.missed)
 
+    @property
+    def unexplained(self) -> tuple[Step, ...]:
+        """The steps that lost 10% or more with no reason in the diff of their reports."""
+        return tuple(s for s in self.steps if s.unexplained)
+
     def per_rule(self) -> dict[str, float]:
         """Mean absolute error of the steps each code was the largest addressed estimate of."""
         errors: dict[str, list[float]] = {}
@@ -113,9 +146,13 @@ class Calibration:
                 "median_abs_error": self.median_abs_error,
                 "significant_saving": SIGNIFICANT_SAVING,
                 "missed": [f"{s.parent} -> {s.child} ({s.dtype})" for s in self.missed],
+                "unexplained_losses": [f"{s.parent} -> {s.child} ({s.dtype}, {s.shape})"
+                                       for s in self.unexplained],
                 "per_rule_mean_abs_error": self.per_rule(),
                 "rows": [{**asdict(s), "estimates": dict(s.estimates),
-                          "error": None if s.error is None else round(s.error, 4)}
+                          "error": None if s.error is None else round(s.error, 4),
+                          "explained": None if s.explained is None else dict(s.explained),
+                          "loss": None if s.loss is None else round(s.loss, 4)}
                          for s in self.steps]}
 
     def write(self, path: Path) -> None:
@@ -173,6 +210,17 @@ def _predicted(parent: Diagnosed, codes: tuple[str, ...]) -> tuple[tuple[tuple[s
     return tuple(fired), round(predicted, 4)
 
 
+def _explained(child: Diagnosed, parent: Diagnosed) -> tuple[tuple[str, float], ...]:
+    """The reasons the diff of a slower child against its parent gives a share of the
+    child's time: none where the child took fewer cycles under ncu (its verdict then says
+    what the child improved, and nothing explains the loss the events timed)."""
+    d = compare(child, parent)
+    if d.improved:
+        return ()
+    return tuple((r.code or r.kind, round(r.estimated_gain, 4)) for r in d.verdict
+                 if r.estimated_gain)
+
+
 def calibrate(records: Sequence[Diagnosed], bench: BenchFile, catalogue: Catalogue,
               source: str = "") -> Calibration:
     """The calibration table of a reference run: its records and its bench file.
@@ -209,9 +257,12 @@ def calibrate(records: Sequence[Diagnosed], bench: BenchFile, catalogue: Catalog
                 # launches its parent's, whose report stands in.
                 if report is None and c_config != _config(child, {}):
                     report = parent
+                explained = None
                 if t_child is not None and report is not None:
                     acts = child.acts(tile_rounds(report.manifest, report.profile.launch.grid_size))
                     measured = round(_measured(t_child, t_parent, name), 4)
+                    if measured < 0 and report is not parent:
+                        explained = _explained(report, parent)
                 elif child.name not in ever_timed and fired and key[:3] not in seen:
                     # One pending row per child, dtype and shape: its configuration is not
                     # known until it runs.
@@ -221,7 +272,7 @@ def calibrate(records: Sequence[Diagnosed], bench: BenchFile, catalogue: Catalog
                     continue
                 seen.add(key)
                 steps.append(Step(name, child.name, dtype, child.addresses, fired, predicted,
-                                  measured, child.variant, acts, shape))
+                                  measured, child.variant, acts, shape, explained))
     steps.sort(key=lambda s: (s.dtype, catalogue.stages[s.child].order, s.shape))
     return Calibration(tuple(steps), source)
 

@@ -441,6 +441,53 @@ def test_the_ping_pong_step_is_a_miss_on_record():
     assert 0.03 < s.predicted < 0.08 and s.measured < 0
 
 
+def test_a_slower_step_is_held_against_the_diff_of_its_reports():
+    """Where a child ran slower than its parent, the calibration records what the diff of
+    the two reports (the child against its parent) gives a share of the child's time, beside
+    the loss the events measured as a share of the same time. The cluster variant's 2-3% is
+    its clusters (the diff's structural aspect), the capped-register variant's 87% its spills
+    (PS130); the FFMA order's 16% is the one loss of 10% or more the diff leaves without a
+    reason: its dispatch stalls grow (17% -> 29% of the stall time) at the same instructions,
+    and no rule reads why. A faster step, and a slower child with no report of its own, have
+    nothing to explain (None)."""
+    cat = default_catalogue()
+    c = calibrate(ladder(), BenchFile.read(REFERENCE / "bench.json"), cat)
+    steps = {(s.child, s.dtype): s for s in c.steps}
+    for dtype in ("bf16", "fp16"):
+        s = steps[("hgemm_tma_wgmma_cluster", dtype)]
+        assert s.variant and 0.02 < s.loss < 0.04
+        assert dict(s.explained) == {"cluster": pytest.approx(s.loss, abs=0.005)}
+    capped = steps[("sgemm_reg8x8_capped", "fp32")]
+    assert capped.loss > 0.8 and dict(capped.explained)["PS130"] > 0.8 and not capped.unexplained
+    order = steps[("sgemm_fma_order", "fp32")]
+    assert order.explained == () and order.loss > 0.10 and order.unexplained
+    assert c.unexplained == (order,)
+    assert c.to_dict()["unexplained_losses"] == ["sgemm_dyn -> sgemm_fma_order (fp32, 4096x4096x4096)"]
+    assert all(s.explained is None and s.loss is None for s in c.steps if s.measured >= 0)
+    f = calibrate(fused(), BenchFile.read(FUSED / "bench-fused.json"), cat)
+    for s in f.steps:
+        if s.child == "hgemm_small_m_streamk":
+            assert s.loss > 0.10 and "PS170" in dict(s.explained) and not s.unexplained
+        if s.child == "hgemm_small_m_packed":   # at the host's tile: no report of its own
+            assert s.explained is None
+
+
+def test_a_loss_is_a_share_of_the_slower_kernel_time():
+    """The loss is 1 - parent time / child time (the diff's shares are of the slower side's
+    time); only a loss of 10% or more where the change acts, with the diff run and naming
+    nothing, is unexplained."""
+    from perfscope.calibration import Step
+
+    s = Step("p", "c", "bf16", (), (), 0.0, -0.25, True, explained=())
+    assert s.loss == pytest.approx(0.2) and s.unexplained
+    assert not dataclasses.replace(s, explained=None).unexplained      # no diff to read
+    assert not dataclasses.replace(s, acts=False).unexplained
+    assert not dataclasses.replace(s, explained=(("PS130", 0.2),)).unexplained
+    assert not dataclasses.replace(s, measured=-0.1).unexplained        # 0.091 of its time
+    assert dataclasses.replace(s, measured=0.1).loss is None
+    assert dataclasses.replace(s, measured=None).loss is None
+
+
 def test_a_step_at_the_host_tile_is_predicted_before_it_is_timed():
     """hgemm_small_m_packed changes one thing at the tile the host chose for hgemm_small_m
     (not the declared defaults): against the bench file made before its first run

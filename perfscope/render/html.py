@@ -565,6 +565,15 @@ def _metric(kp, name: str) -> float | None:
     return kp.metric(name)
 
 
+def _explained_cell(s) -> str:
+    """A slower step's loss (a share of the child's time) and what the diff of its two
+    reports gives a share of it; '-' where the child was not slower or not profiled."""
+    if s.explained is None or s.loss is None:
+        return "-"
+    named = ", ".join(f"{label} {share:.0%}" for label, share in s.explained) or "nothing"
+    return f"lost {s.loss:.0%}: {named}"
+
+
 def _calibration_view(report: Review) -> dict[str, Any] | None:
     """The calibration table: each ladder step's predicted saving against the measured one."""
     cal = report.calibration
@@ -575,11 +584,14 @@ def _calibration_view(report: Review) -> dict[str, Any] | None:
              "addresses": ", ".join(s.codes) or "-", "predicted": f"{s.predicted:.0%}",
              "measured": "-" if s.pending else f"{s.measured:.0%}",
              "error": "-" if s.error is None else f"{s.error:.2f}", "variant": s.variant,
-             "acts": s.acts, "missed": s.missed, "pending": s.pending} for s in cal.steps]
+             "acts": s.acts, "missed": s.missed, "pending": s.pending,
+             "explained": _explained_cell(s), "unexplained": s.unexplained} for s in cal.steps]
     median = cal.median_abs_error
     return {"rows": rows, "source": cal.source, "counted": len(cal.counted),
             "median": "-" if median is None else f"{median:.3f}",
             "missed": [f"{s.parent} → {s.child} ({s.dtype})" for s in cal.missed],
+            "unexplained": [f"{s.parent} → {s.child} ({s.dtype}, {s.shape})"
+                            for s in cal.unexplained],
             "per_rule": [(code, f"{err:.3f}") for code, err in cal.per_rule().items()],
             "significant": f"{SIGNIFICANT_SAVING:.0%}"}
 

@@ -177,9 +177,11 @@ def _ladder(review: Review) -> list[str]:
     cal = review.calibration
     if cal is not None and cal.median_abs_error is not None:
         missed = ", ".join(f"{s.parent} -> {s.child}" for s in cal.missed) or "none"
+        lost = ", ".join(f"{s.parent} -> {s.child}" for s in cal.unexplained) or "none"
         lines += [f"**Calibration**: the addressed findings' estimates miss the measured saving of "
                   f"{len(cal.counted)} ladder steps by a median {cal.median_abs_error:.3f} of kernel "
-                  f"time; steps that saved 10% or more unpredicted: {md_cell(missed)}.", ""]
+                  f"time; steps that saved 10% or more unpredicted: {md_cell(missed)}; slower "
+                  f"steps that lost 10% or more with no reason in their diff: {md_cell(lost)}.", ""]
     return lines
 
 
