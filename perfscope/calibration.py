@@ -13,6 +13,7 @@ else from the medians of their separate rounds.
 
 A step that saved 10% or more with no addressed finding predicting it is a rule gap.
 Variants (kept as declared alternatives, or slow on purpose) are shown and not counted.
+HPCToolkit's GPA advisor reports 1-16% error per optimisation: that is the bar.
 
 A step whose child measured slower than its parent is held against the diff of the two
 reports instead (perfscope.diff: the child against its parent): the reasons its verdict
@@ -22,7 +23,6 @@ gives a share of the child's time, and the loss they are to explain,
 
 A step that lost 10% or more with no reason the diff can give a share is unexplained: a
 change a kernel engineer would be told nothing about by perfscope.
-HPCToolkit's GPA advisor reports 1-16% error per optimisation: that is the bar.
 """
 
 from __future__ import annotations
