@@ -237,8 +237,12 @@ def calibrate(records: Sequence[Diagnosed], bench: BenchFile, catalogue: Catalog
     timed = _timed(bench, catalogue)
     ever_timed = {stage for stage, *_ in timed}
     children = [c for c in catalogue.stages.values() if c.parent]
+    # One report per stage, dtype, shape and configuration: a folder's own before a
+    # subfolder's (the reference run's ladder before probes/, whose reports of the same
+    # stage may come from another card), so the deepest go in first and are overwritten.
     reports = {(r.stage.name, r.dtype, r.manifest.shape, _config(r.stage, r.manifest.params)): r
-               for r in records if r.stage is not None and r.manifest is not None}
+               for r in sorted(records, key=lambda r: -len(r.path.parts))
+               if r.stage is not None and r.manifest is not None}
     steps, seen = [], set()
     for (name, dtype, shape, config), parent in sorted(
             reports.items(), key=lambda kv: (kv[0][1], kv[1].stage.order, kv[0][2], sorted(kv[0][3]))):

@@ -472,6 +472,23 @@ def test_a_slower_step_is_held_against_the_diff_of_its_reports():
             assert s.explained is None
 
 
+def test_a_step_reads_the_reference_runs_own_reports_before_a_probes():
+    """probes/ holds reports of ladder stages at the ladder's own configuration, some from
+    an H100 (hgemm_ring's in bf16 among them): a step's parent and child are the reference
+    run's own reports, whatever order the files are found in."""
+    cat = default_catalogue()
+    records = ladder()
+    ring = [r for r in records if r.stage is not None and r.stage.name == "hgemm_ring"
+            and r.dtype == "bf16" and r.manifest.shape == SHAPE]
+    assert {r.path.parent.name for r in ring} == {"h200", "probes"}
+    (own,) = [r for r in ring if r.path.parent == REFERENCE]
+    estimate = next(f.estimated_gain for f in own.evaluation.findings if f.code == "PS127")
+    for order in (records, tuple(reversed(records))):
+        c = calibrate(order, BenchFile.read(REFERENCE / "bench.json"), cat)
+        (step,) = [s for s in c.steps if (s.child, s.dtype) == ("hgemm_ring_spread", "bf16")]
+        assert dict(step.estimates)["PS127"] == estimate
+
+
 def test_a_loss_is_a_share_of_the_slower_kernel_time():
     """The loss is 1 - parent time / child time (the diff's shares are of the slower side's
     time); only a loss of 10% or more where the change acts, with the diff run and naming
