@@ -212,6 +212,19 @@ def test_committed_reference_page_is_regenerated_unchanged():
                       "perfscope.render.html.reference_page (benchmarks/reference_run.py)")
 
 
+def test_the_reference_page_holds_a_slower_step_against_its_diff():
+    """The calibration section of the committed page: a slower step's loss beside what the
+    diff of its reports names, and the one loss it leaves without a reason marked."""
+    page = (REFERENCE / "index.html").read_text()
+    section = page[page.index('<section id="calibration">'):]
+    section = section[:section.index("</section>")]
+    assert "slower: the diff names" in section
+    assert '<td class="mono">lost 3%: cluster 3%</td>' in section
+    rows = [r for r in section.split("<tr>") if 'badge warning">unexplained' in r]
+    assert len(rows) == 1 and "sgemm_dyn → sgemm_fma_order" in rows[0]
+    assert "lost 16%: nothing" in rows[0]
+
+
 @pytest.mark.slow
 def test_a_page_with_charts_leaves_matplotlib_out_of_the_reading_process():
     """The reader kills the process on a metric's unit once matplotlib is loaded (the GPU
