@@ -31,7 +31,7 @@ import jinja2
 from markupsafe import Markup
 
 from perfscope.bandwidth import TARGET_SHARE, UNFUSED, BandwidthPanel
-from perfscope.calibration import SIGNIFICANT_SAVING
+from perfscope.calibration import SIGNIFICANT_SAVING, Step
 from perfscope.documents import TUNE_RESULT_FILES
 from perfscope.errors import PerfscopeError
 from perfscope.families import FAMILY_BY_KEY
@@ -565,7 +565,7 @@ def _metric(kp, name: str) -> float | None:
     return kp.metric(name)
 
 
-def _explained_cell(s) -> str:
+def _explained_cell(s: Step) -> str:
     """A slower step's loss (a share of the child's time) and what the diff of its two
     reports gives a share of it; '-' where the child was not slower or not profiled."""
     if s.explained is None or s.loss is None:
