@@ -557,12 +557,32 @@ def test_a_new_ladder_stage_has_one_pending_row_per_dtype():
     assert all(s.pending and s.codes == ("PS153",) and 0 < s.predicted < 0.05 for s in rows)
 
 
+def _calibration_records():
+    """The ladder's records that benchmarks/calibrate.py reads: the reference run's own
+    reports and large/'s, never probes/'s."""
+    from conftest import benchmark_script
+
+    chosen = {p.resolve() for p in benchmark_script("calibrate")._timed_reports(REFERENCE)}
+    return [r for r in ladder() if r.path.resolve() in chosen or r.path.parent.resolve() in chosen]
+
+
+def test_calibration_reads_no_probe_report():
+    """probes/ holds the ladder's stage names at the ladder's shapes from other cards (an
+    H100's hgemm_ring report once stood in for the H200's); the calibration reads none."""
+    records = _calibration_records()
+    parts = {r.path.relative_to(REFERENCE).parts[:-1] for r in records}
+    assert parts == {(), ("large",)}
+    assert any("probes" in r.path.parts for r in ladder())   # the probes are there to leave out
+    assert len({r.path for r in records}) > 40
+
+
 def test_committed_calibration_is_current():
     import json
 
     cat = default_catalogue()
-    c = merge(calibrate(ladder(), BenchFile.read(REFERENCE / "bench.json"), cat, source="bench.json"),
-              calibrate(ladder(), BenchFile.read(REFERENCE / "bench-8192.json"), cat,
+    timed = _calibration_records()
+    c = merge(calibrate(timed, BenchFile.read(REFERENCE / "bench.json"), cat, source="bench.json"),
+              calibrate(timed, BenchFile.read(REFERENCE / "bench-8192.json"), cat,
                         source="bench-8192.json"),
               calibrate(fused(), BenchFile.read(FUSED / "bench-fused.json"), cat,
                         source="fused/bench-fused.json"))
