@@ -23,6 +23,14 @@ gives a share of the child's time, and the loss they are to explain,
 
 A step that lost 10% or more with no reason the diff can give a share is unexplained: a
 change a kernel engineer would be told nothing about by perfscope.
+
+A fix a finding names that the ladder makes in two steps (StageInfo.completes: PS103's shared
+tiles and register block, sgemm_naive -> sgemm_smem -> sgemm_reg4x4) is held against both:
+a row from the grandparent through the parent, measured as the product of the two steps,
+
+    measured = 1 - (1 - first step's) (1 - second step's)
+
+and the first step's row, whose prediction is of the whole fix, is shown and not counted.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ from __future__ import annotations
 import json
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from perfscope.diff import compare
@@ -69,6 +77,11 @@ class Step:
     # (a finding's code, or the aspect or path a reason names) and each one's share of the
     # child's time; None where there was nothing to explain or no report of the child.
     explained: tuple[tuple[str, float], ...] | None = None
+    # A row over two steps: the stage between parent and child (StageInfo.completes).
+    through: str = ""
+    # The first step of a fix a later stage completes: its prediction is of the whole fix,
+    # held against the row through it; shown, not counted.
+    partial: bool = False
 
     @property
     def loss(self) -> float | None:
@@ -112,8 +125,10 @@ class Calibration:
     @property
     def counted(self) -> tuple[Step, ...]:
         """The steps that count towards the error: variants, steps whose change does not
-        act at the shape, and pending ones are shown, not counted."""
-        return tuple(s for s in self.steps if not s.variant and s.acts and not s.pending)
+        act at the shape, pending ones and the first steps of two-step fixes are shown, not
+        counted."""
+        return tuple(s for s in self.steps
+                     if not s.variant and s.acts and not s.pending and not s.partial)
 
     @property
     def median_abs_error(self) -> float | None:
@@ -243,7 +258,7 @@ def calibrate(records: Sequence[Diagnosed], bench: BenchFile, catalogue: Catalog
     reports = {(r.stage.name, r.dtype, r.manifest.shape, _config(r.stage, r.manifest.params)): r
                for r in sorted(records, key=lambda r: -len(r.path.parts))
                if r.stage is not None and r.manifest is not None}
-    steps, seen = [], set()
+    steps, seen, parents = [], set(), {}
     for (name, dtype, shape, config), parent in sorted(
             reports.items(), key=lambda kv: (kv[0][1], kv[1].stage.order, kv[0][2], sorted(kv[0][3]))):
         t_parent = timed.get((name, dtype, shape, config))
@@ -277,8 +292,34 @@ def calibrate(records: Sequence[Diagnosed], bench: BenchFile, catalogue: Catalog
                 seen.add(key)
                 steps.append(Step(name, child.name, dtype, child.addresses, fired, predicted,
                                   measured, child.variant, acts, shape, explained))
-    steps.sort(key=lambda s: (s.dtype, catalogue.stages[s.child].order, s.shape))
+                parents[(name, child.name, dtype, shape)] = parent
+    steps = _two_step_fixes(steps, parents, catalogue)
+    steps.sort(key=lambda s: (s.dtype, catalogue.stages[s.child].order, s.shape, bool(s.through)))
     return Calibration(tuple(steps), source)
+
+
+def _two_step_fixes(steps: list[Step], parents: Mapping[tuple[str, str, str, str], Diagnosed],
+                    catalogue: Catalogue) -> list[Step]:
+    """The steps, each first step of a fix a later stage completes marked partial, with a row
+    from its parent through to that stage (both steps timed at the same dtype and shape)."""
+    by_key = {(s.parent, s.child, s.dtype, s.shape): s for s in steps if not s.through}
+    out = list(steps)
+    for last in (c for c in catalogue.stages.values() if c.completes and c.parent):
+        middle = catalogue.stages.get(last.parent)
+        if middle is None or not middle.parent:
+            continue
+        for (g, m, dtype, shape), first in by_key.items():
+            second = by_key.get((m, last.name, dtype, shape))
+            if (m != middle.name or g != middle.parent or second is None
+                    or first.pending or second.pending):
+                continue
+            fired, predicted = _predicted(parents[(g, m, dtype, shape)], last.completes)
+            measured = round(1 - (1 - first.measured) * (1 - second.measured), 4)
+            out.append(Step(g, last.name, dtype, last.completes, fired, predicted, measured,
+                            last.variant, first.acts and second.acts, shape, through=m))
+            if any(code in last.completes for code, _ in first.estimates):
+                out[out.index(first)] = replace(first, partial=True)
+    return out
 
 
 def _child_configs(child: StageInfo, parent: StageInfo, parent_config: Config) -> tuple[Config, ...]:

@@ -42,6 +42,9 @@ class StageInfo:
     order: int = 0                        # position in the registry (ladder order)
     # Finding codes of the parent that this stage's change addresses (calibration).
     addresses: tuple[str, ...] = ()
+    # Finding codes of the grandparent whose fix the parent's change began and this stage's
+    # completes (calibration: a row from the grandparent, the parent's step shown, not counted).
+    completes: tuple[str, ...] = ()
     notes: str = ""
     kept_default: str = ""                # why the defaults stay where a faster config exists
     # The change acts only where the tiles make at least this many rounds of the grid's

@@ -225,6 +225,18 @@ def test_the_reference_page_holds_a_slower_step_against_its_diff():
     assert "lost 16%: nothing" in rows[0]
 
 
+def test_the_reference_page_shows_a_two_step_fix_through_both_steps():
+    """PS103's fix on the committed page: the first step marked not counted, and the row
+    from sgemm_naive through sgemm_smem to sgemm_reg4x4 holding PS103's estimate."""
+    page = (REFERENCE / "index.html").read_text()
+    section = page[page.index('<section id="calibration">'):]
+    rows = section[:section.index("</section>")].split("<tr>")
+    (first,) = [r for r in rows if "sgemm_naive → sgemm_smem " in r]
+    assert "first of two steps: not counted" in first
+    (both,) = [r for r in rows if "sgemm_naive → sgemm_reg4x4 (through sgemm_smem)" in r]
+    assert "PS103 86%" in both and "not counted" not in both
+
+
 @pytest.mark.slow
 def test_a_page_with_charts_leaves_matplotlib_out_of_the_reading_process():
     """The reader kills the process on a metric's unit once matplotlib is loaded (the GPU

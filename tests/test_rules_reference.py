@@ -401,6 +401,29 @@ def test_the_stream_k_step_is_calibrated_where_it_acts():
     assert {s.shape for s in small.steps} == {"4096x4096x4096"} and len(small.steps) >= 15
 
 
+def test_a_fix_the_ladder_makes_in_two_steps_is_held_against_both():
+    """PS103's fix is shared tiles and a register block; the FP32 ladder stages the tiles
+    (sgemm_smem, 0.2865 saved) and then blocks registers (sgemm_reg4x4, 0.69 more), as the
+    seed ladders do. PS103's 0.86 on sgemm_naive is held against the two steps together,
+    1 - (1 - 0.2865)(1 - 0.6906) = 0.78; the first step's row shows it and does not count,
+    and the second keeps its own finding (PS113 on sgemm_smem)."""
+    cat = default_catalogue()
+    assert cat.get("sgemm_reg4x4").completes == ("PS103",)
+    c = calibrate(ladder(), BenchFile.read(REFERENCE / "bench.json"), cat)
+    rows = {(s.parent, s.child, s.through): s for s in c.steps if s.dtype == "fp32"}
+    first = rows[("sgemm_naive", "sgemm_smem", "")]
+    second = rows[("sgemm_smem", "sgemm_reg4x4", "")]
+    both = rows[("sgemm_naive", "sgemm_reg4x4", "sgemm_smem")]
+    assert first.partial and first not in c.counted and not first.missed
+    assert not second.partial and second in c.counted and second.codes == ("PS113",)
+    assert both in c.counted and both.codes == ("PS103",) and both.predicted == first.predicted
+    assert both.measured == pytest.approx(1 - (1 - first.measured) * (1 - second.measured), abs=1e-4)
+    assert 0.75 < both.measured < 0.80 and both.error < 0.10
+    assert c.per_rule()["PS103"] == pytest.approx(both.error, abs=1e-4)
+    # Only a stage that says so completes a fix: no other row runs through a stage.
+    assert [s for s in c.steps if s.through] == [both]
+
+
 def test_calibration_measures_a_step_timed_head_to_head_from_its_rounds():
     """Where bench timed the parent in the child's rounds, the measured saving is 1 - 1 / the
     median of those rounds' ratios, not the two medians of separate rounds."""

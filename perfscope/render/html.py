@@ -579,7 +579,8 @@ def _calibration_view(report: Review) -> dict[str, Any] | None:
     cal = report.calibration
     if cal is None:
         return None
-    rows = [{"step": f"{s.parent} → {s.child}", "dtype": s.dtype, "shape": s.shape or "-",
+    rows = [{"step": f"{s.parent} → {s.child}" + (f" (through {s.through})" if s.through else ""),
+             "partial": s.partial, "dtype": s.dtype, "shape": s.shape or "-",
              "estimates": ", ".join(f"{c} {g:.0%}" for c, g in s.estimates) or "none fired",
              "addresses": ", ".join(s.codes) or "-", "predicted": f"{s.predicted:.0%}",
              "measured": "-" if s.pending else f"{s.measured:.0%}",
