@@ -351,6 +351,27 @@ class HotLoop:
     # Its long-scoreboard waits on registers an L1TEX instruction still holds (a register
     # rewritten under an LDGSTS, load or store that reads it); None without samples.
     reuse_waits: ReuseWaits | None = None
+    # How an FFMA loop issues its shared-memory fragment loads: in runs with no FFMA between,
+    # and what warps wait at them; None for other loops or without samples.
+    fragment_bursts: FragmentBursts | None = None
+
+
+@dataclass(frozen=True)
+class FragmentBursts:
+    """An FFMA main loop's shared loads (LDS) in bursts: runs of the loop, in address order
+    between two FFMAs, holding at least BURST_LOADS_MIN of them. A warp issues in order, so
+    at a burst it issues loads back to back into the shared pipe's queue while its next
+    FFMAs wait behind them."""
+
+    loads: int                        # the loop's shared loads
+    in_bursts: int                    # of them, those in bursts
+    bursts: int
+    # The samples of warps held at the bursts' loads for their own sake (not the waits on
+    # memory or a barrier that the latency rules read, nor `not_selected`: another warp
+    # issued), over all the kernel's samples.
+    waits: float
+    first: int                        # the burst holding the most of those, from the kernel's start
+    reasons: tuple[tuple[str, int], ...]   # those samples by reason, most first
 
 
 @dataclass(frozen=True)
@@ -1104,7 +1125,7 @@ def _hot_loop(r: _Reader, sass: _Sass) -> HotLoop | None:
     # `@!PT LDS` before each LDGSTS group are no shared-memory loads.
     families = group_families((sass.opcode(pc), 1) for pc in hot if not sass.never_runs(pc))
     samples = r.instances(M_PC_SAMPLES)
-    waits = gap = reuse = None
+    waits = gap = reuse = bursts = None
     total = sum(samples.values()) if samples else 0.0
     if total > 0:
         at = r.instances_at(M_LONG_SCOREBOARD_SAMPLES, set(hot))
@@ -1112,8 +1133,9 @@ def _hot_loop(r: _Reader, sass: _Sass) -> HotLoop | None:
         base = _base_pc(r, samples)
         gap = _math_gap(r, sorted(hot), families, sass, base)
         reuse = _reuse_waits(at, executed, sass, total, base)
+        bursts = _fragment_bursts(r, sorted(hot), sass, total, base) if gap and gap.math == "ffma" else None
     return HotLoop(instructions=len(hot), families={k: int(v) for k, v in families.items()},
-                   operand_waits=waits, math_gap=gap, reuse_waits=reuse)
+                   operand_waits=waits, math_gap=gap, reuse_waits=reuse, fragment_bursts=bursts)
 
 
 def _reuse_waits(waits: Mapping[int, float], executed: Mapping[int, float], sass: _Sass,
@@ -1182,6 +1204,45 @@ def _math_gap(r: _Reader, hot: list[int], families: Mapping[str, float], sass: _
                    waiting=waiting / total,
                    reasons=tuple(sorted(by_reason.items(), key=lambda kv: (-kv[1], kv[0]))),
                    copies=copies)
+
+
+# Shared loads in one run between two FFMAs from which the run is a burst: a warp tile's
+# next k step loads its A and B fragments in 4 to 6 LDS.128 (an 8 x 16 thread tile: 2 + 4),
+# so from four on, one step's fragments or more go out back to back.
+BURST_LOADS_MIN = 4
+_SHARED_LOADS = ("LDS", "LDSM")
+# A warp at a load is neither waiting on memory or a barrier (WAITING_REASONS: the latency
+# rules') nor passed over for another warp (not_selected) nor issuing (selected).
+_NOT_ITS_OWN = (*WAITING_REASONS, "not_selected", "selected")
+
+
+def _fragment_bursts(r: _Reader, hot: list[int], sass: _Sass, total: float,
+                     base: int) -> FragmentBursts | None:
+    runs: list[list[int]] = []
+    run: list[int] = []
+    for pc in [*hot, None]:
+        if pc is not None and family_of(sass.opcode(pc)) != "ffma":
+            if base_opcode(sass.opcode(pc)) in _SHARED_LOADS and not sass.never_runs(pc):
+                run.append(pc)
+            continue
+        if run:
+            runs.append(run)
+            run = []
+    loads = sum(len(x) for x in runs)
+    if not loads or total <= 0:
+        return None
+    bursts = [x for x in runs if len(x) >= BURST_LOADS_MIN]
+    reasons = _reasons_at(r, {pc for x in bursts for pc in x})
+    own = {pc: [(k, n) for k, n in reasons.get(pc, ()) if k not in _NOT_ITS_OWN] for pc in reasons}
+    merged: dict[str, int] = {}
+    for pairs in own.values():
+        for k, n in pairs:
+            merged[k] = merged.get(k, 0) + n
+    held = [sum(n for pc in x for _, n in own.get(pc, ())) for x in bursts]
+    first = bursts[held.index(max(held))][0] - base if bursts else 0
+    return FragmentBursts(loads=loads, in_bursts=sum(len(x) for x in bursts), bursts=len(bursts),
+                          waits=sum(held) / total, first=first,
+                          reasons=tuple(sorted(merged.items(), key=lambda kv: (-kv[1], kv[0]))))
 
 
 _MSG_TYPES = {0: "none", 1: "ok", 2: "optimization", 3: "warning", 4: "error"}

@@ -54,6 +54,9 @@ ISSUE_TAGS = {
     # spreading hgemm_ring's copies over its k16 steps, 1.054x on an H100), and registers
     # rewritten under the copies that read them (PS128: a deferred epilogue's 0.88x).
     "math-gap", "register-reuse",
+    # and an FFMA loop whose fragment loads come in bursts (PS129: three FFMA orders at the
+    # same instructions, 0.84-0.95x the orders that spread them).
+    "fragment-bursts",
 }
 
 
@@ -495,6 +498,19 @@ CASES: tuple[Case, ...] = (
          lambda: reference("sgemm_tile8x16", "fp32")),
     Case("PS128", False, "real", "hgemm_naive (H200): 0.067 at such waits, behind 338% extra "
          "shared wavefronts (its bank conflicts, PS110's)", lambda: reference("hgemm_naive", "bf16")),
+    Case("PS129", True, "real", "sgemm_fma_order (H200): FFMAs column by column, 72 of 96 LDS in "
+         "bursts, 0.056 of the samples held at them; 0.84x sgemm_dyn",
+         lambda: reference("sgemm_fma_order", "fp32")),
+    Case("PS129", True, "real", "sgemm_stages4 with serpentine rows (probes/, H100; written after "
+         "the timing): 68 of 96 in bursts, 0.043; 0.952x the stage",
+         lambda: probe("sgemm_stages4@JOUTER=2-fp32-4096x4096x4096-h100")),
+    Case("PS129", False, "real", "sgemm_stages4 (H200): 6 of 96 LDS in a burst, the tile-boundary "
+         "block's", lambda: reference("sgemm_stages4", "fp32")),
+    Case("PS129", False, "real", "sgemm_dyn (H200): 14 of 96", lambda: reference("sgemm_dyn", "fp32")),
+    Case("PS129", False, "real", "sgemm_smem (H200): one LDS an FFMA, the shared pipe the bound "
+         "(PS113's), whatever the order", lambda: reference("sgemm_smem", "fp32")),
+    Case("PS129", False, "real", "cuBLAS's SGEMM: none of its 48 LDS in a burst",
+         lambda: (one("cublas_sgemm_4096"), {})),
     Case("PS124", False, "real", "hgemm_fused_quant with its bias held: one wait per wgmma, the "
          "idle pipe is the serialization's (PS145)", lambda: wgmma_pipeline("held")),
     Case("PS145", True, "real", "hgemm_fused_quant with its bias held: 1.00 WARPGROUP.DEPBAR per "
@@ -1616,3 +1632,22 @@ def test_uncoalesced_shared_writes_warn_only_where_they_bound_the_kernel():
     assert ps112(one("cublas_sgemm_4096"), {}).severity == "info"
     f = ps112(*external("triton_tf32"))
     assert f.severity == "warning" and f.estimated_gain > 0.5
+
+
+def test_fragment_bursts_estimate_against_what_spreading_them_saved():
+    """PS129 on sgemm_stages4's serpentine rows and row pairs (probes/, H100): the warps held
+    at their burst loads, 0.043 and 0.051 of the samples, where the stage's own order (its
+    loads spread) was 1/0.952 and 1/0.942 as fast in alternating rounds: 0.048 and 0.058 of
+    their time (probes/fma-order-h100.jsonl). The stage itself, compiled from the same tree
+    and profiled in the same call, is silent."""
+    import json
+
+    timed = {row["params"]["JOUTER"]: row["speed_over_other"]["median"] for row in
+             map(json.loads, (REFERENCE / "probes" / "fma-order-h100.jsonl").read_text().splitlines())}
+    for jouter in (2, 4):
+        kp, kw = probe(f"sgemm_stages4@JOUTER={jouter}-fp32-4096x4096x4096-h100")
+        (f,) = [f for f in evaluate(kp, **kw).findings if f.code == "PS129"]
+        lost = 1 - timed[jouter]
+        assert 0.8 * lost < f.estimated_gain < lost, (jouter, f.estimated_gain, lost)
+    kp, kw = probe("sgemm_stages4-fp32-4096x4096x4096-fma-order-h100")
+    assert "PS129" in evaluate(kp, **kw).silent

@@ -30,9 +30,11 @@ from perfscope.metrics import (
     SOL_METRICS,
     STALL_METRICS,
 )
+from perfscope.profile import BURST_LOADS_MIN
 from perfscope.rules.bounds import is_memory_bound
 from perfscope.rules.facts import (
     ISSUE_ACTIVE_MAX,
+    family,
     is_async_mma,
     is_gemm_like,
     is_warp_specialised,
@@ -888,5 +890,93 @@ REGISTER_REUSE = Rule(
     thresholds=(("REUSE_WAIT_MIN", REUSE_WAIT_MIN), ("REUSE_EXCESS_MAX_PCT", REUSE_EXCESS_MAX_PCT)),
 )
 
+
+# -- PS129 --
+# Shared loads in bursts (profile.BURST_LOADS_MIN or more between two FFMAs) from this share
+# of the FFMA loop's shared loads on. The committed FP32 reports: 0.06-0.15 for the ladder's
+# 128 x 256 stages (their one burst is the tile-boundary block, at the barrier), 0.19-0.41
+# for the smaller tiles, 0.71-0.78 for the three FFMA orders that measured slower at the
+# same instructions (sgemm_fma_order, sgemm_stages4 at JOUTER 2 and 4); cuBLAS's SGEMM 0.
+BURST_SHARE_MIN = 0.6
+# ... and the warps held at them for their own sake from this share of all samples on.
+BURST_WAITS_MIN = 0.02
+# At more shared loads per FFMA than this (PS113's threshold) the loop has too few FFMAs to
+# spread its loads among: the shared pipe, not their order, is the bound.
+BURST_LOADS_PER_FMA_MAX = 0.5
+
+
+def _check_fragment_bursts(inputs: Inputs) -> Hit | None:
+    """Symptom: a register-blocked FFMA main loop (at most one shared load per two FFMAs)
+    issues 60% or more of its shared loads in bursts, four or more between two FFMAs, and
+    the warps held at those loads for their own sake (the instruction's wait, dispatch or
+    MIO throttle: not a wait on memory or a barrier, not passed over for another warp) are
+    2% of the samples or more.
+    Why: a warp issues in order. Where the next k step's fragment loads come back to back,
+    the warp stops at them while the shared pipe's queue takes one after another, and the
+    FFMAs behind them, which need none of those fragments yet, wait too; the FFMAs that do
+    need them wait for the whole burst (short scoreboard). Spread one at a time between
+    FFMAs, the loads issue in slots the math leaves and their latency hides behind it. ptxas
+    places the loads where the FFMA order lets it: an order that consumes the fragments in
+    the order they load (row by row over a thread's outer product) gets them spread;
+    column by column, serpentine or by row pairs, they come bunched.
+    Fix: order each k step's FFMAs row by row over the thread's tile, consuming A's and B's
+    fragments in the order they are loaded, or load the next step's fragments yourself into
+    a second register buffer, one LDS between every few FFMAs of this step.
+    Estimate: the samples of warps held at the bursts' loads for their own sake over all
+    samples: what the warps spend stopped there that spread loads would not. On the H100,
+    sgemm_stages4 at JOUTER 2 and 4 against the stage's own order (its loads spread):
+    0.043 and 0.051, where the orders lost 0.048 and 0.058 of their time
+    (probes/fma-order-h100.jsonl); on the H200 sgemm_fma_order against sgemm_dyn: 0.056 of
+    the 0.16 it lost, the rest in FFMA dispatch stalls that no reading here assigns.
+    Example:
+        before: for (j) for (i) c[i][j] += a[i] * b[j];   // by columns: 72 of 96 LDS in bursts
+        after:  for (i) for (j) c[i][j] += a[i] * b[j];   // by rows: 14 of 96 (sgemm_dyn)
+    Source: seed 002 §2.2 (the register-blocked inner loop), §5 (the FFMA schedule); NCU
+    Profiling Guide: Warp Stall Reasons (mio_throttle, short_scoreboard, wait), Source
+    Counters."""
+    p = inputs.profile
+    loop = p.hot_loop
+    if p.opcodes.has("ffma") and (loop is None or loop.operand_waits is None):
+        need(None, "executions and warp samples per instruction (the Source Counters section)")
+    fb = loop.fragment_bursts if loop is not None else None
+    if fb is None or not fb.loads or not is_gemm_like(p):
+        return None
+    need_opcodes(p)
+    ffma = family(p, "ffma")
+    shared = sum(n for op, n in p.opcodes.executed.items() if op in ("LDS", "LDSM"))
+    if not ffma or shared / ffma > BURST_LOADS_PER_FMA_MAX:
+        return None
+    share = fb.in_bursts / fb.loads
+    if share < BURST_SHARE_MIN or fb.waits < BURST_WAITS_MIN:
+        return None
+    top = ", ".join(f"{k} {n}" for k, n in fb.reasons[:3])
+    return Hit((
+        Evidence("shared loads / FFMA executed", round(shared / ffma, 3),
+                 f"<= {BURST_LOADS_PER_FMA_MAX}"),
+        Evidence(f"main-loop shared loads in bursts of {BURST_LOADS_MIN}+ between two FFMAs",
+                 f"{fb.in_bursts} of {fb.loads} in {fb.bursts} bursts", f">= {BURST_SHARE_MIN:.0%}"),
+        Evidence(f"warps held at them for their own sake / all samples (most: {top})",
+                 round(fb.waits, 3), f">= {BURST_WAITS_MIN}"),
+    ), fb.waits, fix_args=(("first", f"{fb.first:#x}"),))
+
+
+FRAGMENT_BURSTS = Rule(
+    code="PS129", tag="fragment-bursts",
+    title="The FFMA loop issues its fragment loads in bursts",
+    severity="optimization",
+    metrics=(M_PC_SAMPLES, M_INST_EXECUTED_PC, *OPCODE_METRICS),
+    check=_check_fragment_bursts,
+    fix="Order each k step's FFMAs row by row over the thread's tile, so A's and B's fragments "
+        "are consumed in the order they load and ptxas can put one load between every few "
+        "FFMAs (the burst that holds warps longest is at {first}); or load the next step's "
+        "fragments into a second register buffer yourself, one LDS at a time among this "
+        "step's FFMAs. `perfscope sass --listing` shows where they went.",
+    reference="NCU Profiling Guide: Warp Stall Reasons (mio_throttle, short_scoreboard, wait), "
+              "Source Counters",
+    thresholds=(("BURST_SHARE_MIN", BURST_SHARE_MIN), ("BURST_WAITS_MIN", BURST_WAITS_MIN),
+                ("BURST_LOADS_PER_FMA_MAX", BURST_LOADS_PER_FMA_MAX)),
+)
+
 RULES = (LOADS_NOT_OVERLAPPED, PARTLY_EXPOSED, BARRIER_BOUND, EPILOGUE_EXPOSED,
-         EPILOGUE_MATH_EXPOSED, K_LOOP_MATH, MMA_SERIALIZED, MATH_GAP, REGISTER_REUSE)
+         EPILOGUE_MATH_EXPOSED, K_LOOP_MATH, MMA_SERIALIZED, MATH_GAP, REGISTER_REUSE,
+         FRAGMENT_BURSTS)

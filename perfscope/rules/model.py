@@ -29,7 +29,7 @@ TAGS: tuple[str, ...] = (
     "tail-effect", "small-grid", "l2-locality", "dram-bound", "store-inefficiency",
     "incorrect-result", "issue-overhead", "clock-held", "mma-serialized", "k-loop-math",
     "producer-loop", "memory-fence", "short-runs", "misaligned-tma", "fixed-time",
-    "unaligned-rows", "operand-layout", "math-gap", "register-reuse",
+    "unaligned-rows", "operand-layout", "math-gap", "register-reuse", "fragment-bursts",
 )
 
 # Tags whose fixes remove the same time: within a group only the largest estimate counts
@@ -40,6 +40,7 @@ OVERLAP: Mapping[str, str] = {
     "latency-exposed": "latency", "occupancy-limited": "latency", "epilogue-exposed": "latency",
     "k-loop-math": "latency", "producer-loop": "latency", "memory-fence": "latency",
     "misaligned-tma": "latency", "math-gap": "latency", "register-reuse": "latency",
+    "fragment-bursts": "latency",
     "uncoalesced-global": "global memory", "narrow-loads": "global memory",
     "no-data-reuse": "global memory", "small-tile": "global memory", "l2-locality": "global memory",
     "store-inefficiency": "global memory", "short-runs": "global memory", "dram-bound": "roofline",

@@ -21,6 +21,7 @@ from perfscope.rules.latency import (
     EPILOGUE_EXPOSED,
     EPILOGUE_MATH_EXPOSED,
     FENCE_BOUND,
+    FRAGMENT_BURSTS,
     K_LOOP_MATH,
     LOADS_NOT_OVERLAPPED,
     MATH_GAP,
@@ -72,6 +73,7 @@ REGISTRY: tuple[Rule, ...] = (
     FENCE_BOUND,             # PS126
     MATH_GAP,                # PS127
     REGISTER_REUSE,          # PS128
+    FRAGMENT_BURSTS,         # PS129
     SPILLS,                  # PS130
     REGISTER_OCCUPANCY,      # PS131
     SMEM_OCCUPANCY,          # PS132
