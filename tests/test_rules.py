@@ -511,6 +511,10 @@ CASES: tuple[Case, ...] = (
          "(PS113's), whatever the order", lambda: reference("sgemm_smem", "fp32")),
     Case("PS129", False, "real", "cuBLAS's SGEMM: none of its 48 LDS in a burst",
          lambda: (one("cublas_sgemm_4096"), {})),
+    Case("PS129", False, "real", "Triton's IEEE fp32 matmul: 13 of 160 LDS in bursts",
+         lambda: external("triton_fp32_ieee")),
+    Case("PS129", False, "real", "Triton's bf16 matmul on FMAs: 6 of its 8 LDS in a burst, but "
+         "0.016 of the samples held there, under the line", lambda: external("triton_fma_bf16")),
     Case("PS124", False, "real", "hgemm_fused_quant with its bias held: one wait per wgmma, the "
          "idle pipe is the serialization's (PS145)", lambda: wgmma_pipeline("held")),
     Case("PS145", True, "real", "hgemm_fused_quant with its bias held: 1.00 WARPGROUP.DEPBAR per "
