@@ -30,7 +30,7 @@ from perfscope.metrics import (
     SOL_METRICS,
     STALL_METRICS,
 )
-from perfscope.profile import BURST_LOADS_MIN
+from perfscope.profile import BURST_LOADS_MIN, HotLoop, KernelProfile
 from perfscope.rules.bounds import is_memory_bound
 from perfscope.rules.facts import (
     ISSUE_ACTIVE_MAX,
@@ -714,6 +714,19 @@ MMA_SERIALIZED = Rule(
 )
 
 
+# What the loop rules (PS127-PS129) read per PC, named where a report lacks it.
+PER_PC_SAMPLES = "executions and warp samples per instruction (the Source Counters section)"
+
+
+def _sampled_loop(p: KernelProfile, math: str) -> HotLoop | None:
+    """The main loop as sampled per PC; not evaluated where a kernel whose math is `math`
+    (an opcode family) has no per-PC samples."""
+    loop = p.hot_loop
+    if p.opcodes.has(math) and (loop is None or loop.operand_waits is None):
+        need(None, PER_PC_SAMPLES)
+    return loop
+
+
 # -- PS127 --
 # A math-free run of at least this many main-loop instructions is a block of work: a wait on
 # a load or a barrier is one instruction, and PS120/PS121 read those.
@@ -763,9 +776,7 @@ def _check_math_gap(inputs: Inputs) -> Hit | None:
     interleaved copies of CUTLASS's multistage mainloop; NCU Profiling Guide: Source
     Counters (warp samples per instruction)."""
     p = inputs.profile
-    loop = p.hot_loop
-    if p.opcodes.has("hmma") and (loop is None or loop.operand_waits is None):
-        need(None, "executions and warp samples per instruction (the Source Counters section)")
+    loop = _sampled_loop(p, "hmma")
     gap = loop.math_gap if loop is not None else None
     if gap is None or gap.math != "hmma" or not is_gemm_like(p):
         return None
@@ -855,7 +866,7 @@ def _check_register_reuse(inputs: Inputs) -> Hit | None:
         return None     # asynchronous math runs on while its warps wait, or no math to stall
     loop = p.hot_loop
     if loop is None or loop.reuse_waits is None:
-        need(None, "executions and warp samples per instruction (the Source Counters section)")
+        need(None, PER_PC_SAMPLES)
     fam = loop.families
     if not (fam.get("hmma") or fam.get("ffma")) or fam.get("gmma") or fam.get("utcmma"):
         return None
@@ -935,9 +946,7 @@ def _check_fragment_bursts(inputs: Inputs) -> Hit | None:
     Profiling Guide: Warp Stall Reasons (mio_throttle, short_scoreboard, wait), Source
     Counters."""
     p = inputs.profile
-    loop = p.hot_loop
-    if p.opcodes.has("ffma") and (loop is None or loop.operand_waits is None):
-        need(None, "executions and warp samples per instruction (the Source Counters section)")
+    loop = _sampled_loop(p, "ffma")
     fb = loop.fragment_bursts if loop is not None else None
     if fb is None or not fb.loads or not is_gemm_like(p):
         return None
