@@ -71,6 +71,22 @@ def _summary(classes, dispatch=None) -> str:
     return f"{n} FFMA: " + ", ".join(parts)
 
 
+def _bursts(texts) -> str:
+    """The loop's LDS (first to last FFMA) and those in runs of 4 or more with no FFMA
+    between: what PS129 reads from a report, here from the compiled SASS."""
+    ops = [(t.split()[1] if t.split()[0].startswith("@") else t.split()[0]).split(".")[0]
+           for t in texts if t.split()]
+    first, last = ops.index("FFMA"), len(ops) - 1 - ops[::-1].index("FFMA")
+    runs, run = [], 0
+    for o in ops[first:last + 1]:
+        if o == "FFMA":
+            runs.append(run)
+            run = 0
+        elif o == "LDS":
+            run += 1
+    return f"{sum(runs)} LDS in the loop, {sum(r for r in runs if r >= 4)} in bursts of 4+"
+
+
 def main(args: list[str]) -> int:
     """Print each argument's FFMA classes: a stage (NAME[:K=V,...]) or a report."""
     for arg in args:
@@ -84,7 +100,7 @@ def main(args: list[str]) -> int:
             params = {k: int(v) for k, v in (p.split("=") for p in given.split(",") if p)}
             a = audit_stage(name, params=params or None)
             print(f"{arg}: {a.resources.registers} registers, "
-                  f"{_summary(bank_reads(a.sass.instructions))}")
+                  f"{_summary(bank_reads(a.sass.instructions))}, {_bursts(a.sass.instructions)}")
     return 0
 
 
