@@ -305,13 +305,9 @@ def _two_step_fixes(steps: list[Step], parents: Mapping[tuple[str, str, str, str
     by_key = {(s.parent, s.child, s.dtype, s.shape): s for s in steps if not s.through}
     out = list(steps)
     for last in (c for c in catalogue.stages.values() if c.completes and c.parent):
-        middle = catalogue.stages.get(last.parent)
-        if middle is None or not middle.parent:
-            continue
         for (g, m, dtype, shape), first in by_key.items():
-            second = by_key.get((m, last.name, dtype, shape))
-            if (m != middle.name or g != middle.parent or second is None
-                    or first.pending or second.pending):
+            second = by_key.get((m, last.name, dtype, shape)) if m == last.parent else None
+            if second is None or first.pending or second.pending:
                 continue
             fired, predicted = _predicted(parents[(g, m, dtype, shape)], last.completes)
             measured = round(1 - (1 - first.measured) * (1 - second.measured), 4)
