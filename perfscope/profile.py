@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import statistics
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -354,6 +355,23 @@ class HotLoop:
     # How an FFMA loop issues its shared-memory fragment loads: in runs with no FFMA between,
     # and what warps wait at them; None for other loops or without samples.
     fragment_bursts: FragmentBursts | None = None
+    # Where an FFMA loop's FFMAs are held at dispatch; None for other loops or without samples.
+    ffma_dispatch: FfmaDispatch | None = None
+
+
+@dataclass(frozen=True)
+class FfmaDispatch:
+    """An FFMA main loop's dispatch stalls at its FFMAs: the warp's FFMA was ready and the
+    dispatcher held it back (by the NCU guide, a conflict or event; at an FFMA the suspects
+    are its register-file reads). Per PC they come in quanta: an FFMA is held on nearly every
+    execution or on almost none, so which FFMAs stall is a property of the compiled loop."""
+
+    ffmas: int                        # the loop's FFMAs
+    # Of them, those held on about every execution or more: dispatch samples at least half
+    # the loop's per-execution quantum (the median of its FFMAs' samples of every reason).
+    stalling: int
+    share: float                      # dispatch samples at the loop's FFMAs / all samples
+    first: int                        # the FFMA with the most, from the kernel's start
 
 
 @dataclass(frozen=True)
@@ -1125,7 +1143,7 @@ def _hot_loop(r: _Reader, sass: _Sass) -> HotLoop | None:
     # `@!PT LDS` before each LDGSTS group are no shared-memory loads.
     families = group_families((sass.opcode(pc), 1) for pc in hot if not sass.never_runs(pc))
     samples = r.instances(M_PC_SAMPLES)
-    waits = gap = reuse = bursts = None
+    waits = gap = reuse = bursts = dispatch = None
     total = sum(samples.values()) if samples else 0.0
     if total > 0:
         at = r.instances_at(M_LONG_SCOREBOARD_SAMPLES, set(hot))
@@ -1133,9 +1151,12 @@ def _hot_loop(r: _Reader, sass: _Sass) -> HotLoop | None:
         base = _base_pc(r, samples)
         gap = _math_gap(r, sorted(hot), families, sass, base)
         reuse = _reuse_waits(at, executed, sass, total, base)
-        bursts = _fragment_bursts(r, sorted(hot), sass, total, base) if gap and gap.math == "ffma" else None
+        if gap and gap.math == "ffma":
+            bursts = _fragment_bursts(r, sorted(hot), sass, total, base)
+            dispatch = _ffma_dispatch(r, hot, sass, total, base)
     return HotLoop(instructions=len(hot), families={k: int(v) for k, v in families.items()},
-                   operand_waits=waits, math_gap=gap, reuse_waits=reuse, fragment_bursts=bursts)
+                   operand_waits=waits, math_gap=gap, reuse_waits=reuse, fragment_bursts=bursts,
+                   ffma_dispatch=dispatch)
 
 
 def _reuse_waits(waits: Mapping[int, float], executed: Mapping[int, float], sass: _Sass,
@@ -1243,6 +1264,22 @@ def _fragment_bursts(r: _Reader, hot: list[int], sass: _Sass, total: float,
     return FragmentBursts(loads=loads, in_bursts=sum(len(x) for x in bursts), bursts=len(bursts),
                           waits=sum(held) / total, first=first,
                           reasons=tuple(sorted(merged.items(), key=lambda kv: (-kv[1], kv[0]))))
+
+
+def _ffma_dispatch(r: _Reader, hot: list[int], sass: _Sass, total: float,
+                   base: int) -> FfmaDispatch | None:
+    ffmas = sorted(pc for pc in hot if family_of(sass.opcode(pc)) == "ffma")
+    if not ffmas or total <= 0:
+        return None
+    reasons = _reasons_at(r, set(ffmas))
+    held = {pc: dict(reasons.get(pc, ())).get("dispatch_stall", 0) for pc in ffmas}
+    # Every FFMA of the loop executes as often, so the median FFMA's samples (all reasons)
+    # are the loop's samples per execution: the unit a stall on every execution costs.
+    each = statistics.median(sum(n for _, n in reasons.get(pc, ())) for pc in ffmas)
+    top = max(ffmas, key=lambda pc: (held[pc], -pc))
+    return FfmaDispatch(ffmas=len(ffmas),
+                        stalling=sum(1 for pc in ffmas if each and held[pc] >= 0.5 * each),
+                        share=sum(held.values()) / total, first=top - base)
 
 
 _MSG_TYPES = {0: "none", 1: "ok", 2: "optimization", 3: "warning", 4: "error"}

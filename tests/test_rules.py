@@ -57,6 +57,9 @@ ISSUE_TAGS = {
     # and an FFMA loop whose fragment loads come in bursts (PS129: three FFMA orders at the
     # same instructions, 0.84-0.95x the orders that spread them).
     "fragment-bursts",
+    # and an FFMA loop whose FFMAs are held at dispatch (PS133: orders at the same
+    # instructions, 0.78-0.94x the stage's, timed on an H100 before the rule was written).
+    "ffma-dispatch",
 }
 
 
@@ -515,6 +518,23 @@ CASES: tuple[Case, ...] = (
          lambda: external("triton_fp32_ieee")),
     Case("PS129", False, "real", "Triton's bf16 matmul on FMAs: 6 of its 8 LDS in a burst, but "
          "0.016 of the samples held there, under the line", lambda: external("triton_fma_bf16")),
+    Case("PS133", True, "real", "sgemm_stages4 with each row's evens, then odds (probes/, H100; "
+         "timed before the rule): 921 of 2048 FFMAs held, 0.182 of the samples; 0.783x the stage",
+         lambda: probe("sgemm_stages4@JOUTER=7-fp32-4096x4096x4096-h100")),
+    Case("PS133", True, "real", "sgemm_fma_order (H200): 0.149 of the samples; 0.84x sgemm_dyn",
+         lambda: reference("sgemm_fma_order", "fp32")),
+    Case("PS133", True, "real", "Triton's IEEE fp32 matmul: 546 of 2048 FFMAs held, 0.123 of the "
+         "samples", lambda: external("triton_fp32_ieee")),
+    Case("PS133", False, "real", "sgemm_stages4 (H200): 0.077, the level its order compiles to; "
+         "orders that cut it to 0.052-0.063 ran 0.94-0.98x", lambda: reference("sgemm_stages4", "fp32")),
+    Case("PS133", False, "real", "sgemm_stages4 in 2 x 2 rings with its loads spread by hand "
+         "(probes/, H100): 0.060, and 0.976x the stage",
+         lambda: probe("sgemm_stages4@JOUTER=13-fp32-4096x4096x4096-h100")),
+    Case("PS133", False, "real", "sgemm_stages4 with every other row rotated (probes/, H100): "
+         "0.097, under the line", lambda: probe("sgemm_stages4@JOUTER=9-fp32-4096x4096x4096-h100")),
+    Case("PS133", False, "real", "cuBLAS's SGEMM: 0.034", lambda: (one("cublas_sgemm_4096"), {})),
+    Case("PS133", False, "real", "Triton's bf16 matmul on FMAs: no FFMA held at dispatch",
+         lambda: external("triton_fma_bf16")),
     Case("PS124", False, "real", "hgemm_fused_quant with its bias held: one wait per wgmma, the "
          "idle pipe is the serialization's (PS145)", lambda: wgmma_pipeline("held")),
     Case("PS145", True, "real", "hgemm_fused_quant with its bias held: 1.00 WARPGROUP.DEPBAR per "
@@ -1637,6 +1657,32 @@ def test_uncoalesced_shared_writes_warn_only_where_they_bound_the_kernel():
     f = ps112(*external("triton_tf32"))
     assert f.severity == "warning" and f.estimated_gain > 0.5
 
+
+def test_ffma_dispatch_estimate_against_what_the_orders_lost():
+    """PS133 on sgemm_stages4's orders timed before the rule was written (probes/, H100,
+    alternating rounds against the stage's own order: fma-order-more-h100.jsonl). Where it
+    fires (JOUTER 5 and 7: 0.869 and 0.783x), its estimate with the waits PS129 reads at the
+    burst loads is what the order lost, low by up to a half and never above it; the stage's
+    own order and the orders with their loads spread by hand (fma-spread-h100.jsonl: JOUTER
+    10, 11 and 13, 0.976-0.994x, at 0.060-0.078) stay under the line."""
+    import json
+
+    def timed(name):
+        return {row["params"]["JOUTER"]: row["speed_over_other"]["median"] for row in
+                map(json.loads, (REFERENCE / "probes" / name).read_text().splitlines())}
+
+    more, spread = timed("fma-order-more-h100.jsonl"), timed("fma-order-spread-h100.jsonl")
+    assert sorted(more) == [5, 7, 9] and sorted(spread) == [10, 11, 13]
+    for jouter in (5, 7):
+        kp, kw = probe(f"sgemm_stages4@JOUTER={jouter}-fp32-4096x4096x4096-h100")
+        (f,) = [f for f in evaluate(kp, **kw).findings if f.code == "PS133"]
+        held = f.estimated_gain + kp.hot_loop.fragment_bursts.waits
+        lost = 1 - more[jouter]
+        assert 0.5 * lost < held < lost, (jouter, held, lost)
+    for name in ("sgemm_stages4-fp32-4096x4096x4096-fma-order-h100",
+                 *(f"sgemm_stages4@JOUTER={j}-fp32-4096x4096x4096-h100" for j in spread)):
+        kp, kw = probe(name)
+        assert "PS133" in evaluate(kp, **kw).silent, name
 
 def test_fragment_bursts_estimate_against_what_spreading_them_saved():
     """PS129 on sgemm_stages4's serpentine rows and row pairs (probes/, H100): the warps held

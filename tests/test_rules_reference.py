@@ -83,12 +83,14 @@ EXTERNAL_LABELS: dict[str, tuple[set[str], set[str]]] = {
     "triton_tiny": ({"legacy-mma", "latency-exposed"}, {"no-tensor-cores"}),
     "triton_tma": (set(), {"no-tma", "legacy-mma", "small-tile"}),
     "triton_fma_bf16": ({"no-tensor-cores"}, set()),
-    "triton_fp32_ieee": (set(), {"no-tensor-cores", "legacy-mma"}),
+    # 546 of its 2048 FFMAs held at dispatch on about every execution, 0.123 of its samples
+    # where ptxas's compiles of our FFMA stages hold at most 0.081 (PS133).
+    "triton_fp32_ieee": ({"ffma-dispatch"}, {"no-tensor-cores", "legacy-mma"}),
     "torch_decode_m16": (set(), {"small-tile", "l2-locality", "no-data-reuse"}),
     "torch_decode_m64": (set(), {"small-tile", "l2-locality", "no-data-reuse"}),
     "torch_kheavy": (set(), {"no-data-reuse", "narrow-loads", "l2-locality", "no-tensor-cores"}),
     "torch_bf16_4096": (set(), {"latency-exposed", "occupancy-limited"}),
-    "torch_fp32_4096": (set(), {"no-tensor-cores", "occupancy-limited"}),
+    "torch_fp32_4096": (set(), {"no-tensor-cores", "occupancy-limited", "ffma-dispatch"}),
     "torch_gelu_after_mm": ({"dram-bound"}, {"no-tensor-cores", "l2-locality"}),
     "cublaslt_bf16_4096": (set(), {"latency-exposed", "occupancy-limited"}),
     "cublaslt_gelu_bias_4096": ({"epilogue-exposed"}, {"latency-exposed", "occupancy-limited"}),
@@ -470,9 +472,9 @@ def test_a_slower_step_is_held_against_the_diff_of_its_reports():
     the loss the events measured as a share of the same time. The cluster variant's 2-3% is
     its clusters (the diff's structural aspect), the capped-register variant's 87% its spills
     (PS130); the FFMA order's 16% was the one loss of 10% or more the diff left without a
-    reason until PS129 read its fragment loads in bursts: 0.056 of it (its FFMA dispatch
-    stalls, 17% -> 29% of the stall time, no rule assigns). A faster step, and a slower child
-    with no report of its own, have nothing to explain (None)."""
+    reason until PS129 read its fragment loads in bursts (0.056 of it) and PS133 its FFMAs
+    held at dispatch (0.069, where sgemm_dyn's are under the line). A faster step, and a slower child with no
+    report of its own, have nothing to explain (None)."""
     cat = default_catalogue()
     c = calibrate(ladder(), BenchFile.read(REFERENCE / "bench.json"), cat)
     steps = {(s.child, s.dtype): s for s in c.steps}
@@ -484,7 +486,9 @@ def test_a_slower_step_is_held_against_the_diff_of_its_reports():
     assert capped.loss > 0.8 and dict(capped.explained)["PS130"] > 0.8 and not capped.unexplained
     order = steps[("sgemm_fma_order", "fp32")]
     assert order.loss > 0.10 and not order.unexplained
-    assert dict(order.explained) == {"PS129": pytest.approx(0.056, abs=0.002)}
+    assert dict(order.explained) == {"PS129": pytest.approx(0.056, abs=0.002),
+                                     "PS133": pytest.approx(0.069, abs=0.002)}
+    assert sum(dict(order.explained).values()) < order.loss
     assert c.unexplained == () and c.to_dict()["unexplained_losses"] == []
     assert all(s.explained is None and s.loss is None for s in c.steps if s.measured >= 0)
     f = calibrate(fused(), BenchFile.read(FUSED / "bench-fused.json"), cat)

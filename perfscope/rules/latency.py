@@ -986,6 +986,76 @@ FRAGMENT_BURSTS = Rule(
                 ("BURST_LOADS_PER_FMA_MAX", BURST_LOADS_PER_FMA_MAX)),
 )
 
+
+# -- PS133 --
+# Dispatch-stall samples at an FFMA loop's FFMAs over all its samples, at and below which no
+# compile measured here gave time back: ptxas's compiles of our FFMA stages hold 0.050-0.081
+# (sgemm_stages4 0.076-0.077 on the H100 and the H200), and orders of its loop that cut the
+# share to 0.052-0.063 ran 0.94-0.98x as fast (JOUTER 2, 4 and 13, probes/fma-*-h100.jsonl).
+# cuBLAS's hand-scheduled SASS holds 0.034, but nothing here reached that share with its time.
+FFMA_DISPATCH_FLOOR = 0.08
+# ... and the rule speaks from this much above it on (3% of the time, as the others do).
+FFMA_DISPATCH_EXCESS_MIN = 0.03
+
+
+def _check_ffma_dispatch(inputs: Inputs) -> Hit | None:
+    """Symptom: an FFMA main loop's FFMAs are held at dispatch (the warp's FFMA was ready, the
+    dispatcher held it back) in 11% or more of all warp samples: 3% above the 0.08 that
+    ptxas's compiles of register-blocked FFMA loops hold (0.050-0.081 over our stages).
+    Why: the NCU guide puts a dispatch stall down to conflicts or events at dispatch; at an
+    FFMA, whose three source registers the register file must deliver unless the operand
+    reuse cache holds them, the suspects are its register-file reads. Which FFMAs stall is
+    a property of the compiled loop, not of the run: per PC the samples come in quanta (an
+    FFMA held on about every execution, or on almost none), and sgemm_stages4's loop stalls
+    at the same FFMAs on an H100 and an H200 (257 of its 265 and 271 stalling FFMAs in
+    common). The order of the FFMAs and the registers ptxas gives them decide it: at the same
+    instructions, orders alone moved the share from 0.052 to 0.182, and no register-bank
+    count of the SASS we could make predicts which FFMAs stall (probes/README.md).
+    Fix: go back to an order that compiles to fewer held FFMAs, row by row over the thread's
+    tile first (consuming the fragments in the order they load, which also keeps the loads
+    spread, PS129), and compare the compiles' shares in `perfscope sass --listing` of their
+    reports. Below 0.08 no order measured here bought time back.
+    Estimate: the samples the loop's FFMAs spend held at dispatch above 0.08, over all
+    samples. Against orders of sgemm_stages4's loop timed before this rule (H100,
+    probes/fma-order-more-h100.jsonl) it is low by a quarter to a half: JOUTER 5 and 7 hold
+    0.056 and 0.102 above it and lost 0.093 and 0.146 of their time beyond what their bursts
+    held; on the H200 sgemm_fma_order holds 0.069 above it and lost 0.10 beyond PS129's
+    0.056. JOUTER 9 (0.097, 0.017 above) lost 0.032 beyond its bursts, under the line.
+    Example:
+        before: acc[i][j] += a[i] * b[j], each row's even j, then odd  // 921 of 2048 held, 0.182
+        after:  acc[i][j] += a[i] * b[j], each row's j in order        // 290 of 2048, 0.077
+    Source: seed 002 §5 (the scheduling gap to cuBLAS); NCU Profiling Guide: Warp Stall
+    Reasons (dispatch_stall), Source Counters."""
+    p = inputs.profile
+    loop = _sampled_loop(p, "ffma")
+    fd = loop.ffma_dispatch if loop is not None else None
+    if fd is None or not is_gemm_like(p):
+        return None
+    excess = fd.share - FFMA_DISPATCH_FLOOR
+    if excess < FFMA_DISPATCH_EXCESS_MIN:
+        return None
+    return Hit((
+        Evidence("dispatch-stall samples at the main loop's FFMAs / all samples",
+                 round(fd.share, 3), f">= {FFMA_DISPATCH_FLOOR} + {FFMA_DISPATCH_EXCESS_MIN}"),
+        Evidence(f"of its FFMAs, those held on about every execution (most at {fd.first:#x})",
+                 f"{fd.stalling} of {fd.ffmas}", "-"),
+    ), excess)
+
+
+FFMA_DISPATCH = Rule(
+    code="PS133", tag="ffma-dispatch",
+    title="The FFMA loop's FFMAs are held at dispatch",
+    severity="optimization",
+    metrics=(M_PC_SAMPLES, M_INST_EXECUTED_PC),
+    check=_check_ffma_dispatch,
+    fix="Go back to an FFMA order that compiles to fewer held FFMAs, row by row over the "
+        "thread's tile first (it also keeps the fragment loads spread), and compare the "
+        "compiles' shares in `perfscope sass --listing` of their reports.",
+    reference="NCU Profiling Guide: Warp Stall Reasons (dispatch_stall), Source Counters",
+    thresholds=(("FFMA_DISPATCH_FLOOR", FFMA_DISPATCH_FLOOR),
+                ("FFMA_DISPATCH_EXCESS_MIN", FFMA_DISPATCH_EXCESS_MIN)),
+)
+
 RULES = (LOADS_NOT_OVERLAPPED, PARTLY_EXPOSED, BARRIER_BOUND, EPILOGUE_EXPOSED,
          EPILOGUE_MATH_EXPOSED, K_LOOP_MATH, MMA_SERIALIZED, MATH_GAP, REGISTER_REUSE,
-         FRAGMENT_BURSTS)
+         FRAGMENT_BURSTS, FFMA_DISPATCH)

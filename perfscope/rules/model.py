@@ -30,6 +30,7 @@ TAGS: tuple[str, ...] = (
     "incorrect-result", "issue-overhead", "clock-held", "mma-serialized", "k-loop-math",
     "producer-loop", "memory-fence", "short-runs", "misaligned-tma", "fixed-time",
     "unaligned-rows", "operand-layout", "math-gap", "register-reuse", "fragment-bursts",
+    "ffma-dispatch",
 )
 
 # Tags whose fixes remove the same time: within a group only the largest estimate counts

@@ -21,6 +21,7 @@ from perfscope.rules.latency import (
     EPILOGUE_EXPOSED,
     EPILOGUE_MATH_EXPOSED,
     FENCE_BOUND,
+    FFMA_DISPATCH,
     FRAGMENT_BURSTS,
     K_LOOP_MATH,
     LOADS_NOT_OVERLAPPED,
@@ -77,6 +78,7 @@ REGISTRY: tuple[Rule, ...] = (
     SPILLS,                  # PS130
     REGISTER_OCCUPANCY,      # PS131
     SMEM_OCCUPANCY,          # PS132
+    FFMA_DISPATCH,           # PS133
     NO_TENSOR_CORES,         # PS140
     LEGACY_MMA,              # PS141
     NO_TMA,                  # PS142
