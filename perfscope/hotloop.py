@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from perfscope.profile import HOT_LOOP_SHARE, KernelProfile
+from perfscope.profile import HOT_LOOP_SHARE, FfmaDispatch, KernelProfile
 from perfscope.sass.disasm import opcode_with_modifiers
 from perfscope.sass.loops import INSTRUCTION_BYTES
 from perfscope.source import top_reasons
@@ -48,6 +48,8 @@ class HotListing:
     total_samples: int                      # the kernel's, over every PC
     note: str | None = None
     hot_share: float = HOT_LOOP_SHARE       # a row executed at least this share of the top
+    # An FFMA loop's FFMAs held at dispatch (PS133's reading), to compare two compiles by.
+    ffma_dispatch: FfmaDispatch | None = None
 
     @property
     def samples(self) -> int:
@@ -105,4 +107,6 @@ def hot_listing(profile: KernelProfile, instructions: Sequence[str],
                    reasons=top_reasons({r: per.get(pc, 0.0) for r, per in reasons.items()},
                                        TOP_REASONS))
         for pc in hot)
-    return HotListing(rows, int(sum(samples.values())), hot_share=share)
+    loop = profile.hot_loop
+    return HotListing(rows, int(sum(samples.values())), hot_share=share,
+                      ffma_dispatch=loop.ffma_dispatch if loop is not None else None)

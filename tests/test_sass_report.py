@@ -222,6 +222,25 @@ def test_listing_in_json_and_refused_for_a_stage(tmp_path):
     assert len(result.output.strip().splitlines()) == 1
 
 
+def test_listing_says_how_much_an_ffma_loop_is_held_at_dispatch():
+    """PS133's fix compares two compiles of an FFMA loop by their FFMAs held at dispatch:
+    the listing says the share and how many FFMAs are held on about every execution
+    (sgemm_fma_order 0.149, 670 of 2048; sgemm_dyn, the same instructions row by row,
+    0.081), in text and in JSON; a wgmma loop has no such line."""
+    disassembler_or_skip()
+    runner = CliRunner()
+    order = str(REFERENCE / "sgemm_fma_order-fp32-4096x4096x4096.ncu-rep.xz")
+    text = runner.invoke(app, ["sass", order, "--listing"]).output
+    assert "FFMAs held at dispatch: 0.149 of the samples; 670 of the loop's 2,048 FFMAs" in text
+    result = runner.invoke(app, ["sass", str(REFERENCE / "sgemm_dyn-fp32-4096x4096x4096.ncu-rep.xz"),
+                                 "--listing", "--json"])
+    (doc,) = json.loads(result.output)
+    held = doc["listing"]["ffma_dispatch"]
+    assert held["ffmas"] == 2048 and held["share"] == pytest.approx(0.081, abs=0.001)
+    (doc,) = json.loads(runner.invoke(app, ["sass", str(PERSISTENT), "--listing", "--json"]).output)
+    assert doc["listing"]["ffma_dispatch"] is None
+    assert "held at dispatch" not in runner.invoke(app, ["sass", str(PERSISTENT), "--listing"]).output
+
 def test_listing_share_zero_lists_every_instruction_that_ran():
     """--listing-share 0: the code around the loop too (the tile-end wgmma drain, the
     prologue), every instruction that ran, with nearly all of the kernel's samples."""

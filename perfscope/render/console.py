@@ -337,8 +337,12 @@ def _listing(listing: HotListing) -> list[str]:
              f"{listing.hot_share:.0%} as often as the most executed" if listing.hot_share > 0
              else f"every instruction that ran: {len(listing.rows):,}")
     out = [f"{which}; {listing.samples:,} of the kernel's {listing.total_samples:,} warp "
-           f"samples ({share:.0%})",
-           f"  {'offset':>8} {'executed':>12} {'samples':>8}  {'top stalls':<34} instruction"]
+           f"samples ({share:.0%})"]
+    fd = listing.ffma_dispatch
+    if fd is not None:
+        out.append(f"FFMAs held at dispatch: {fd.share:.3f} of the samples; {fd.stalling:,} of "
+                   f"the loop's {fd.ffmas:,} FFMAs on about every execution")
+    out.append(f"  {'offset':>8} {'executed':>12} {'samples':>8}  {'top stalls':<34} instruction")
     for r in listing.rows:
         stalls = ", ".join(f"{k} {v}" for k, v in r.reasons)
         out.append(f"  {r.address:#8x} {r.executed:>12,} {r.samples:>8,}  {stalls:<34} {r.sass}")

@@ -309,6 +309,8 @@ def audit_dict(a: SassAudit) -> dict[str, Any]:
         "notes": list(a.notes),
         **({"listing": {"total_samples": a.listing.total_samples, "note": a.listing.note,
                         "hot_share": a.listing.hot_share,
+                        "ffma_dispatch": (dataclasses.asdict(a.listing.ffma_dispatch)
+                                          if a.listing.ffma_dispatch is not None else None),
                         "rows": [dataclasses.asdict(r) for r in a.listing.rows]}}
            if a.listing is not None else {}),
     }
