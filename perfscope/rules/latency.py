@@ -1017,7 +1017,7 @@ def _check_ffma_dispatch(inputs: Inputs) -> Hit | None:
     reports. Below 0.08 no order measured here bought time back.
     Estimate: the samples the loop's FFMAs spend held at dispatch above 0.08, over all
     samples. Against orders of sgemm_stages4's loop timed before this rule (H100,
-    probes/fma-order-more-h100.jsonl) it is low by a quarter to a half: JOUTER 5 and 7 hold
+    probes/fma-order-more-h100.jsonl) it is low by 30-40%: JOUTER 5 and 7 hold
     0.056 and 0.102 above it and lost 0.093 and 0.146 of their time beyond what their bursts
     held; on the H200 sgemm_fma_order holds 0.069 above it and lost 0.10 beyond PS129's
     0.056. JOUTER 9 (0.097, 0.017 above) lost 0.032 beyond its bursts, under the line.
