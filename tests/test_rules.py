@@ -1663,7 +1663,7 @@ def test_ffma_dispatch_estimate_against_what_the_orders_lost():
     alternating rounds against the stage's own order: fma-order-more-h100.jsonl). Where it
     fires (JOUTER 5 and 7: 0.869 and 0.783x), its estimate with the waits PS129 reads at the
     burst loads is what the order lost, low by up to a half and never above it; the stage's
-    own order and the orders with their loads spread by hand (fma-spread-h100.jsonl: JOUTER
+    own order and the orders with their loads spread by hand (fma-order-spread-h100.jsonl: JOUTER
     10, 11 and 13, 0.976-0.994x, at 0.060-0.078) stay under the line."""
     import json
 
