@@ -1137,7 +1137,7 @@ def _hot_loop(r: _Reader, sass: _Sass) -> HotLoop | None:
     top = max(executed.values())
     if top <= 0:
         return None
-    hot = [pc for pc, n in executed.items() if n >= HOT_LOOP_SHARE * top]
+    hot = sorted(pc for pc, n in executed.items() if n >= HOT_LOOP_SHARE * top)
     # Each PC counts once: the loop's static mix, not its executions. Padding that never
     # runs is in the instruction count (it takes issue slots) but in no family: three
     # `@!PT LDS` before each LDGSTS group are no shared-memory loads.
@@ -1149,10 +1149,10 @@ def _hot_loop(r: _Reader, sass: _Sass) -> HotLoop | None:
         at = r.instances_at(M_LONG_SCOREBOARD_SAMPLES, set(hot))
         waits = sum(at.values()) / total
         base = _base_pc(r, samples)
-        gap = _math_gap(r, sorted(hot), families, sass, base)
+        gap = _math_gap(r, hot, families, sass, base)
         reuse = _reuse_waits(at, executed, sass, total, base)
         if gap and gap.math == "ffma":
-            bursts = _fragment_bursts(r, sorted(hot), sass, total, base)
+            bursts = _fragment_bursts(r, hot, sass, total, base)
             dispatch = _ffma_dispatch(r, hot, sass, total, base)
     return HotLoop(instructions=len(hot), families={k: int(v) for k, v in families.items()},
                    operand_waits=waits, math_gap=gap, reuse_waits=reuse, fragment_bursts=bursts,
@@ -1268,7 +1268,7 @@ def _fragment_bursts(r: _Reader, hot: list[int], sass: _Sass, total: float,
 
 def _ffma_dispatch(r: _Reader, hot: list[int], sass: _Sass, total: float,
                    base: int) -> FfmaDispatch | None:
-    ffmas = sorted(pc for pc in hot if family_of(sass.opcode(pc)) == "ffma")
+    ffmas = [pc for pc in hot if family_of(sass.opcode(pc)) == "ffma"]
     if not ffmas or total <= 0:
         return None
     reasons = _reasons_at(r, set(ffmas))
