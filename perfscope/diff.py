@@ -261,8 +261,13 @@ def _total(r: Diagnosed, get) -> float | None:
 # Clocks left as found differ from kernel to kernel; from this far apart the time ratio and
 # the cycle ratio part visibly, and the diff says how much of the time is the clock. On the
 # H200 the bf16 and fp16 runs of one tensor GEMM differ by 2.4-2.9% (1589 against 1544 MHz,
-# the persistent stage), kernels of one dtype by 0.5-1.5%.
+# the persistent stage), kernels of one dtype by 0.5-1.5%. Where both ran at the power cap
+# (PS171) the clock is what each kernel's energy a cycle let it reach, the change's own
+# effect rather than the clocks as found, so the note comes from half as far apart: a
+# 192-row tile against the 128-row one (probes/, H100) took 1.024x the cycles at a 1.7%
+# higher clock, 1.006x the time.
 CLOCK_NOTE_MIN = 0.02
+CLOCK_NOTE_CAP_MIN = 0.01
 
 
 def clock_note(a: Diagnosed, b: Diagnosed) -> str | None:
@@ -271,9 +276,11 @@ def clock_note(a: Diagnosed, b: Diagnosed) -> str | None:
     ca, cb = a.profile.identity.sm_clock_hz, b.profile.identity.sm_clock_hz
     ta, tb = _total(a, _duration), _total(b, _duration)
     ya, yb = _total(a, _cycles), _total(b, _cycles)
-    if not (ca and cb and ta and tb and ya and yb) or abs(ca / cb - 1) < CLOCK_NOTE_MIN:
+    if not (ca and cb and ta and tb and ya and yb):
         return None
     held = [s for s, r in (("A", a), ("B", b)) if "PS171" in {f.code for f in r.evaluation.findings}]
+    if abs(ca / cb - 1) < (CLOCK_NOTE_CAP_MIN if len(held) == 2 else CLOCK_NOTE_MIN):
+        return None
     cap = f"; {_and(held)} at the power cap (PS171)" if held else ""
     slower = "A" if ca < cb else "B"
     return (f"A ran at {ca / 1e6:.0f} MHz and B at {cb / 1e6:.0f} MHz ({slower}'s clock "
@@ -537,12 +544,13 @@ WITHOUT_FIX = {
 }
 
 
-# The larger tile is slower on as many CTAs in as many waves (one tile each, not a
-# persistent loop, whose tiles per CTA and last round the tile does change): the grid is
-# not what it costs, so the advice names what a larger tile costs each CTA instead.
+# The larger tile is slower on as many CTAs in as many waves (one tile each), or on as
+# many persistent CTAs that each walk a whole number of tiles (no short last round on
+# either side; elsewhere the tile sets how many tiles each walks and its last round): the
+# grid is not what it costs, so the advice names what a larger tile costs each CTA instead.
 SAME_WAVES = 0.05
 TILE_SAME_GRID_FIX = (
-    "{fast}'s smaller tile is faster on as many CTAs ({ctas:,}, {waves:.2f} waves), so it "
+    "{fast}'s smaller tile is faster on as many CTAs ({ctas:,}, {grid}), so it "
     "is not the grid; look at what {slow}'s larger tile costs each CTA: {split}{feed}. Take "
     "the smaller tile only once {those} ruled out.")
 SPLIT_NOTE = ("if it splits K to keep the CTAs as many, the split (partial sums out by STG, "
@@ -550,24 +558,52 @@ SPLIT_NOTE = ("if it splits K to keep the CTAs as many, the split (partial sums 
               "for another's before its epilogue); ")
 WGMMA_FEED = ("its wider wgmma's operand feed (shared memory at {smem} B per SM clock; the "
               "full-barrier and wgmma waits among its hotspots)")
+# A larger tile issued as narrower wgmmas (ptxas's register cap, or a split by hand) reads
+# each A fragment once per narrower N: more shared-memory operand bytes per FLOP.
+NARROW_FEED = ("its narrower wgmma ({slow} against {fast}: {ratio:.2f}x the shared-memory "
+               "operand bytes per FLOP, at {smem} B per SM clock; the full-barrier and wgmma "
+               "waits among its hotspots)")
 OTHER_FEED = "its operand feed per CTA (the loads' waits among its hotspots)"
+
+
+def _feed(slow: LaunchShape, fast: LaunchShape) -> str:
+    """What a CTA's larger tile costs it in operand feed, by the two sides' MMA shapes."""
+    mine, theirs = mma_fragment(slow.mma), mma_fragment(fast.mma)
+    if mine is None:
+        return OTHER_FEED
+    if theirs is not None and mine[0] == theirs[0] and mine[1] < theirs[1]:
+        # A wgmma m x n x k reads m*k + n*k operand elements for m*n*k MACs.
+        ratio = (1 / mine[1] + 1 / mine[0]) / (1 / theirs[1] + 1 / theirs[0])
+        return NARROW_FEED.format(slow=f"{mine[0]}x{mine[1]}", fast=f"{theirs[0]}x{theirs[1]}",
+                                  ratio=ratio, smem=SMEM_BYTES_PER_SM_CLOCK)
+    return WGMMA_FEED.format(smem=SMEM_BYTES_PER_SM_CLOCK)
+
+
+def _same_grid(slow: LaunchShape, fast: LaunchShape) -> str | None:
+    """How the two grids read when the grid cannot be why the larger tile is slower: as
+    many CTAs in as many waves of one tile each, or as many persistent CTAs each walking a
+    whole number of tiles; None otherwise."""
+    if slow.ctas is None or slow.ctas != fast.ctas:
+        return None
+    if slow.whole_rounds and fast.whole_rounds:
+        return (f"each walking {slow.tiles // slow.ctas} and {fast.tiles // fast.ctas} "
+                "tiles, no short last round")
+    if (not slow.persistent and not fast.persistent and slow.waves is not None
+            and fast.waves is not None and abs(slow.waves - fast.waves) <= SAME_WAVES):
+        return f"{slow.waves:.2f} waves"
+    return None
 
 
 def _without_fix(name: str, d: _Direction) -> str:
     """The advice when the slower side has what the aspect's usual fix would add."""
     slow, fast = d.shapes
-    same_grid = (name == TILE and slow.ctas is not None and slow.ctas == fast.ctas
-                 and not slow.persistent and not fast.persistent
-                 and slow.waves is not None and fast.waves is not None
-                 and abs(slow.waves - fast.waves) <= SAME_WAVES)
-    if not same_grid:
+    grid = _same_grid(slow, fast) if name == TILE else None
+    if grid is None:
         return WITHOUT_FIX[name].format(fast=d.names[1], slow=d.names[0])
     split = (SPLIT_NOTE.format(stg=slow.stg_stores, tma=slow.tma_stores)
              if slow.tma_stores and slow.stg_stores and not fast.stg_stores else "")
-    feed = (WGMMA_FEED.format(smem=SMEM_BYTES_PER_SM_CLOCK) if mma_fragment(slow.mma)
-            else OTHER_FEED)
     return TILE_SAME_GRID_FIX.format(fast=d.names[1], slow=d.names[0], ctas=slow.ctas,
-                                     waves=slow.waves, split=split, feed=feed,
+                                     grid=grid, split=split, feed=_feed(slow, fast),
                                      those="both are" if split else "it is")
 
 

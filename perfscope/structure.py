@@ -92,6 +92,14 @@ class LaunchShape:
     # The TMA reads of the operand with the most bytes (the weight of a decode GEMM), where
     # the loader planned the run's reads; None elsewhere.
     streamed: OperandRead | None = None
+    # Output tiles of the launch (batch x ceil(M / tile M) x ceil(N / tile N)), where the
+    # tile and the shape are known.
+    tiles: int | None = None
+
+    @property
+    def whole_rounds(self) -> bool:
+        """Whether a persistent grid gives every CTA as many tiles (no short last round)."""
+        return bool(self.persistent and self.ctas and self.tiles and self.tiles % self.ctas == 0)
 
     @property
     def contiguous_boxes(self) -> bool | None:
@@ -228,6 +236,8 @@ def launch_shape(kp: KernelProfile, manifest: RunManifest | None,
     mmas = warpgroup_mmas(kp)
     waits = sum(n for op, n in kp.opcodes.with_modifiers.items()
                 if op.startswith("WARPGROUP.DEPBAR"))
+    tiles = (batch * math.ceil(shape[0] / tile[0]) * math.ceil(shape[1] / tile[1])
+             if shape is not None and tile is not None else None)
     return LaunchShape(
         ctas=ctas, waves=waves, persistent=_persistent(ctas, waves, tile, shape, batch), tile=tile,
         tile_source=source, mma=_mma(kp), cluster=kp.identity.cluster, multicast=multicast,
@@ -235,7 +245,7 @@ def launch_shape(kp: KernelProfile, manifest: RunManifest | None,
         setmaxreg=_count(kp, "USETMAXREG") > 0, tma_stores=_count(kp, "UTMASTG"),
         stg_stores=_count(kp, "STG"), stsm=_count(kp, "STSM"),
         mma_waits=waits / mmas if mmas else None,
-        streamed=max(reads, key=lambda r: r.bytes) if reads else None)
+        streamed=max(reads, key=lambda r: r.bytes) if reads else None, tiles=tiles)
 
 
 # ------------------------------------------------------------------------ comparing

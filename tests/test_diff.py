@@ -438,6 +438,54 @@ def test_a_larger_tile_on_as_many_ctas_is_not_told_about_its_grid():
     assert "wgmma" not in fix and "operand feed per CTA" in fix
 
 
+def _bm192_pair() -> tuple[Diagnosed, Diagnosed]:
+    """The persistent template at BM 192 (three consumer warpgroups, each k16 step two wgmma
+    m64n128k16) and the balanced stage (BM 128, m64n256k16) at 6144x4096x4096 fp16 on an
+    H100, 128 CTAs each (probes/, 2026-12-07): 512 and 768 tiles, 4 and 6 a CTA."""
+    probes = REFERENCE / "probes"
+    wide = resolve(str(probes / ("hgemm_tma_wgmma_balanced@BM=192,BOXES=2,DEFER=0,STAGES=3-"
+                                 "fp16-6144x4096x4096-h100.ncu-rep.xz")))
+    narrow = resolve(str(probes / "hgemm_tma_wgmma_balanced-fp16-6144x4096x4096-h100.ncu-rep.xz"))
+    return wide, narrow
+
+
+def test_a_larger_persistent_tile_in_whole_rounds_is_not_told_about_its_grid():
+    """The 192-row tile takes 1.02x the cycles of the 128-row one on as many persistent
+    CTAs, each walking a whole number of tiles: no last round is short on either side, so
+    the grid is not why, and what the larger tile costs is its narrower wgmma (ptxas would
+    not compile m64n256 at 512 threads): 1.2x the shared-memory operand bytes a FLOP
+    (L1/TEX 72% busy against 62%)."""
+    wide, narrow = _bm192_pair()
+    shapes = (launch_shape(wide.profile, wide.manifest), launch_shape(narrow.profile, narrow.manifest))
+    assert [(s.tiles, s.ctas, s.whole_rounds) for s in shapes] == [(512, 128, True), (768, 128, True)]
+    result = d.compare(wide, narrow)
+    assert not result.improved
+    (tile,) = [r for r in result.verdict if r.kind == "tile"]
+    assert "on as many CTAs (128, each walking 4 and 6 tiles, no short last round)" in tile.fix
+    assert "narrower wgmma (64x128 against 64x256: 1.20x the shared-memory operand bytes" in tile.fix
+    assert "fuller last wave" not in tile.fix and "wider wgmma" not in tile.fix
+    _claims_fit(result)
+    # A persistent grid with a short last round (512 tiles on 132 CTAs) may be the reason.
+    short = dataclasses.replace(shapes[0], ctas=132)
+    fix = d._without_fix("tile", SimpleNamespace(shapes=(short, dataclasses.replace(shapes[1], ctas=132)),
+                                                 names=("A", "B")))
+    assert "fuller last wave" in fix
+
+
+def test_clock_note_comes_from_one_percent_where_both_are_at_the_power_cap():
+    """The 192-row tile ran at 1592 MHz and the 128-row one at 1566 (1.6% apart), both at
+    the power cap: 1.02x the cycles is 1.01x the time, and the diff says so. Clocks as
+    found that far apart without the cap on both sides say nothing (under 2%)."""
+    wide, narrow = _bm192_pair()
+    assert d.compare(wide, narrow).clock == (
+        "A ran at 1592 MHz and B at 1566 MHz (B's clock 1.6% lower): A takes 1.01x B's time "
+        "and 1.02x its cycles; A and B at the power cap (PS171).")
+    ev = narrow.evaluation
+    uncapped = dataclasses.replace(narrow, evaluation=dataclasses.replace(
+        ev, findings=tuple(f for f in ev.findings if f.code != "PS171")))
+    assert d.clock_note(wide, uncapped) is None
+
+
 def test_parked_waits_are_no_wait_a_faster_kernel_removed():
     """hgemm_small_m at 64 x 4096^2 after its split's partial was pushed by st.async
     (probes/, 2026-12-04) against the 2026-12-02 kernel that reduced it between two cluster
