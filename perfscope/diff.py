@@ -790,11 +790,13 @@ def _r2ur_per_mma(kp: KernelProfile) -> float | None:
     return kp.opcodes.families.get("r2ur", 0.0) / mmas if mmas else None
 
 
-def _descriptor_reason(mine_side: Diagnosed, other: Diagnosed, cut: bool) -> list[Reason]:
+def _descriptor_reason(mine_side: Diagnosed, other: Diagnosed, cut: bool,
+                       improved: bool = False) -> list[Reason]:
     """One side builds its MMA descriptors per thread and the other does not, as their R2UR
     per MMA say (no share of the gap: the instructions cost issue slots and latency, not a
     countable share). cut: the per-thread side is B, the slower, and A the faster cut it;
-    else the per-thread side is A (slower, or faster for other reasons)."""
+    else the per-thread side is A (slower, or, improved, faster for other reasons: then the
+    cost is one A still carries among what it improved, and says so)."""
     mine, theirs = _r2ur_per_mma(mine_side.profile), _r2ur_per_mma(other.profile)
     if mine is None or theirs is None or mine < R2UR_PER_MMA_MIN \
             or mine < R2UR_RATIO_MIN * max(theirs, 1e-9):
@@ -806,7 +808,8 @@ def _descriptor_reason(mine_side: Diagnosed, other: Diagnosed, cut: bool) -> lis
     if cut:
         return [Reason(f"{text}; A builds them uniform, a cost A cut.", None, None, "",
                        "descriptors")]
-    return [Reason(f"{text}.", None, None,
+    kept = "; a cost A still carries, faster for the reasons above" if improved else ""
+    return [Reason(f"{text}{kept}.", None, None,
                    "Build each k step's descriptors as a warp-uniform base plus constants: the "
                    "consumer's warpgroup index by a lane-0 shuffle (threadIdx.x / 128 is "
                    "per-thread to the compiler), the slot's address >> 4 added to the "
@@ -834,7 +837,8 @@ def _verdict(draft: ProfileDiff, shapes: tuple[LaunchShape, LaunchShape]
         gap = 1 - cycles_ratio
         d = _Direction(b, a, ("B", "A"), (shapes[1], shapes[0]))
         reasons = _reasons(d, draft.gone_findings, draft.only_a, draft.structure, gap)
-        reasons += _descriptor_reason(b, a, cut=True) or _descriptor_reason(a, b, cut=False)
+        reasons += (_descriptor_reason(b, a, cut=True)
+                    or _descriptor_reason(a, b, cut=False, improved=True))
         reasons += _stall_claims(draft.stalls, _working_hotspots(b.profile), cut=True)[
             : max(0, VERDICT_REASONS - len(reasons))]
         return tuple(reasons[:VERDICT_REASONS]), True, gap

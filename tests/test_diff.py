@@ -676,6 +676,13 @@ def test_diff_names_descriptors_built_per_thread():
     assert result.improved and r.sentence.startswith("B moves 2.29") and "a cost A cut" in r.sentence
     now = resolve(ref("hgemm_tma_wgmma_persistent", "bf16"))
     assert not [r for r in d.compare(now, cublas).verdict if r.kind == "descriptors"]
+    # The warp-specialised stage is faster than its single-warpgroup parent for its
+    # producer and its ring, and builds its descriptors per thread where the parent does
+    # not: listed among what A improved, the sentence says it is a cost A still carries.
+    ws = d.compare(resolve(ref("hgemm_tma_wgmma_ws", "fp16")), resolve(ref("hgemm_tma_wgmma", "fp16")))
+    [r] = [r for r in ws.verdict if r.kind == "descriptors"]
+    assert ws.improved and r.sentence.startswith("A moves 2.00 per-thread values")
+    assert "a cost A still carries" in r.sentence and "lane-0 shuffle" in r.fix
 
 
 def test_a_stage_name_means_the_folders_own_report_before_a_subfolders(tmp_path):
