@@ -1591,7 +1591,7 @@ def test_rows_not_16_byte_aligned_name_the_layout_not_its_symptoms():
     assert ev.combined_gain == f.estimated_gain and not ev.notes
     kp, kw = external("torch_odd_k")          # only A's rows: K = 4095
     (f,) = [f for f in evaluate(kp, **kw).findings if f.code == "PS107"]
-    assert f.evidence[0].metric.startswith("A's rows") and f.evidence[1].metric.startswith("global")
+    assert f.evidence[0].metric.startswith("operand A's rows") and f.evidence[1].metric.startswith("global")
     for name in ("torch_bf16_4096", "torch_odd_m"):    # an odd M leaves every row aligned
         kp, kw = external(name)
         assert "PS107" in evaluate(kp, **kw).silent

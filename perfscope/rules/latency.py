@@ -1011,10 +1011,12 @@ def _check_ffma_dispatch(inputs: Inputs) -> Hit | None:
     common). The order of the FFMAs and the registers ptxas gives them decide it: at the same
     instructions, orders alone moved the share from 0.052 to 0.182, and no register-bank
     count of the SASS we could make predicts which FFMAs stall (probes/README.md).
-    Fix: go back to an order that compiles to fewer held FFMAs, row by row over the thread's
-    tile first (consuming the fragments in the order they load, which also keeps the loads
-    spread, PS129), and compare the compiles' shares in `perfscope sass --listing` of their
-    reports. Below 0.08 no order measured here bought time back.
+    Fix: an order that compiles to fewer held FFMAs, row by row over the thread's tile
+    first (consuming the fragments in the order they load, which also keeps the loads
+    spread, PS129); where a compiler picks the order (Triton's IEEE fp32 matmul, 0.123),
+    its configurations compile different loops. Compare the compiles' shares in
+    `perfscope sass --listing` of their reports. Below 0.08 no order measured here bought
+    time back.
     Estimate: the samples the loop's FFMAs spend held at dispatch above 0.08, over all
     samples. Against orders of sgemm_stages4's loop timed before this rule (H100,
     probes/fma-order-more-h100.jsonl) it is low by 30-40%: JOUTER 5 and 7 hold
@@ -1048,8 +1050,9 @@ FFMA_DISPATCH = Rule(
     severity="optimization",
     metrics=(M_PC_SAMPLES, M_INST_EXECUTED_PC),
     check=_check_ffma_dispatch,
-    fix="Go back to an FFMA order that compiles to fewer held FFMAs, row by row over the "
-        "thread's tile first (it also keeps the fragment loads spread), and compare the "
+    fix="Compile the loop to fewer held FFMAs: in CUDA C an FFMA order row by row over the "
+        "thread's tile first (it also keeps the fragment loads spread); where a compiler picks "
+        "the order (Triton), its configurations compile different loops. Compare the "
         "compiles' shares in `perfscope sass --listing` of their reports.",
     reference="NCU Profiling Guide: Warp Stall Reasons (dispatch_stall), Source Counters",
     thresholds=(("FFMA_DISPATCH_FLOOR", FFMA_DISPATCH_FLOOR),

@@ -62,7 +62,8 @@ def misaligned_rows(inputs: Inputs) -> list[Evidence] | None:
     for name, candidates in dims.items():
         if all((ld * size) % ROW_ALIGN_BYTES for ld, size in candidates):
             ld, size = candidates[0]
-            out.append(Evidence(f"{name}'s rows: leading dimension {ld} x {size} bytes",
+            # "operand": in a diff, "A" and "B" also name the two kernels compared.
+            out.append(Evidence(f"operand {name}'s rows: leading dimension {ld} x {size} bytes",
                                 ld * size, f"not a multiple of {ROW_ALIGN_BYTES}"))
     return out
 
