@@ -864,3 +864,23 @@ def test_a_gap_no_reason_explains_names_the_stall_shares_that_moved_as_leads():
     assert line.startswith("No finding explains a difference; the stall shares that moved most: ")
     assert "long_scoreboard 30% of A's stall time against 20% in B" in line
     assert line.endswith(": compare the tables above.")
+
+
+@needs_reference
+def test_same_cycles_with_nothing_to_name_is_a_difference_not_an_improvement():
+    """The stream-K stage at 4096^3 is the persistent stage (it splits only from 8 rounds):
+    their fp16 reports take the same cycles, A a hair fewer. Under "the same cycles" the
+    empty verdict speaks of a difference; an improvement of 12% with nothing to name keeps
+    the word."""
+    from perfscope.render.diff import verdict_heading, verdict_lines
+
+    got = d.compare(resolve(ref("hgemm_tma_wgmma_streamk", "fp16")),
+                    resolve(ref("hgemm_tma_wgmma_persistent", "fp16")))
+    assert got.improved and not got.verdict
+    assert verdict_heading(got).startswith("A and B take the same cycles")
+    (line,) = verdict_lines(got)
+    assert "accounts for a difference" in line and "improvement" not in line
+    faster = dataclasses.replace(got, time=tuple(
+        dataclasses.replace(r, a=0.88 * r.b) if r.name == "cycles" else r for r in got.time))
+    (line,) = verdict_lines(faster)
+    assert "accounts for the improvement" in line

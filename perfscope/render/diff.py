@@ -111,7 +111,10 @@ def verdict_lines(diff: ProfileDiff) -> list[str]:
     if lines:
         return lines
     if diff.improved:
-        return ["No finding, instruction path or launch structure accounts for the improvement"
+        # Under "the same cycles" (a ratio within SAME_CYCLES of 1) there is no improvement
+        # to account for, only a difference.
+        what = "a difference" if verdict_heading(diff).startswith("A and B") else "the improvement"
+        return [f"No finding, instruction path or launch structure accounts for {what}"
                 + _leads(diff) + ": compare the tables."]
     return ["No finding explains a difference" + _leads(diff) + ": compare the tables above."]
 
