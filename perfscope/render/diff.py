@@ -68,17 +68,25 @@ def table_rows(diff: ProfileDiff) -> list[tuple[str, str, str, str]]:
     return out
 
 
+def _cycles(diff: ProfileDiff) -> float | None:
+    return next((r.ratio for r in diff.time if r.name == "cycles"), None)
+
+
+def _same_cycles(cycles: float | None) -> bool:
+    return cycles is not None and abs(cycles - 1) <= SAME_CYCLES
+
+
 def verdict_heading(diff: ProfileDiff) -> str:
     """The verdict's heading, from the cycle ratio (durations mix in the clocks)."""
-    cycles = next((r.ratio for r in diff.time if r.name == "cycles"), None)
+    cycles = _cycles(diff)
     if cycles is None:
         return "What differs between A and B"
-    if cycles > 1 + SAME_CYCLES:
+    if _same_cycles(cycles):
+        return f"A and B take the same cycles ({cycles:.2f}x); what differs"
+    if cycles > 1:
         return f"Why A is slower than B ({cycles:.2f}x B's cycles)"
-    if cycles < 1 - SAME_CYCLES:
-        # The verdict then lists what A improved (ProfileDiff.improved), and what remains after.
-        return f"What A improved over B ({cycles:.2f}x B's cycles)"
-    return f"A and B take the same cycles ({cycles:.2f}x); what differs"
+    # The verdict then lists what A improved (ProfileDiff.improved), and what remains after.
+    return f"What A improved over B ({cycles:.2f}x B's cycles)"
 
 
 def _numbered(reasons, fixes: bool) -> list[str]:
@@ -113,7 +121,7 @@ def verdict_lines(diff: ProfileDiff) -> list[str]:
     if diff.improved:
         # Under "the same cycles" (a ratio within SAME_CYCLES of 1) there is no improvement
         # to account for, only a difference.
-        what = "a difference" if verdict_heading(diff).startswith("A and B") else "the improvement"
+        what = "a difference" if _same_cycles(_cycles(diff)) else "the improvement"
         return [f"No finding, instruction path or launch structure accounts for {what}"
                 + _leads(diff) + ": compare the tables."]
     return ["No finding explains a difference" + _leads(diff) + ": compare the tables above."]
